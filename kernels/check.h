@@ -1,0 +1,57 @@
+// Error checking for every CUDA, cuBLAS, NCCL and MPI call, in every build type.
+//
+//   PB_CHECK(cond, "message")      throws pb::Error when cond is false
+//   PB_CUDA(expr)                  throws when a runtime call fails
+//   PB_CUDA_LAUNCH()               throws when the last launch failed (call after every <<<>>>)
+//   PB_CUBLAS(expr), PB_CU(expr)   cuBLAS status / driver API result
+//   PB_CUDA_NOTHROW(expr)          prints instead of throwing: for destructors
+//
+// Messages carry file:line, the failing expression and the process context
+// (rank and host) that the driver sets once with pb::set_error_context().
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace pb {
+
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// "rank 3/8 on host gpu07", set by the MPI driver; empty in single-process tools.
+void set_error_context(const std::string& context);
+const std::string& error_context();
+
+[[noreturn]] void throw_error(const char* file, int line, const std::string& what);
+void warn_error(const char* file, int line, const std::string& what);
+
+}  // namespace pb
+
+#define PB_CHECK(cond, msg)                                                  \
+  do {                                                                       \
+    if (!(cond)) ::pb::throw_error(__FILE__, __LINE__, std::string(msg));    \
+  } while (0)
+
+#ifdef __CUDACC__
+#define PB_HAVE_CUDA_RUNTIME 1
+#endif
+#if defined(PB_HAVE_CUDA_RUNTIME) || defined(CUDART_VERSION)
+#include <cuda_runtime_api.h>
+#define PB_CUDA(expr)                                                        \
+  do {                                                                       \
+    cudaError_t pb_err_ = (expr);                                            \
+    if (pb_err_ != cudaSuccess)                                              \
+      ::pb::throw_error(__FILE__, __LINE__,                                  \
+                        std::string(#expr) + ": " + cudaGetErrorName(pb_err_) \
+                            + " (" + cudaGetErrorString(pb_err_) + ")");     \
+  } while (0)
+#define PB_CUDA_LAUNCH() PB_CUDA(cudaGetLastError())
+#define PB_CUDA_NOTHROW(expr)                                                \
+  do {                                                                       \
+    cudaError_t pb_err_ = (expr);                                            \
+    if (pb_err_ != cudaSuccess)                                              \
+      ::pb::warn_error(__FILE__, __LINE__,                                   \
+                       std::string(#expr) + ": " + cudaGetErrorName(pb_err_)); \
+  } while (0)
+#endif
