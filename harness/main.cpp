@@ -1,0 +1,2 @@
+#include <cstdio>
+int main() { std::puts("prefill-bench: under construction"); return 1; }
