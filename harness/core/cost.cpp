@@ -1,0 +1,149 @@
+#include "cost.h"
+
+#include <algorithm>
+
+namespace pb {
+
+double roofline_us(const Cost& c, const GpuProfile& p) {
+  const double mem_us = c.bytes / (p.copy_tbps * 1e6);
+  double rate = p.fp32_tflops;
+  if (c.unit == Unit::tensor) rate = p.gemm_tflops;
+  const double flop_us = c.flops / (rate * 1e6);
+  return std::max(mem_us, flop_us);
+}
+
+double fraction_of_ceiling(const Cost& c, const GpuProfile& p, double time_us) {
+  if (time_us <= 0) return 0;
+  return roofline_us(c, p) / time_us;
+}
+
+namespace cost {
+
+namespace {
+constexpr double kBf16 = 2, kF32 = 4;
+Cost memory(double bytes, double flops = 0) { return {bytes, flops, Unit::memory}; }
+}  // namespace
+
+Cost gemm(int64_t m, int64_t n, int64_t k, int split_k, bool bf16_out) {
+  double out = double(m) * n * (bf16_out ? kBf16 : kF32 * split_k);
+  return {double(m) * k * kBf16 + double(n) * k * kBf16 + out, 2.0 * m * n * k, Unit::tensor};
+}
+
+Cost gemm_f32_batched(int64_t batch, int64_t m, int64_t n, int64_t k) {
+  double bytes = double(batch) * (double(m) * k + double(k) * n + 3.0 * m * n) * kF32;
+  return {bytes, 2.0 * batch * m * n * k, Unit::fp32};
+}
+
+Cost land(int64_t rows, int split_k, int64_t n) {
+  return memory(double(rows) * n * (kF32 * split_k + kBf16), double(rows) * n * split_k);
+}
+
+Cost elementwise(int64_t n, int inputs, double flops_per_element) {
+  return memory(double(n) * kBf16 * (inputs + 1), double(n) * flops_per_element);
+}
+
+Cost o_norm_gate(int64_t row_heads, int64_t head_dim) {
+  double n = double(row_heads) * head_dim;
+  return memory(n * kBf16 * 3 + head_dim * kF32, n * 8);
+}
+
+Cost rmsnorm(int64_t rows, int64_t n) {
+  return memory(double(rows) * n * kBf16 * 2 + n * kF32, double(rows) * n * 4);
+}
+
+Cost copy(double bytes_each_way) { return memory(2 * bytes_each_way); }
+
+Cost conv_cut(int64_t tokens, int64_t inner) {
+  double n = double(tokens) * inner;
+  return memory(n * (kF32 + kBf16) + 4.0 * inner * kF32 + 2 * 3.0 * inner * kBf16, n * 12);
+}
+
+Cost conv_decode(int64_t tokens, int64_t inner) {
+  double n = double(tokens) * inner;
+  // reads 3 window slots + x_t, writes y
+  return memory(n * kBf16 * 5 + 4.0 * inner * kF32, n * 12);
+}
+
+Cost lse_merge(int64_t t_q, int64_t heads, int64_t dv) {
+  double n = double(t_q) * heads * dv, rows = double(t_q) * heads;
+  return memory(n * (kBf16 + 2 * kF32) + rows * 3 * kF32, n * 3);
+}
+
+Cost o_finalize(int64_t t_q, int64_t heads, int64_t dv) {
+  double n = double(t_q) * heads * dv;
+  return memory(n * (kF32 + kBf16));
+}
+
+Cost fmha(int64_t tq, int64_t tk, int64_t heads, int64_t dqk, int64_t dv, bool causal) {
+  double flops = 2.0 * tq * tk * heads * (dqk + dv);
+  if (causal) flops /= 2;
+  double bytes = (double(tq) * dqk + double(tk) * dqk + double(tk) * dv + double(tq) * dv) * heads * kBf16 +
+                 double(heads) * tq * kF32;
+  return {bytes, flops, Unit::tensor};
+}
+
+Cost expand_k(int64_t tokens, int64_t heads, int64_t nope, int64_t rope) {
+  double in = double(tokens) * (heads * nope + rope) * kBf16;
+  double out = double(tokens) * heads * (nope + rope) * kBf16;
+  return memory(in + out);
+}
+
+// Per chunk of c tokens and head (dk = dv = d), the chunked gated delta rule:
+//   intra-chunk  K K^T, Q K^T           2 * 2 c^2 d
+//                UT transform (solve)   c^3
+//                W = A K, U = A V       2 * 2 c^2 d
+//   inter-chunk  Q S, W S, K^T (U - W S) 3 * 2 c d^2
+//                A_qk (U - W S)         2 c^2 d
+// Bytes: q, k, v, gate pre-activation in, o out (bf16 [t, H, d] each), beta.
+Cost kda_forward(int64_t tokens, int64_t heads, int64_t d, int64_t chunk) {
+  double chunks = double((tokens + chunk - 1) / chunk) * heads;
+  double c = double(chunk), dd = double(d);
+  double per_chunk = 4 * c * c * dd + c * c * c + 4 * c * c * dd + 6 * c * dd * dd + 2 * c * c * dd;
+  double bytes = double(tokens) * heads * d * kBf16 * 5 + double(tokens) * heads * kBf16 +
+                 double(heads) * d * d * kF32;
+  return {bytes, chunks * per_chunk, Unit::tensor};
+}
+
+// The affine package (M, D) of a segment: D is the state from zero; M the
+// product of the chunks' transitions, one d x d x d product per chunk and head
+// plus building each transition (2 c d^2 twice).
+Cost kda_package(int64_t tokens, int64_t heads, int64_t d, int64_t chunk) {
+  double chunks = double((tokens + chunk - 1) / chunk) * heads;
+  double c = double(chunk), dd = double(d);
+  double per_chunk = 2 * dd * dd * dd + 4 * c * dd * dd;
+  double bytes = double(tokens) * heads * d * kBf16 * 3 + 2.0 * heads * d * d * kF32;
+  return {bytes, chunks * per_chunk, Unit::tensor};
+}
+
+Cost attnres_scores(int64_t rows, int64_t hidden, int64_t candidates) {
+  double n = double(rows) * hidden * candidates;
+  return memory(n * kBf16 + hidden * kF32 + double(rows) * candidates * kF32, n * 4);
+}
+
+Cost attnres_mix(int64_t rows, int64_t hidden, int64_t candidates) {
+  double n = double(rows) * hidden * candidates;
+  return memory(n * kBf16 + double(rows) * candidates * kF32 + double(rows) * hidden * kBf16, n * 2);
+}
+
+Cost router_topk(int64_t tokens, int64_t experts, int64_t top_k) {
+  return memory(double(tokens) * experts * kF32 + double(tokens) * top_k * (kF32 + 4),
+                double(tokens) * experts * 8);
+}
+
+Cost moe_permute(int64_t tokens, int64_t top_k, int64_t width) {
+  return memory(2.0 * tokens * top_k * width * kBf16);
+}
+
+Cost moe_weight(int64_t rows, int64_t width) { return memory(2.0 * rows * width * kBf16, double(rows) * width); }
+
+Cost moe_combine(int64_t tokens, int64_t top_k, int64_t width) {
+  return memory(double(tokens) * top_k * width * kBf16 + double(tokens) * width * kBf16,
+                double(tokens) * top_k * width);
+}
+
+Cost embed(int64_t rows, int64_t hidden) { return memory(2.0 * rows * hidden * kBf16 + rows * 4.0); }
+
+Cost argmax(int64_t n) { return memory(double(n) * kBf16, double(n)); }
+
+}  // namespace cost
+}  // namespace pb

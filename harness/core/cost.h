@@ -1,0 +1,65 @@
+// The one cost model: bytes (each input read once, each output written once)
+// and FLOPs of every kernel the superstep launches. The plan uses it for its
+// roofline; the kernels benchmark and every measured span use it for achieved
+// TB/s, TFLOP/s and the fraction of the ceiling. bf16 = 2 bytes, f32 = 4.
+#pragma once
+
+#include <cstdint>
+
+#include "profile.h"
+
+namespace pb {
+
+enum class Unit { memory, tensor, fp32 };
+
+struct Cost {
+  double bytes = 0;
+  double flops = 0;
+  Unit unit = Unit::memory;  // which ceiling binds the FLOPs
+};
+
+// The roofline time of a cost on a profile, in microseconds: the larger of
+// bytes / copy rate and FLOPs / the unit's rate.
+double roofline_us(const Cost& c, const GpuProfile& p);
+// achieved / ceiling of the binding resource, for a measured time.
+double fraction_of_ceiling(const Cost& c, const GpuProfile& p, double time_us);
+
+namespace cost {
+
+// GEMM bf16 [m, k] x [n, k]^T -> f32 partial [m, split_k, n] (or bf16 out).
+Cost gemm(int64_t m, int64_t n, int64_t k, int split_k = 1, bool bf16_out = false);
+// Batched f32 GEMM (the KDA state fold): batch x [m, k] x [k, n] + [m, n].
+Cost gemm_f32_batched(int64_t batch, int64_t m, int64_t n, int64_t k);
+// land: f32 [rows, split_k, nt] columns [off, off+n) -> bf16 [rows, n].
+Cost land(int64_t rows, int split_k, int64_t n);
+// elementwise: `inputs` bf16 operands of n elements -> one bf16 output.
+Cost elementwise(int64_t n, int inputs, double flops_per_element);
+Cost o_norm_gate(int64_t row_heads, int64_t head_dim);
+Cost rmsnorm(int64_t rows, int64_t n);
+Cost copy(double bytes_each_way);  // a device copy: read + write
+// conv_silu_chunk (cut): f32 partial in, bf16 out, carry in / next out.
+Cost conv_cut(int64_t tokens, int64_t inner);
+// the baseline conv path's batched decode conv over materialized windows.
+Cost conv_decode(int64_t tokens, int64_t inner);
+Cost lse_merge(int64_t t_q, int64_t heads, int64_t dv);
+Cost o_finalize(int64_t t_q, int64_t heads, int64_t dv);
+// FMHA: flops 2 Tq Tk H (dqk + dv), halved for a causal square window.
+Cost fmha(int64_t tq, int64_t tk, int64_t heads, int64_t dqk, int64_t dv, bool causal);
+// K [t, H, dqk] from the kv_b output's nope half and the shared rope.
+Cost expand_k(int64_t tokens, int64_t heads, int64_t nope, int64_t rope);
+// KDA core, chunked WY form (chunk c, dk = dv = d). See cost.cpp for the count.
+Cost kda_forward(int64_t tokens, int64_t heads, int64_t d, int64_t chunk);
+Cost kda_package(int64_t tokens, int64_t heads, int64_t d, int64_t chunk);
+// AttnRes: scores read nb+1 candidates, mix reads them again.
+Cost attnres_scores(int64_t rows, int64_t hidden, int64_t candidates);
+Cost attnres_mix(int64_t rows, int64_t hidden, int64_t candidates);
+// MoE routing pieces.
+Cost router_topk(int64_t tokens, int64_t experts, int64_t top_k);
+Cost moe_permute(int64_t tokens, int64_t top_k, int64_t width);
+Cost moe_weight(int64_t rows, int64_t width);
+Cost moe_combine(int64_t tokens, int64_t top_k, int64_t width);
+Cost embed(int64_t rows, int64_t hidden);
+Cost argmax(int64_t n);
+
+}  // namespace cost
+}  // namespace pb

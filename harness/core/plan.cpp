@@ -1,0 +1,320 @@
+#include "plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "check.h"
+
+namespace pb {
+
+namespace {
+
+// Appends one rank's launches, block by block, in the superstep's order.
+class RankPlanner {
+ public:
+  RankPlanner(const Scenario& s, const CutSet& cuts, int rank)
+      : s_(s), m_(s.model), cuts_(cuts), rank_(rank), cp_(s.cp),
+        segs_(contiguous_segments(s.context, s.cp)), b_(s.bucket), t_(segs_[rank].len) {}
+
+  RankPlan build() {
+    RankPlan plan;
+    plan.rank = rank_;
+    plan.segment = segs_[rank_];
+    embedding();
+    for (int64_t layer = 0; layer < m_.layers; ++layer) one_layer(layer);
+    if (rank_ == cp_ - 1) first_token();
+    plan.launches = std::move(out_);
+    plan.fmha_pairs = rank_attention(schedule(), cp_, rank_).load_pairs;
+    return plan;
+  }
+
+ private:
+  Schedule schedule() const { return cuts_[Cut::stripe] ? Schedule::stripe : Schedule::prefix; }
+
+  void add(const char* family, const std::string& kernel, const Cost& c, double fabric_bytes = 0) {
+    out_.push_back({int32_t(layer_), family, kernel, c, fabric_bytes});
+  }
+  void fabric(const std::string& kernel, double bytes) { add("fabric", "fabric." + kernel, Cost{}, bytes); }
+  void gemm(const std::string& what, int64_t m, int64_t n, int64_t k) {
+    add("gemm", "gemm." + what, cost::gemm(m, n, k, s_.split_k));
+  }
+  void land(const std::string& what, int64_t rows, int64_t n) {
+    add("land", "land." + what, cost::land(rows, s_.split_k, n));
+  }
+  void gemm_land(const std::string& what, int64_t m, int64_t n, int64_t k) {
+    gemm(what, m, n, k);
+    land(what, m, n);
+  }
+  void rmsnorm(const std::string& what, int64_t rows, int64_t n) {
+    add("rmsnorm", "rmsnorm." + what, cost::rmsnorm(rows, n));
+  }
+  void elementwise(const std::string& op, int64_t n, int inputs, double flops) {
+    add("elementwise", op, cost::elementwise(n, inputs, flops));
+  }
+  void add2(int64_t n) { elementwise("add2", n, 2, 1); }
+  void situ(int64_t n) { elementwise("situ", n, 2, 12); }
+  void attnres(int64_t rows, int64_t blocks) {
+    add("attnres", "attnres.scores", cost::attnres_scores(rows, m_.hidden, blocks + 1));
+    add("attnres", "attnres.mix", cost::attnres_mix(rows, m_.hidden, blocks + 1));
+  }
+
+  void embedding() {
+    layer_ = -1;
+    add("embed", "embed.gather", cost::embed(b_, m_.hidden));
+  }
+
+  // DESIGN §2.1, "Per layer": AttnRes, mixer, residual, AttnRes, FFN, residual.
+  void one_layer(int64_t layer) {
+    layer_ = layer;
+    if (layer > 0) attnres(b_, m_.nb_in(layer));
+    if (m_.is_snapshot_layer(layer))
+      add("attnres", "attnres.snapshot", cost::copy(double(b_) * m_.hidden * 2));
+    if (m_.is_mla(layer)) mla_mixer();
+    else kda_mixer();
+    if (!m_.is_snapshot_layer(layer)) add2(b_ * m_.hidden);  // snapshot layers restart the partial sum
+    attnres(b_, m_.nb_mlp(layer));
+    if (m_.is_dense_ffn(layer)) dense_ffn();
+    else moe_ffn();
+    add2(b_ * m_.hidden);
+  }
+
+  // ---- KDA mixer (DESIGN §2.1 steps 1-10) ----
+  void kda_mixer() {
+    const int64_t inner = m_.kda_inner(), h = m_.hidden;
+    rmsnorm("kda_in", b_, h);
+    gemm("kda_g", b_, inner, h);
+    gemm("kda_small", b_, 256, h);
+    land("beta", b_, m_.kda_heads);
+    land("f_a", b_, m_.f_rank);
+    land("out_gate", b_, inner);
+    gemm("kda_f_b", b_, inner, m_.f_rank);
+    conv_halo();
+    for (const char* stream : {"q", "k", "v"}) {
+      gemm(std::string("kda_") + stream, b_, inner, h);
+      conv_path(stream);
+    }
+    land("forget", b_, inner);
+    kda_core();
+    add("elementwise", "o_norm_gate", cost::o_norm_gate(b_ * m_.kda_heads, m_.kda_head_dim));
+    gemm_land("kda_o", b_, h, inner);
+  }
+
+  void conv_halo() {
+    if (cp_ == 1) return;
+    const int64_t halo_bytes = 3 * m_.hidden * 2;
+    if (rank_ < cp_ - 1) {
+      add("fabric", "fabric.publish_halo", cost::copy(double(halo_bytes)));
+    }
+    if (rank_ > 0) {
+      fabric("wait_halo", halo_bytes);
+      gemm("halo_qkv", 4, 3 * m_.kda_inner(), m_.hidden);
+      for (const char* stream : {"q", "k", "v"}) land(std::string("halo_") + stream, 4, m_.kda_inner());
+    }
+  }
+
+  // Cut 2: one fused launch, or the retired path (land, window copies, batched
+  // decode conv, carry copy).
+  void conv_path(const std::string& stream) {
+    const int64_t inner = m_.kda_inner();
+    if (cuts_[Cut::conv]) {
+      add("conv", "conv.chunk_" + stream, cost::conv_cut(t_, inner));
+      return;
+    }
+    add("conv", "conv.land_" + stream, cost::land(t_, 1, inner));
+    for (int slot = 0; slot < 3; ++slot) {
+      const int64_t from_carry = std::min<int64_t>(3 - slot, t_);
+      add("conv", "conv.window_copy", cost::copy(double(from_carry) * inner * 2));
+      if (t_ > from_carry) add("conv", "conv.window_copy", cost::copy(double(t_ - from_carry) * inner * 2));
+    }
+    add("conv", "conv.decode_" + stream, cost::conv_decode(t_, inner));
+    add("conv", "conv.carry_copy", cost::copy(3.0 * inner * 2));
+  }
+
+  void kda_core() {
+    const int64_t heads = m_.kda_heads, d = m_.kda_head_dim;
+    const double package_bytes = 2.0 * heads * d * d * 4;
+    if (cp_ > 1 && rank_ < cp_ - 1) {
+      add("kda", "kda.package", cost::kda_package(t_, heads, d, m_.kda_chunk));
+      fabric("publish_state", 0);
+    }
+    if (rank_ > 0) {
+      fabric("wait_state", package_bytes * rank_);
+      for (int j = 1; j < rank_; ++j) add("kda", "kda.fold", cost::gemm_f32_batched(heads, d, d, d));
+    }
+    add("kda", "kda.forward", cost::kda_forward(t_, heads, d, m_.kda_chunk));
+  }
+
+  // ---- MLA mixer (DESIGN §2.1 steps 1-6, §3) ----
+  void mla_mixer() {
+    const int64_t h = m_.hidden, heads = m_.heads;
+    rmsnorm("mla_in", b_, h);
+    gemm("wfu", b_, m_.mla_fused_width(), h);
+    land("q_a", b_, m_.q_lora);
+    rmsnorm("q_a", b_, m_.q_lora);
+    land("kv_a", b_, m_.kv_lora + m_.qk_rope);
+    land("mla_gate", b_, heads * m_.v_head);
+    rmsnorm("kv_latent", b_, m_.kv_lora);
+    gemm_land("q_b", b_, heads * m_.d_qk(), m_.q_lora);
+    if (cp_ > 1) fabric("publish_window", 0);
+    const RankAttention attention = rank_attention(schedule(), cp_, rank_);
+    for (int k : attention.key_segments) expand_keys(k);
+    for (const auto& step : attention.steps) {
+      if (step.is_merge) merge(step.merge);
+      else fmha(step.window);
+    }
+    add("o_finalize", "o_finalize", cost::o_finalize(t_, heads, m_.v_head));
+    elementwise("mul_sigmoid", b_ * heads * m_.v_head, 2, 6);
+    gemm_land("mla_o", b_, h, heads * m_.v_head);
+  }
+
+  void expand_keys(int k) {
+    const int64_t tk = segs_[k].len;
+    if (k != rank_) fabric("wait_window", double(tk) * (m_.kv_lora + m_.qk_rope) * 2);
+    add("gemm", "gemm.kv_b", cost::gemm(tk, m_.heads * (m_.qk_nope + m_.v_head), m_.kv_lora, 1, true));
+    add("mla", "mla.expand_k", cost::expand_k(tk, m_.heads, m_.qk_nope, m_.qk_rope));
+  }
+
+  void fmha(const FmhaWindow& w) {
+    const int64_t tq = segs_[w.q].len, tk = segs_[w.k].len;
+    const bool helped = w.q != rank_;
+    if (helped) fabric("wait_queries", double(tq) * m_.heads * m_.d_qk() * 2);
+    const char* kind = w.causal ? "fmha.causal" : helped ? "fmha.helped" : "fmha.dense";
+    add("fmha", kind, cost::fmha(tq, tk, m_.heads, m_.d_qk(), m_.v_head, w.causal));
+    if (helped)
+      fabric("publish_return", double(tq) * m_.heads * m_.v_head * 2 + double(m_.heads) * tq * 4);
+  }
+
+  void merge(const MergeStep& step) {
+    if (step.slot >= 0) fabric("wait_return", 0);
+    add("lse_merge", "lse_merge", cost::lse_merge(t_, m_.heads, m_.v_head));
+  }
+
+  // ---- FFNs ----
+  void dense_ffn() {
+    const int64_t h = m_.hidden, inter = m_.dense_inter;
+    rmsnorm("dense_in", b_, h);
+    gemm("dense_gate_up", b_, 2 * inter, h);
+    land("dense_gate", b_, inter);
+    land("dense_up", b_, inter);
+    situ(b_ * inter);
+    gemm_land("dense_down", b_, h, inter);
+  }
+
+  void moe_ffn() {
+    const int64_t h = m_.hidden, lat = m_.moe_latent, k = m_.top_k, inter = m_.expert_inter;
+    const int64_t routed_rows = t_ * k;
+    rmsnorm("moe_in", b_, h);
+    gemm("router", b_, m_.experts, h);
+    add("moe", "moe.topk", cost::router_topk(t_, m_.experts, k));
+    gemm_land("lat_down", b_, lat, h);
+    add("moe", "moe.permute", cost::moe_permute(t_, k, lat));
+    add("moe_gemm", "moe_gemm.gate_up", cost::gemm(routed_rows, 2 * inter, lat, s_.split_k));
+    land("expert_gate", routed_rows, inter);
+    land("expert_up", routed_rows, inter);
+    situ(routed_rows * inter);
+    add("moe", "moe.weight", cost::moe_weight(routed_rows, inter));
+    add("moe_gemm", "moe_gemm.down", cost::gemm(routed_rows, lat, inter, s_.split_k));
+    land("expert_down", routed_rows, lat);
+    add("moe", "moe.combine", cost::moe_combine(t_, k, lat));
+    rmsnorm("routed_latent", b_, lat);
+    gemm_land("lat_up", b_, h, lat);
+    gemm("shared", b_, 2 * m_.shared_inter, h);
+    land("shared_gate", b_, m_.shared_inter);
+    land("shared_up", b_, m_.shared_inter);
+    situ(b_ * m_.shared_inter);
+    gemm_land("shared_down", b_, h, m_.shared_inter);
+    add2(b_ * h);  // mlp_out = routed + shared
+  }
+
+  // The last rank's last token: AttnRes over every block, norm, lm head, argmax.
+  void first_token() {
+    layer_ = -1;
+    attnres(1, m_.nb_final());
+    rmsnorm("final", 1, m_.hidden);
+    gemm_land("lm_head", 1, m_.vocab, m_.hidden);
+    add("sample", "sample.argmax", cost::argmax(m_.vocab));
+  }
+
+  const Scenario& s_;
+  const ModelShape& m_;
+  CutSet cuts_;
+  int rank_, cp_;
+  std::vector<Segment> segs_;
+  int64_t b_, t_;
+  int64_t layer_ = -1;
+  std::vector<Launch> out_;
+};
+
+}  // namespace
+
+RankPlan plan_rank(const Scenario& s, const CutSet& cuts, int rank) {
+  PB_CHECK(rank >= 0 && rank < s.cp, "plan_rank: rank out of range");
+  return RankPlanner(s, cuts, rank).build();
+}
+
+std::vector<Span> plan_spans(const RankPlan& plan, const GpuProfile& profile) {
+  std::vector<Span> spans;
+  spans.reserve(plan.launches.size());
+  for (const auto& l : plan.launches) {
+    Span s;
+    s.rep = -1;
+    s.rank = plan.rank;
+    s.layer = l.layer;
+    s.family = l.family;
+    s.kernel = l.kernel;
+    s.time_us = l.family == "fabric" ? 0 : roofline_us(l.cost, profile);
+    s.bytes = l.family == "fabric" ? l.fabric_bytes : l.cost.bytes;
+    s.flops = l.cost.flops;
+    spans.push_back(std::move(s));
+  }
+  return spans;
+}
+
+std::string format_plan_table(const std::vector<RankPlan>& gang, const GpuProfile& profile,
+                              const std::string& title) {
+  // family -> per-rank roofline ms, and launch counts
+  std::map<std::string, std::vector<double>> ms;
+  std::vector<double> total(gang.size(), 0), fabric_mb(gang.size(), 0);
+  std::vector<size_t> launches(gang.size(), 0);
+  for (size_t r = 0; r < gang.size(); ++r) {
+    for (const auto& l : gang[r].launches) {
+      auto& row = ms[l.family];
+      row.resize(gang.size(), 0);
+      double t = l.family == "fabric" ? 0 : roofline_us(l.cost, profile) / 1e3;
+      row[r] += t;
+      total[r] += t;
+      fabric_mb[r] += l.fabric_bytes / 1e6;
+    }
+    launches[r] = gang[r].launches.size();
+  }
+  size_t deep = size_t(std::max_element(total.begin(), total.end()) - total.begin());
+  std::vector<std::pair<std::string, std::vector<double>>> rows(ms.begin(), ms.end());
+  std::sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) { return a.second[deep] > b.second[deep]; });
+
+  std::string out = fmt::format("{}\nroofline ms per superstep on {} ({})\n", title, profile.name, profile.source);
+  out += fmt::format("{:<14}", "family");
+  for (size_t r = 0; r < gang.size(); ++r)
+    out += fmt::format("{:>11}", fmt::format("rank{}{}", r, r == deep ? "*" : ""));
+  out += "\n";
+  for (const auto& [family, per_rank] : rows) {
+    out += fmt::format("{:<14}", family);
+    for (double v : per_rank) out += fmt::format("{:>11.2f}", v);
+    out += "\n";
+  }
+  auto line = [&](const char* name, auto value_of, const char* spec) {
+    out += fmt::format("{:<14}", name);
+    for (size_t r = 0; r < gang.size(); ++r) out += fmt::format(fmt::runtime(spec), value_of(r));
+    out += "\n";
+  };
+  line("total", [&](size_t r) { return total[r]; }, "{:>11.2f}");
+  line("fmha pairs", [&](size_t r) { return gang[r].fmha_pairs; }, "{:>11.1f}");
+  line("launches", [&](size_t r) { return launches[r]; }, "{:>11}");
+  line("fabric MB", [&](size_t r) { return fabric_mb[r]; }, "{:>11.1f}");
+  out += fmt::format("deep rank: {} ({:.2f} ms, {:.1f} FMHA pairs per MLA layer)\n", deep, total[deep],
+                     gang[deep].fmha_pairs);
+  return out;
+}
+
+}  // namespace pb

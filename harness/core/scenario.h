@@ -1,0 +1,95 @@
+// Scenarios: what to run, as YAML (scenarios/*.yaml; README "Scenario keys").
+//
+//   name: cp4-64k
+//   model: {preset: k3, layers: 93}        # preset + any model key (model.h)
+//   cp: 4                                  # ranks in the CP gang = MPI world size
+//   context: 65536                         # tokens, divisible by cp
+//   bucket: 16896                          # seg_cap: rows buffers are sized by
+//   split_k: 1
+//   fabric: auto                           # ipc | nccl | auto
+//   fmha: auto                             # native | cudnn | auto
+//   serialize_ranks: false                 # ranks of one GPU take turns
+//   cuts: all                              # all | none | seed | [land, conv] | {land: on}
+//   variants: each-cut                     # or [{name: a, cuts: none}, ...]
+//   warmup: 1
+//   reps: 5
+//   seed: 1234
+//   output: runs/cp4-64k.h5
+//   gpu_profile: h200                      # the plan's roofline: h200 | h100 | gb300
+//   debug: {delay_family: land, delay_us: 50}   # test-only: slow a family down
+//
+// Every error names the file, line and column, the key, and the allowed values.
+// Command-line overrides (`--set key=value`, dotted keys for model.*, and
+// `--cuts a,b`) are applied before validation; an error in an overridden value
+// names the override instead of a line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuts.h"
+#include "model.h"
+
+namespace pb {
+
+// Buckets are multiples of this: the FMHA query tile (128 rows), two KDA chunks
+// (64) and eight conv / merge row runs (16).
+constexpr int64_t kBucketTile = 128;
+
+struct VariantSpec {
+  std::string name;
+  CutSet cuts;
+};
+
+struct DebugKnobs {
+  std::string delay_family;  // empty: none
+  double delay_us = 0;       // added to every launch of that family
+};
+
+struct ScenarioOverrides {
+  std::vector<std::string> sets;  // "key=value"
+  std::string cuts;               // "land,conv", "all", "none"; empty: no override
+};
+
+struct Scenario {
+  std::string source;   // the file it came from
+  std::string text;     // the file verbatim
+  std::string overrides;  // the command-line overrides applied, as typed
+  std::string name;
+  ModelShape model;
+  int cp = 1;
+  int64_t context = 0;
+  int64_t bucket = 0;
+  int split_k = 1;
+  std::string fabric = "auto";
+  std::string fmha = "auto";
+  std::string gpu_profile = "h200";
+  bool serialize_ranks = false;
+  std::vector<VariantSpec> variants;  // at least one
+  int warmup = 1;
+  int reps = 5;
+  uint64_t seed = 1234;
+  std::string output;  // empty: the driver picks runs/<name>-<time>.h5
+  DebugKnobs debug;
+
+  int64_t segment() const { return context / cp; }
+};
+
+Scenario parse_scenario(const std::string& text, const std::string& source,
+                        const ScenarioOverrides& overrides = {});
+// Reads the file; an unreadable file is an error naming it.
+Scenario load_scenario(const std::string& path, const ScenarioOverrides& overrides = {});
+
+// "" when the scenario can run on world_size ranks; else the message. `plan`
+// also accepts a single process computing every rank.
+std::string world_size_problem(const Scenario& s, int world_size, bool plan);
+
+// Parses a cut list as the CLI spells it: "all", "none", "seed", "land,conv".
+// Throws pb::Error naming the bad entry and the allowed names.
+CutSet parse_cut_list(const std::string& list, const std::string& where);
+
+std::vector<std::string> fabric_names();
+std::vector<std::string> fmha_engine_names();
+
+}  // namespace pb

@@ -1,0 +1,102 @@
+#include "schedule.h"
+
+#include "check.h"
+
+namespace pb {
+
+std::vector<Segment> contiguous_segments(int64_t context, int cp) {
+  PB_CHECK(cp >= 1 && context >= cp, "contiguous_segments needs cp >= 1 and context >= cp");
+  std::vector<Segment> segs(cp);
+  const int64_t base = context / cp, extra = context % cp;
+  int64_t begin = 0;
+  for (int r = 0; r < cp; ++r) {
+    segs[r] = {begin, base + (r < extra ? 1 : 0)};
+    begin += segs[r].len;
+  }
+  return segs;
+}
+
+std::vector<int> kept(int cp, int owner) {
+  std::vector<int> ks;
+  for (int k = 0; k < owner && k < cp; ++k)
+    if ((owner - k) % 2 == 1) ks.push_back(k);
+  return ks;
+}
+
+std::vector<int> helped(int cp, int helper) {
+  std::vector<int> qs;
+  for (int q = helper + 2; q < cp; q += 2) qs.push_back(q);
+  return qs;
+}
+
+int return_slots(int cp) { return (cp - 1) / 2; }
+
+namespace {
+
+RankAttention::Step fmha_step(int q, int k, int runner, int slot) {
+  RankAttention::Step s;
+  s.window = {q, k, q == k, runner, slot};
+  return s;
+}
+
+RankAttention::Step merge_step(int k, int slot) {
+  RankAttention::Step s;
+  s.is_merge = true;
+  s.merge = {k, slot};
+  return s;
+}
+
+RankAttention prefix_attention(int rank) {
+  RankAttention a;
+  a.rank = rank;
+  for (int k = 0; k <= rank; ++k) {
+    a.key_segments.push_back(k);
+    a.steps.push_back(fmha_step(rank, k, rank, -1));
+    a.steps.push_back(merge_step(k, -1));
+  }
+  a.load_pairs = rank + 0.5;
+  return a;
+}
+
+RankAttention stripe_attention(int cp, int rank) {
+  RankAttention a;
+  a.rank = rank;
+  const std::vector<int> own_kept = kept(cp, rank);
+  const std::vector<int> own_helped = helped(cp, rank);
+  a.key_segments = own_kept;
+  a.key_segments.push_back(rank);
+  for (int k : own_kept) {
+    a.steps.push_back(fmha_step(rank, k, rank, -1));
+    a.steps.push_back(merge_step(k, -1));
+  }
+  a.steps.push_back(fmha_step(rank, rank, rank, -1));
+  a.steps.push_back(merge_step(rank, -1));
+  for (int slot = 0; slot < return_slots(cp); ++slot) {
+    if (slot < int(own_helped.size()))
+      a.steps.push_back(fmha_step(own_helped[slot], rank, rank, slot));
+    const int helper = rank - 2 * (slot + 1);
+    if (helper >= 0) a.steps.push_back(merge_step(helper, slot));
+  }
+  a.load_pairs = 0.5 + double(own_kept.size()) + double(own_helped.size());
+  return a;
+}
+
+}  // namespace
+
+RankAttention rank_attention(Schedule schedule, int cp, int rank) {
+  PB_CHECK(cp >= 1 && rank >= 0 && rank < cp, "rank_attention: rank out of range");
+  return schedule == Schedule::prefix ? prefix_attention(rank) : stripe_attention(cp, rank);
+}
+
+std::vector<RankAttention> gang_attention(Schedule schedule, int cp) {
+  std::vector<RankAttention> gang;
+  for (int r = 0; r < cp; ++r) gang.push_back(rank_attention(schedule, cp, r));
+  return gang;
+}
+
+double expected_load(Schedule schedule, int cp, int rank) {
+  if (schedule == Schedule::prefix) return rank + 0.5;
+  return 0.5 + double(kept(cp, rank).size()) + double(helped(cp, rank).size());
+}
+
+}  // namespace pb
