@@ -1,2 +1,102 @@
+// prefill-bench: the K3 context-parallel prefill superstep, rebuilt as a
+// benchmark harness. One MPI rank per GPU.
+//
+//   prefill-bench plan     scenario.yaml   analytic superstep per rank (no GPU)
+//   prefill-bench run      scenario.yaml   measured superstep, HDF5 results
+//   prefill-bench compare  A.h5 [B.h5]     per-family A/B, TTFT, outputs verdict
+//   prefill-bench compare  --baseline B.h5 run.h5 --max-regression 3%
+//   prefill-bench kernels                  the cut kernels' benchmark
+//   prefill-bench verify   scenario.yaml   bit-identity / floor gates
+#include <CLI/CLI.hpp>
+
 #include <cstdio>
-int main() { std::puts("prefill-bench: under construction"); return 1; }
+#include <exception>
+
+#include "check.h"
+#include "commands.h"
+#include "gang.h"
+
+namespace {
+
+std::string joined_command_line(int argc, char** argv) {
+  std::string s;
+  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
+  return s;
+}
+
+void add_scenario_options(CLI::App* sub, pb::ScenarioArgs& args) {
+  sub->add_option("scenario", args.path, "scenario YAML file")->required();
+  sub->add_option("--set", args.sets, "override a scenario key: key=value (model.layers=8)");
+  sub->add_option("--cuts", args.cuts, "run one cut set: all, none, seed, or a list like land,conv");
+  sub->add_option("--output,-o", args.output, "results file (default runs/<name>-<kind>-<time>.h5)");
+  sub->add_flag("--overwrite", args.overwrite, "replace an existing results file");
+}
+
+double parse_fraction(const std::string& text) {
+  std::string t = text;
+  bool percent = !t.empty() && t.back() == '%';
+  if (percent) t.pop_back();
+  size_t used = 0;
+  double v = std::stod(t, &used);
+  PB_CHECK(used == t.size() && v >= 0, "--max-regression: '" + text + "' is not a fraction like 3% or 0.03");
+  return percent ? v / 100 : v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pb::Gang gang(&argc, &argv);
+  CLI::App app{"prefill-bench: the K3 CP prefill superstep with switchable cuts"};
+  app.require_subcommand(1);
+
+  pb::ScenarioArgs plan_args, run_args;
+  CLI::App* plan = app.add_subcommand("plan", "analytic superstep per rank: launches, bytes, FLOPs, roofline");
+  add_scenario_options(plan, plan_args);
+  plan->add_option("--profile", plan_args.profile, "GPU profile for the roofline: h200, h100, gb300");
+  CLI::App* run = app.add_subcommand("run", "measured superstep on the GPUs (one rank per GPU)");
+  add_scenario_options(run, run_args);
+
+  pb::CompareOptions cmp;
+  std::vector<std::string> files;
+  std::string max_regression = "3%", variants;
+  CLI::App* compare = app.add_subcommand("compare", "compare two results files, or two variants of one");
+  compare->add_option("files", files, "A.h5 [B.h5]")->required()->expected(1, 2);
+  compare->add_option("--baseline", cmp.baseline_file, "committed baseline: judge the run against it");
+  compare->add_option("--max-regression", max_regression, "TTFT regression threshold (default 3%)");
+  compare->add_option("--variants", variants, "A,B: compare two variants (inside one file)");
+  compare->add_option("--alpha", cmp.alpha, "significance level of the noise test (default 0.05)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = gang.is_root() ? app.exit(e) : (e.get_exit_code() ? 2 : 0);
+    return code == 0 ? 0 : 2;
+  }
+
+  const std::string command_line = joined_command_line(argc, argv);
+  try {
+    if (*plan) {
+      plan_args.command_line = command_line;
+      return pb::cmd_plan(gang, plan_args);
+    }
+    if (*run) {
+      run_args.command_line = command_line;
+      return pb::cmd_run(gang, run_args);
+    }
+    if (*compare) {
+      cmp.file_a = files[0];
+      if (files.size() > 1) cmp.file_b = files[1];
+      cmp.max_regression = parse_fraction(max_regression);
+      if (!variants.empty()) {
+        auto comma = variants.find(',');
+        PB_CHECK(comma != std::string::npos, "--variants takes two names: A,B");
+        cmp.variant_a = variants.substr(0, comma);
+        cmp.variant_b = variants.substr(comma + 1);
+      }
+      return pb::cmd_compare(gang, cmp);
+    }
+  } catch (const std::exception& e) {
+    gang.fail(e.what(), 2);
+  }
+  return 0;
+}

@@ -272,48 +272,43 @@ std::vector<Span> plan_spans(const RankPlan& plan, const GpuProfile& profile) {
   return spans;
 }
 
-std::string format_plan_table(const std::vector<RankPlan>& gang, const GpuProfile& profile,
-                              const std::string& title) {
-  // family -> per-rank roofline ms, and launch counts
-  std::map<std::string, std::vector<double>> ms;
-  std::vector<double> total(gang.size(), 0), fabric_mb(gang.size(), 0);
-  std::vector<size_t> launches(gang.size(), 0);
-  for (size_t r = 0; r < gang.size(); ++r) {
-    for (const auto& l : gang[r].launches) {
-      auto& row = ms[l.family];
-      row.resize(gang.size(), 0);
-      double t = l.family == "fabric" ? 0 : roofline_us(l.cost, profile) / 1e3;
-      row[r] += t;
-      total[r] += t;
-      fabric_mb[r] += l.fabric_bytes / 1e6;
-    }
-    launches[r] = gang[r].launches.size();
+std::string format_plan_table(const std::vector<Span>& spans, int cp, const std::vector<double>& fmha_pairs,
+                              const GpuProfile& profile, const std::string& title) {
+  std::map<std::string, std::vector<double>> ms;  // family -> per-rank roofline ms
+  std::vector<double> total(cp, 0), fabric_mb(cp, 0);
+  std::vector<size_t> launches(cp, 0);
+  for (const auto& s : spans) {
+    PB_CHECK(s.rank >= 0 && s.rank < cp, "plan span of rank " + std::to_string(s.rank) + " outside the gang");
+    auto& row = ms[s.family];
+    row.resize(cp, 0);
+    row[s.rank] += s.time_us / 1e3;
+    total[s.rank] += s.time_us / 1e3;
+    if (s.family == "fabric") fabric_mb[s.rank] += s.bytes / 1e6;
+    ++launches[s.rank];
   }
-  size_t deep = size_t(std::max_element(total.begin(), total.end()) - total.begin());
+  const int deep = int(std::max_element(total.begin(), total.end()) - total.begin());
   std::vector<std::pair<std::string, std::vector<double>>> rows(ms.begin(), ms.end());
   std::sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) { return a.second[deep] > b.second[deep]; });
 
   std::string out = fmt::format("{}\nroofline ms per superstep on {} ({})\n", title, profile.name, profile.source);
   out += fmt::format("{:<14}", "family");
-  for (size_t r = 0; r < gang.size(); ++r)
-    out += fmt::format("{:>11}", fmt::format("rank{}{}", r, r == deep ? "*" : ""));
+  for (int r = 0; r < cp; ++r) out += fmt::format("{:>10}", fmt::format("rank{}{}", r, r == deep ? "*" : ""));
   out += "\n";
   for (const auto& [family, per_rank] : rows) {
     out += fmt::format("{:<14}", family);
-    for (double v : per_rank) out += fmt::format("{:>11.2f}", v);
+    for (double v : per_rank) out += fmt::format("{:>10.2f}", v);
     out += "\n";
   }
-  auto line = [&](const char* name, auto value_of, const char* spec) {
-    out += fmt::format("{:<14}", name);
-    for (size_t r = 0; r < gang.size(); ++r) out += fmt::format(fmt::runtime(spec), value_of(r));
-    out += "\n";
-  };
-  line("total", [&](size_t r) { return total[r]; }, "{:>11.2f}");
-  line("fmha pairs", [&](size_t r) { return gang[r].fmha_pairs; }, "{:>11.1f}");
-  line("launches", [&](size_t r) { return launches[r]; }, "{:>11}");
-  line("fabric MB", [&](size_t r) { return fabric_mb[r]; }, "{:>11.1f}");
-  out += fmt::format("deep rank: {} ({:.2f} ms, {:.1f} FMHA pairs per MLA layer)\n", deep, total[deep],
-                     gang[deep].fmha_pairs);
+  out += fmt::format("{:<14}", "total");
+  for (double v : total) out += fmt::format("{:>10.2f}", v);
+  out += fmt::format("\n{:<14}", "fmha pairs");
+  for (double v : fmha_pairs) out += fmt::format("{:>10.1f}", v);
+  out += fmt::format("\n{:<14}", "launches");
+  for (size_t v : launches) out += fmt::format("{:>10}", v);
+  out += fmt::format("\n{:<14}", "fabric MB");
+  for (double v : fabric_mb) out += fmt::format("{:>10.1f}", v);
+  out += fmt::format("\ndeep rank: {} ({:.2f} ms roofline, {:.1f} FMHA pairs per MLA layer)\n", deep, total[deep],
+                     fmha_pairs[deep]);
   return out;
 }
 

@@ -44,9 +44,10 @@ RankPlan plan_rank(const Scenario& s, const CutSet& cuts, int rank);
 // Spans (rep = -1, time = roofline) of a rank's plan on a profile.
 std::vector<Span> plan_spans(const RankPlan& plan, const GpuProfile& profile);
 
-// The per-family roofline table of a gang, as printed by `prefill-bench plan`:
-// one column per rank, the deep rank (largest total) marked.
-std::string format_plan_table(const std::vector<RankPlan>& gang, const GpuProfile& profile,
-                              const std::string& title);
+// The per-family roofline table of a gang, as printed by `prefill-bench plan`,
+// from the gathered plan spans of ranks 0..cp-1: one column per rank, the deep
+// rank (largest total) marked, with each rank's FMHA pairs per MLA layer.
+std::string format_plan_table(const std::vector<Span>& spans, int cp, const std::vector<double>& fmha_pairs,
+                              const GpuProfile& profile, const std::string& title);
 
 }  // namespace pb

@@ -48,6 +48,12 @@ class Locator {
     throw Error(where + ": " + (path.empty() ? "" : path + ": ") + problem);
   }
 
+  // " (cp from command line override 'cp=3')" when a related key was overridden.
+  std::string origin(const std::string& path) const {
+    auto it = overridden_.find(path);
+    return it == overridden_.end() ? "" : " (" + path + " from command line override '" + it->second + "')";
+  }
+
  private:
   std::string source_;
   std::map<std::string, std::string> overridden_;
@@ -312,7 +318,7 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
   if (s.context % s.cp != 0)
     at.fail(root["context"], "context",
             "context " + std::to_string(s.context) + " is not divisible by cp " + std::to_string(s.cp) +
-                "; allowed: a multiple of cp");
+                "; allowed: a multiple of cp" + at.origin("cp"));
   const int64_t segment = s.context / s.cp;
   if (root["bucket"]) {
     s.bucket = get_int(at, root["bucket"], "bucket", kBucketTile, int64_t(1) << 24);
@@ -323,7 +329,8 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
     if (segment > s.bucket)
       at.fail(root["bucket"], "bucket",
               "the segment context/cp = " + std::to_string(segment) + " tokens is larger than the bucket " +
-                  std::to_string(s.bucket) + "; allowed: bucket >= segment");
+                  std::to_string(s.bucket) + "; allowed: bucket >= segment" + at.origin("cp") +
+                  at.origin("context"));
   } else {
     s.bucket = (segment + kBucketTile - 1) / kBucketTile * kBucketTile;
   }

@@ -1,0 +1,32 @@
+// The driver's subcommands. Each runs on every rank of the gang and returns
+// the process exit code; errors are thrown (main turns them into a message
+// naming the rank and an abort of the job).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compare.h"
+#include "gang.h"
+#include "scenario.h"
+
+namespace pb {
+
+struct ScenarioArgs {
+  std::string path;
+  std::vector<std::string> sets;  // --set key=value
+  std::string cuts;               // --cuts a,b
+  std::string output;             // --output
+  bool overwrite = false;         // --overwrite
+  std::string profile;            // --profile (plan)
+  std::string command_line;
+};
+
+// Rank 0 reads the file, every rank parses the same text with the same overrides.
+Scenario load_scenario_on_gang(const Gang& gang, const ScenarioArgs& args);
+
+int cmd_plan(const Gang& gang, const ScenarioArgs& args);
+int cmd_run(const Gang& gang, const ScenarioArgs& args);
+int cmd_compare(const Gang& gang, const CompareOptions& options);
+
+}  // namespace pb

@@ -1,0 +1,78 @@
+#include "run_info.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <ctime>
+#include <filesystem>
+
+#include "check.h"
+
+extern char** environ;
+
+namespace pb {
+
+const char* git_sha();
+bool git_dirty();
+
+namespace {
+
+std::string join_unique_hosts(const std::vector<std::string>& hosts) {
+  std::string out;
+  for (size_t r = 0; r < hosts.size(); ++r) out += (r ? "," : "") + hosts[r];
+  return out;
+}
+
+std::string version_triplet(int v, int major_div, int minor_div) {
+  return std::to_string(v / major_div) + "." + std::to_string((v % major_div) / minor_div);
+}
+
+std::string nccl_environment() {
+  std::string out;
+  for (char** e = environ; *e; ++e)
+    if (std::string(*e).rfind("NCCL_", 0) == 0) out += (out.empty() ? "" : " ") + std::string(*e);
+  return out;
+}
+
+}  // namespace
+
+void record_run_info(const Gang& gang, const Scenario& s, const std::string& command_line, RunResult& result) {
+  std::vector<std::string> hosts = gang.gather(gang.host());
+  if (!gang.is_root()) return;
+  result.text["scenario_source"] = s.source;
+  result.text["scenario_yaml"] = s.text;
+  result.text["scenario_overrides"] = s.overrides;
+  result.text["git_sha"] = git_sha();
+  result.text["git_dirty"] = git_dirty() ? "true" : "false";
+  result.text["command_line"] = command_line;
+  result.text["hostnames"] = join_unique_hosts(hosts);
+  char mpi_version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(mpi_version, &len);
+  result.text["mpi_version"] = std::string(mpi_version, len);
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);  // 0 when no driver is installed
+  result.text["cuda_runtime"] = version_triplet(runtime, 1000, 10);
+  result.text["cuda_driver"] = driver ? version_triplet(driver, 1000, 10) : "none";
+  result.text["cublas_version"] = std::to_string(CUBLAS_VER_MAJOR) + "." + std::to_string(CUBLAS_VER_MINOR) +
+                                  "." + std::to_string(CUBLAS_VER_PATCH);
+  int nccl = 0;
+  ncclGetVersion(&nccl);
+  result.text["nccl_version"] = std::to_string(nccl / 10000) + "." + std::to_string((nccl % 10000) / 100) + "." +
+                                std::to_string(nccl % 100);
+  result.text["nccl_env"] = nccl_environment();
+  result.numbers["world_size"] = gang.size();
+}
+
+std::string output_path(const std::string& requested, const std::string& name, const std::string& kind) {
+  if (!requested.empty()) return requested;
+  std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&now));
+  std::filesystem::create_directories("runs");
+  return "runs/" + name + "-" + kind + "-" + stamp + ".h5";
+}
+
+}  // namespace pb

@@ -1,0 +1,19 @@
+// What a results file records about where and how it was made (DESIGN.md §6):
+// git sha + dirty flag, command line, hosts, library versions, NCCL_* settings.
+#pragma once
+
+#include <string>
+
+#include "gang.h"
+#include "results.h"
+#include "scenario.h"
+
+namespace pb {
+
+// Fills result.text / result.numbers on rank 0 (collective: every rank calls).
+void record_run_info(const Gang& gang, const Scenario& s, const std::string& command_line, RunResult& result);
+
+// runs/<name>-<kind>-<UTC time>.h5 when `requested` is empty, else `requested`.
+std::string output_path(const std::string& requested, const std::string& name, const std::string& kind);
+
+}  // namespace pb

@@ -1,0 +1,169 @@
+// Scenario parsing: the shipped scenarios load, and a table of bad inputs
+// gives errors that name the file, line, key and allowed values.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "check.h"
+#include "scenario.h"
+
+using namespace pb;
+
+namespace {
+
+const char* kGood = R"(name: t
+model: {preset: tiny}
+cp: 2
+context: 512
+bucket: 256
+)";
+
+std::string error_of(const std::string& text, const ScenarioOverrides& o = {}) {
+  try {
+    parse_scenario(text, "bad.yaml", o);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("the shipped scenarios load and validate") {
+  for (const char* name : {"smoke", "smoke-cp2", "cp1-16k", "cp4-64k", "cp8-128k", "ab-each-cut"}) {
+    CAPTURE(name);
+    Scenario s = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/" + name + ".yaml");
+    CHECK(s.name == name);
+    CHECK(s.context % s.cp == 0);
+    CHECK(s.segment() <= s.bucket);
+    CHECK(s.bucket % kBucketTile == 0);
+    CHECK(!s.variants.empty());
+  }
+  Scenario k3 = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/cp8-128k.yaml");
+  CHECK(k3.model.hidden == 7168);
+  CHECK(k3.model.layers == 93);
+  CHECK(k3.bucket == 16896);
+  CHECK(k3.segment() == 16384);
+  Scenario ab = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/ab-each-cut.yaml");
+  CHECK(ab.variants.size() == 2 + kCutCount);
+  CHECK(ab.variants[0].name == "baseline");
+  CHECK(ab.variants[0].cuts == CutSet::none());
+  CHECK(ab.variants[1].cuts == CutSet::all());
+}
+
+TEST_CASE("a good scenario parses with defaults") {
+  Scenario s = parse_scenario(kGood, "good.yaml");
+  CHECK(s.cp == 2);
+  CHECK(s.model.preset == "tiny");
+  CHECK(s.split_k == 1);
+  CHECK(s.fabric == "auto");
+  REQUIRE(s.variants.size() == 1);
+  CHECK(s.variants[0].name == "baseline");
+  CHECK(s.variants[0].cuts == CutSet::none());
+}
+
+TEST_CASE("the bucket defaults to the segment rounded up to the tile") {
+  Scenario s = parse_scenario("name: t\ncp: 3\ncontext: 3000\n", "t.yaml");
+  CHECK(s.bucket == 1024);
+}
+
+TEST_CASE("cut sets in every spelling") {
+  auto cuts_of = [](const std::string& spelling) {
+    return parse_scenario(std::string(kGood) + "cuts: " + spelling + "\n", "t.yaml").variants.at(0).cuts;
+  };
+  CHECK(cuts_of("all") == CutSet::all());
+  CHECK(cuts_of("none") == CutSet::none());
+  CHECK(cuts_of("seed") == CutSet::seed());
+  CutSet lc;
+  lc.set(Cut::land, true);
+  lc.set(Cut::conv, true);
+  CHECK(cuts_of("[land, conv]") == lc);
+  CHECK(cuts_of("{land: on, conv: true, stripe: off}") == lc);
+  CHECK(parse_cut_list("land,conv", "--cuts") == lc);
+}
+
+TEST_CASE("command-line overrides apply before validation") {
+  ScenarioOverrides o;
+  o.sets = {"cp=4", "model.layers=3", "context=1024"};
+  o.cuts = "land,stripe";
+  Scenario s = parse_scenario(kGood, "good.yaml", o);
+  CHECK(s.cp == 4);
+  CHECK(s.model.layers == 3);
+  REQUIRE(s.variants.size() == 1);
+  CHECK(s.variants[0].cuts[Cut::land]);
+  CHECK(s.variants[0].cuts[Cut::stripe]);
+  CHECK_FALSE(s.variants[0].cuts[Cut::conv]);
+  CHECK(contains(s.overrides, "--set cp=4"));
+}
+
+struct BadCase {
+  const char* what;
+  std::string text;
+  std::vector<std::string> must_contain;
+  ScenarioOverrides overrides = {};
+};
+
+TEST_CASE("bad inputs give errors naming file, line, key and allowed values") {
+  const std::string g = kGood;
+  std::vector<BadCase> cases = {
+      {"unknown top-level key", g + "cpp: 3\n", {"bad.yaml:6:1", "unknown key 'cpp'", "allowed keys", "context"}},
+      {"unknown model key", "name: t\nmodel: {preset: tiny, hiden: 8}\ncp: 1\ncontext: 8\n",
+       {"bad.yaml:2", "model.hiden", "allowed keys under model", "hidden"}},
+      {"wrong type", "name: t\ncp: four\ncontext: 8\n", {"bad.yaml:2:5", "cp", "expected an integer", "'four'"}},
+      {"wrong type (map for int)", "name: t\ncp: {a: 1}\ncontext: 8\n", {"cp", "expected an integer", "a map"}},
+      {"context not divisible by cp", "name: t\ncp: 3\ncontext: 1000\n",
+       {"bad.yaml:3", "context", "not divisible by cp 3"}},
+      {"segment larger than bucket", "name: t\ncp: 2\ncontext: 1024\nbucket: 256\n",
+       {"bad.yaml:4", "bucket", "segment", "512", "larger than the bucket 256"}},
+      {"bucket not a multiple of the tile", "name: t\ncp: 1\ncontext: 100\nbucket: 200\n",
+       {"bad.yaml:4", "bucket", "not a multiple of the kernel tile 128"}},
+      {"cp out of range", "name: t\ncp: 0\ncontext: 8\n", {"cp", "between 1 and 64", "got 0"}},
+      {"reps out of range", g + "reps: 0\n", {"bad.yaml:6", "reps", "between 1 and 100000"}},
+      {"split_k out of range", g + "split_k: 64\n", {"split_k", "between 1 and 16"}},
+      {"model value out of range", "name: t\nmodel: {layers: 0}\ncp: 1\ncontext: 8\n",
+       {"model.layers", "between 1 and 1024"}},
+      {"unknown preset", "name: t\nmodel: {preset: k4}\ncp: 1\ncontext: 8\n",
+       {"model.preset", "'k4' is not allowed", "k3, tiny"}},
+      {"bad fabric", g + "fabric: tcp\n", {"bad.yaml:6:9", "fabric", "'tcp'", "ipc, nccl, auto"}},
+      {"bad fmha engine", g + "fmha: flash\n", {"fmha", "native, cudnn, auto"}},
+      {"bad gpu profile", g + "gpu_profile: a100\n", {"gpu_profile", "h200, h100, gb300"}},
+      {"unknown cut", g + "cuts: [land, fast]\n", {"cuts[1]", "unknown cut 'fast'", "lse_merge"}},
+      {"bad cut switch", g + "cuts: {land: maybe}\n", {"cuts.land", "true or false"}},
+      {"variants without cuts", g + "variants: [{name: a}]\n", {"variants[0]", "'name' and 'cuts'"}},
+      {"duplicate variant", g + "variants: [{name: a, cuts: all}, {name: a, cuts: none}]\n",
+       {"variants[1].name", "duplicate"}},
+      {"cuts and variants both", g + "cuts: all\nvariants: each-cut\n", {"cuts", "not both"}},
+      {"missing name", "cp: 1\ncontext: 8\n", {"bad.yaml", "name", "missing"}},
+      {"missing context", "name: t\ncp: 1\n", {"context", "missing"}},
+      {"not YAML", "name: [t\n", {"bad.yaml:", "not valid YAML"}},
+      {"inconsistent model", "name: t\nmodel: {preset: tiny, top_k: 9}\ncp: 1\ncontext: 8\n",
+       {"model", "top_k must not exceed model.experts"}},
+      {"bad override value", g, {"command line override 'cp=x'", "cp", "expected an integer"},
+       ScenarioOverrides{{"cp=x"}, ""}},
+      {"override breaks divisibility", g, {"override 'cp=3'", "not divisible", "bad.yaml:4"}, ScenarioOverrides{{"cp=3"}, ""}},
+      {"bad --cuts", g, {"--cuts land,fast", "unknown cut 'fast'"}, ScenarioOverrides{{}, "land,fast"}},
+      {"debug key", g + "debug: {delay: 3}\n", {"debug.delay", "delay_family, delay_us"}},
+  };
+  for (const auto& c : cases) {
+    const std::string what = c.what;
+    CAPTURE(what);
+    std::string err = error_of(c.text, c.overrides);
+    CAPTURE(err);
+    REQUIRE_FALSE(err.empty());
+    for (const auto& needle : c.must_contain) CHECK(contains(err, needle));
+  }
+}
+
+TEST_CASE("the world size must equal cp, except a single-process plan") {
+  Scenario s = parse_scenario(kGood, "good.yaml");
+  CHECK(world_size_problem(s, 2, false).empty());
+  CHECK(world_size_problem(s, 1, true).empty());
+  std::string err = world_size_problem(s, 4, false);
+  CHECK(contains(err, "cp 2"));
+  CHECK(contains(err, "4 ranks"));
+  CHECK(contains(err, "mpirun -np 2"));
+  CHECK_FALSE(world_size_problem(s, 1, false).empty());
+}
