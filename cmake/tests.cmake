@@ -19,16 +19,42 @@ set(PB_MPIRUN ${MPIEXEC_EXECUTABLE} --oversubscribe)
 if(NOT MPIEXEC_EXECUTABLE)
   set(PB_MPIRUN mpirun --oversubscribe)
 endif()
+set(PB_MPI_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+add_library(pb_mpi_test_main STATIC test/mpi/mpi_test_main.cpp)
+target_link_libraries(pb_mpi_test_main PUBLIC pb_core doctest::doctest)
 file(GLOB PB_MPI_TESTS CONFIGURE_DEPENDS test/mpi/test_*.cpp)
 foreach(src ${PB_MPI_TESTS})
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src})
-  target_link_libraries(${name} PRIVATE pb_core pb_doctest_main)
-  target_compile_definitions(${name} PRIVATE PB_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  target_include_directories(${name} PRIVATE test/mpi)
+  target_link_libraries(${name} PRIVATE pb_mpi_test_main)
   add_test(NAME mpi.${name} COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:${name}>)
-  set_tests_properties(mpi.${name} PROPERTIES LABELS mpi TIMEOUT 300
-    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  set_tests_properties(mpi.${name} PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}")
 endforeach()
+
+# A failing rank ends the job with its message, never a hang.
+add_executable(rank_failure_probe test/mpi/rank_failure_probe.cpp)
+target_link_libraries(rank_failure_probe PRIVATE pb_core)
+add_test(NAME mpi.rank_failure COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:rank_failure_probe>)
+set_tests_properties(mpi.rank_failure PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONMENT "${PB_MPI_ENV}"
+  PASS_REGULAR_EXPRESSION "\\[rank 2 on [^]]+\\] error: planted failure on purpose")
+
+# The driver end to end, no GPU: plan of cp8-128k on 8 ranks, then compare reads it.
+file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-out)
+set(PB_PLAN_OUT ${CMAKE_BINARY_DIR}/test-out/plan-cp8-128k.h5)
+add_test(NAME mpi.plan_cp8_128k
+  COMMAND ${PB_MPIRUN} -np 8 $<TARGET_FILE:prefill-bench> plan ${CMAKE_SOURCE_DIR}/scenarios/cp8-128k.yaml
+          --output ${PB_PLAN_OUT} --overwrite)
+set_tests_properties(mpi.plan_cp8_128k PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}"
+  FIXTURES_SETUP plan_cp8 PASS_REGULAR_EXPRESSION "deep rank: 7 \\([0-9.]+ ms roofline, 7\\.5 FMHA pairs.*deep rank: 7 \\([0-9.]+ ms roofline, 4\\.5 FMHA pairs")
+add_test(NAME cpu.compare_plan_variants
+  COMMAND $<TARGET_FILE:prefill-bench> compare ${PB_PLAN_OUT} --variants baseline,all)
+set_tests_properties(cpu.compare_plan_variants PROPERTIES LABELS cpu TIMEOUT 120 FIXTURES_REQUIRED plan_cp8
+  ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "fmha")
+add_test(NAME cpu.run_without_gpu COMMAND $<TARGET_FILE:prefill-bench> run ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml)
+set_tests_properties(cpu.run_without_gpu PROPERTIES LABELS cpu TIMEOUT 60
+  ENVIRONMENT "${PB_MPI_ENV};CUDA_VISIBLE_DEVICES="
+  PASS_REGULAR_EXPRESSION "no CUDA device is visible.*prefill-bench plan")
 
 add_library(pb_gpu_test_support STATIC test/gpu/gpu_test.cpp test/gpu/device_math.cu test/gpu/gpu_test_main.cpp)
 target_include_directories(pb_gpu_test_support PUBLIC test/gpu)

@@ -7,6 +7,7 @@
 //   prefill-bench compare  --baseline B.h5 run.h5 --max-regression 3%
 //   prefill-bench kernels                  the cut kernels' benchmark
 //   prefill-bench verify   scenario.yaml   bit-identity / floor gates
+//   prefill-bench ranks    scenario.yaml   the scenario's rank count (scripts)
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -56,6 +57,10 @@ int main(int argc, char** argv) {
   CLI::App* run = app.add_subcommand("run", "measured superstep on the GPUs (one rank per GPU)");
   add_scenario_options(run, run_args);
 
+  pb::ScenarioArgs ranks_args;
+  CLI::App* ranks = app.add_subcommand("ranks", "print the scenario's rank count (cp), for launch scripts");
+  add_scenario_options(ranks, ranks_args);
+
   pb::CompareOptions cmp;
   std::vector<std::string> files;
   std::string max_regression = "3%", variants;
@@ -82,6 +87,10 @@ int main(int argc, char** argv) {
     if (*run) {
       run_args.command_line = command_line;
       return pb::cmd_run(gang, run_args);
+    }
+    if (*ranks) {
+      std::printf("%d\n", pb::load_scenario_on_gang(gang, ranks_args).cp);
+      return 0;
     }
     if (*compare) {
       cmp.file_a = files[0];

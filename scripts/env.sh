@@ -1,0 +1,17 @@
+# Sourced by the scripts: CUDA on PATH, Open MPI allowed to run as root
+# (CI and the GPU machines run as root), NVLink multicast off.
+if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export NCCL_NVLS_ENABLE=0
+PB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PB_BUILD=${PB_BUILD:-$PB_ROOT/build}
+pb_build() {  # pb_build [targets...]
+  cmake -S "$PB_ROOT" -B "$PB_BUILD" -DCMAKE_BUILD_TYPE=Release ${PB_CMAKE_ARGS:-} >/dev/null
+  if (($#)); then
+    cmake --build "$PB_BUILD" -j"$(nproc)" --target "$@"
+  else
+    cmake --build "$PB_BUILD" -j"$(nproc)"
+  fi
+}
