@@ -4,7 +4,7 @@
 // File layout (schema version kSchemaVersion; README "Results schema"):
 //   /                      attributes: schema_version, kind, complete, and every
 //                          entry of RunResult::text and RunResult::numbers
-//   /variants/<name>/      attributes: cuts, complete
+//   /variants/<name>/      attributes: cuts, complete (links in creation order)
 //     spans                compound table, one row per launch (Span)
 //     rank_reps            compound table, one row per (rep, rank) (RankRep)
 //     ttft_ms              f64 [reps]
@@ -12,6 +12,12 @@
 //                          [ranks, rows, cols], last_logits f32 [n];
 //                          attribute first_token (i64, -1 when none)
 //   /bench                 compound table (BenchRow), kernels benchmark only
+//
+// Types: string attributes are variable-length UTF-8; numbers f64;
+// schema_version and complete i32 (complete: 0 or 1); first_token i64. Strings
+// in the compound tables are fixed-length, NUL-padded, kNameBytes bytes (h5py
+// reads them as bytes); a longer name is an error, never truncated. Tables and
+// arrays may have zero rows.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +28,7 @@
 namespace pb {
 
 constexpr int kSchemaVersion = 1;
+constexpr int kNameBytes = 48;  // family/kernel/variant/shape fields of the tables
 
 // One kernel launch of one superstep: measured (rep >= 0) or planned (rep = -1,
 // time = roofline time on the plan's GPU profile).

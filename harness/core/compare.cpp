@@ -1,0 +1,501 @@
+// Comparing results files (compare.h has the modes and the regression rule).
+//
+// Reading order: run_compare and its three modes; print_comparison and the
+// report sections it prints; then the pure pieces (judge_regression,
+// family_times_us, compare_outputs) with their helpers.
+#include "compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "check.h"
+#include "stats.h"
+
+namespace pb {
+
+namespace {
+
+// One side of a comparison: a variant of a run read from a file.
+struct Side {
+  std::string label;  // "A", "B (candidate)", ...
+  std::string file;
+  const RunResult* run;
+  const VariantResult* variant;
+};
+
+using VariantPairs = std::vector<std::pair<std::string, std::string>>;
+
+// "a, b, c" (fmt::join trips a GCC 12 -Wstringop-overflow false positive in fmt 9).
+std::string join(const std::vector<std::string>& items) {
+  std::string text;
+  for (const std::string& item : items) text += (text.empty() ? "" : ", ") + item;
+  return text;
+}
+
+int check_regressions(const CompareOptions& options, std::ostream& out);
+void compare_files(const CompareOptions& options, std::ostream& out);
+void compare_within_file(const CompareOptions& options, std::ostream& out);
+RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOptions& options, std::ostream& out);
+
+VariantPairs pair_variants(const RunResult& a, const RunResult& b, const CompareOptions& options);
+std::vector<std::string> variants_to_judge(const RunResult& base, const RunResult& cand,
+                                           const CompareOptions& options);
+const VariantResult& require_variant(const RunResult& run, const std::string& file, const std::string& name);
+
+void print_heading(const Side& a, const Side& b, std::ostream& out);
+void print_family_tables(const VariantResult& a, const VariantResult& b, std::ostream& out);
+void print_ttft(const Side& a, const Side& b, std::ostream& out);
+void print_verdict(const RegressionVerdict& verdict, std::ostream& out);
+void print_outputs(const OutputsVerdict& verdict, const Outputs& a, const Outputs& b, std::ostream& out);
+
+}  // namespace
+
+int run_compare(const CompareOptions& options, std::ostream& out) {
+  PB_CHECK(!options.file_a.empty(), "compare needs a results file");
+  PB_CHECK(options.max_regression >= 0, fmt::format("max_regression {} is negative", options.max_regression));
+  PB_CHECK(options.alpha > 0 && options.alpha < 1, fmt::format("alpha {} is outside (0, 1)", options.alpha));
+  if (!options.baseline_file.empty()) return check_regressions(options, out);
+  if (options.file_b.empty())
+    compare_within_file(options, out);
+  else
+    compare_files(options, out);
+  return 0;
+}
+
+namespace {
+
+// ---- the three modes ------------------------------------------------------------
+
+// (c) Every variant present in both files (or the named one), candidate
+// against baseline; 1 when any regressed.
+int check_regressions(const CompareOptions& options, std::ostream& out) {
+  PB_CHECK(options.file_b.empty(), "a regression check judges one candidate file against the baseline, not two");
+  PB_CHECK(options.variant_b.empty() || options.variant_b == options.variant_a,
+           "a regression check judges one variant name, the same in both files: give one variant, not two");
+  const RunResult base = read_results(options.baseline_file);
+  const RunResult cand = read_results(options.file_a);
+  std::vector<std::string> regressed;
+  const std::vector<std::string> names = variants_to_judge(base, cand, options);
+  for (const std::string& name : names) {
+    const Side a{"A (baseline)", options.baseline_file, &base, &require_variant(base, options.baseline_file, name)};
+    const Side b{"B (candidate)", options.file_a, &cand, &require_variant(cand, options.file_a, name)};
+    if (print_comparison(a, b, options, out).regressed) regressed.push_back(name);
+  }
+  out << fmt::format("\nregression check: {} of {} variants regressed (allowed +{:.1f}%, alpha {}){}{}\n",
+                     regressed.size(), names.size(), 100 * options.max_regression, options.alpha,
+                     regressed.empty() ? "" : ": ", join(regressed));
+  return regressed.empty() ? 0 : 1;
+}
+
+// (a) Two files.
+void compare_files(const CompareOptions& options, std::ostream& out) {
+  const RunResult a = read_results(options.file_a);
+  const RunResult b = read_results(options.file_b);
+  for (const auto& [name_a, name_b] : pair_variants(a, b, options))
+    print_comparison(Side{"A", options.file_a, &a, &require_variant(a, options.file_a, name_a)},
+                     Side{"B", options.file_b, &b, &require_variant(b, options.file_b, name_b)}, options, out);
+}
+
+// (b) Two variants of one file.
+void compare_within_file(const CompareOptions& options, std::ostream& out) {
+  PB_CHECK(!options.variant_a.empty() && !options.variant_b.empty(),
+           "comparing inside one file needs two variant names (or give a second file)");
+  const RunResult run = read_results(options.file_a);
+  print_comparison(Side{"A", options.file_a, &run, &require_variant(run, options.file_a, options.variant_a)},
+                   Side{"B", options.file_a, &run, &require_variant(run, options.file_a, options.variant_b)},
+                   options, out);
+}
+
+std::string variant_names(const RunResult& run) {
+  std::vector<std::string> names;
+  for (const VariantResult& variant : run.variants) names.push_back(variant.name);
+  return names.empty() ? "no variants" : join(names);
+}
+
+const VariantResult& require_variant(const RunResult& run, const std::string& file, const std::string& name) {
+  const VariantResult* variant = run.find_variant(name);
+  PB_CHECK(variant, fmt::format("'{}' has no variant '{}' (it has: {})", file, name, variant_names(run)));
+  return *variant;
+}
+
+// Named variants when given; else the names both files share; else the
+// first variant of each.
+VariantPairs pair_variants(const RunResult& a, const RunResult& b, const CompareOptions& options) {
+  if (!options.variant_a.empty() || !options.variant_b.empty()) {
+    const std::string& name_a = options.variant_a.empty() ? options.variant_b : options.variant_a;
+    const std::string& name_b = options.variant_b.empty() ? options.variant_a : options.variant_b;
+    return {{name_a, name_b}};
+  }
+  VariantPairs pairs;
+  for (const VariantResult& variant : a.variants)
+    if (b.find_variant(variant.name)) pairs.emplace_back(variant.name, variant.name);
+  if (!pairs.empty()) return pairs;
+  PB_CHECK(!a.variants.empty(), fmt::format("'{}' has no variants to compare", options.file_a));
+  PB_CHECK(!b.variants.empty(), fmt::format("'{}' has no variants to compare", options.file_b));
+  return {{a.variants.front().name, b.variants.front().name}};
+}
+
+std::vector<std::string> variants_to_judge(const RunResult& base, const RunResult& cand,
+                                           const CompareOptions& options) {
+  if (!options.variant_a.empty()) return {options.variant_a};
+  std::vector<std::string> names;
+  for (const VariantResult& variant : cand.variants)
+    if (base.find_variant(variant.name)) names.push_back(variant.name);
+  PB_CHECK(!names.empty(), fmt::format("no variant is in both the baseline '{}' ({}) and the candidate '{}' ({})",
+                                       options.baseline_file, variant_names(base), options.file_a,
+                                       variant_names(cand)));
+  return names;
+}
+
+// ---- one comparison: the report sections --------------------------------------------
+
+RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOptions& options, std::ostream& out) {
+  print_heading(a, b, out);
+  print_family_tables(*a.variant, *b.variant, out);
+  print_ttft(a, b, out);
+  const RegressionVerdict verdict =
+      judge_regression(a.variant->ttft_ms, b.variant->ttft_ms, options.max_regression, options.alpha);
+  print_verdict(verdict, out);
+  print_outputs(compare_outputs(a.variant->outputs, b.variant->outputs), a.variant->outputs,
+                b.variant->outputs, out);
+  return verdict;
+}
+
+void print_side(const Side& side, std::ostream& out) {
+  const bool complete = side.run->complete && side.variant->complete;
+  out << fmt::format("{}: {} [{}]  kind {}, {} TTFT samples{}\n", side.label, side.file, side.variant->name,
+                     side.run->kind, side.variant->ttft_ms.size(), complete ? "" : ", INCOMPLETE run");
+  if (!side.variant->cuts.empty()) out << fmt::format("   cuts: {}\n", side.variant->cuts);
+}
+
+void print_heading(const Side& a, const Side& b, std::ostream& out) {
+  out << fmt::format("\n=== {} vs {} ===\n", a.variant->name, b.variant->name);
+  print_side(a, out);
+  print_side(b, out);
+}
+
+// -- per-family time per superstep, one table per rank --
+
+std::set<int32_t> span_ranks(const VariantResult& a, const VariantResult& b) {
+  std::set<int32_t> ranks;
+  for (const Span& span : a.spans) ranks.insert(span.rank);
+  for (const Span& span : b.spans) ranks.insert(span.rank);
+  return ranks;
+}
+
+// "10 reps" for measured runs, "plan" for plans, "-" without spans.
+std::string rep_description(const VariantResult& variant, int32_t rank) {
+  std::set<int32_t> reps;
+  for (const Span& span : variant.spans)
+    if (span.rank == rank) reps.insert(span.rep);
+  if (reps.empty()) return "-";
+  const size_t measured = size_t(std::count_if(reps.begin(), reps.end(), [](int32_t rep) { return rep >= 0; }));
+  return measured ? fmt::format("{} reps", measured) : "plan";
+}
+
+struct FamilyRow {
+  std::string family;
+  double a_us = 0, b_us = 0;
+};
+
+// Families of either side, slowest in A first.
+std::vector<FamilyRow> family_rows(const std::map<std::string, double>& a, const std::map<std::string, double>& b) {
+  std::map<std::string, FamilyRow> merged;
+  for (const auto& [family, us] : a) merged[family] = FamilyRow{family, us, 0};
+  for (const auto& [family, us] : b) {
+    merged[family].family = family;
+    merged[family].b_us = us;
+  }
+  std::vector<FamilyRow> rows;
+  for (const auto& [family, row] : merged) rows.push_back(row);
+  std::stable_sort(rows.begin(), rows.end(), [](const FamilyRow& x, const FamilyRow& y) {
+    return x.a_us != y.a_us ? x.a_us > y.a_us : x.b_us > y.b_us;
+  });
+  return rows;
+}
+
+struct TimeUnit {
+  const char* name;
+  double per_us;
+  int decimals;
+};
+
+TimeUnit unit_for(double largest_us) {
+  return largest_us >= 10000 ? TimeUnit{"ms", 1e-3, 3} : TimeUnit{"µs", 1, 1};
+}
+
+std::string ratio_text(double a, double b) { return a > 0 ? fmt::format("{:.3f}", b / a) : "-"; }
+
+void print_family_row(const FamilyRow& row, size_t width, const TimeUnit& unit, std::ostream& out) {
+  const int d = unit.decimals;
+  out << fmt::format("  {:<{}}  {:>12.{}f}  {:>12.{}f}  {:>+12.{}f}  {:>7}\n", row.family, width,
+                     row.a_us * unit.per_us, d, row.b_us * unit.per_us, d, (row.b_us - row.a_us) * unit.per_us, d,
+                     ratio_text(row.a_us, row.b_us));
+}
+
+void print_family_table(int32_t rank, const VariantResult& a, const VariantResult& b, std::ostream& out) {
+  const std::vector<FamilyRow> rows = family_rows(family_times_us(a, rank), family_times_us(b, rank));
+  FamilyRow total{"total"};
+  size_t width = total.family.size();
+  for (const FamilyRow& row : rows) {
+    total.a_us += row.a_us;
+    total.b_us += row.b_us;
+    width = std::max(width, row.family.size());
+  }
+  const TimeUnit unit = unit_for(std::max(total.a_us, total.b_us));
+  out << fmt::format("\nrank {}: time per superstep by family (A: {}, B: {}; median over reps)\n", rank,
+                     rep_description(a, rank), rep_description(b, rank));
+  out << fmt::format("  {:<{}}  {:>12}  {:>12}  {:>12}  {:>7}\n", "family", width, fmt::format("A ({})", unit.name),
+                     fmt::format("B ({})", unit.name), fmt::format("B-A ({})", unit.name), "B/A");
+  for (const FamilyRow& row : rows) print_family_row(row, width, unit, out);
+  print_family_row(total, width, unit, out);
+}
+
+void print_family_tables(const VariantResult& a, const VariantResult& b, std::ostream& out) {
+  const std::set<int32_t> ranks = span_ranks(a, b);
+  if (ranks.empty()) out << "\nno kernel spans recorded\n";
+  for (int32_t rank : ranks) print_family_table(rank, a, b, out);
+}
+
+// -- TTFT --
+
+void print_ttft_row(const std::string& label, const std::vector<double>& ttft_ms, std::ostream& out) {
+  const Summary s = summarize(ttft_ms);
+  if (s.count == 0)
+    out << fmt::format("  {:<14}  {:>5}  {:>10}  {:>10}  {:>10}\n", label, 0, "-", "-", "-");
+  else
+    out << fmt::format("  {:<14}  {:>5}  {:>10.3f}  {:>10.3f}  {:>10.3f}\n", label, s.count, s.min, s.median, s.max);
+}
+
+void print_ttft(const Side& a, const Side& b, std::ostream& out) {
+  if (a.variant->ttft_ms.empty() && b.variant->ttft_ms.empty()) {
+    out << "\nTTFT: not recorded\n";
+    return;
+  }
+  out << fmt::format("\n  {:<14}  {:>5}  {:>10}  {:>10}  {:>10}\n", "TTFT (ms)", "reps", "min", "median", "max");
+  print_ttft_row(a.label, a.variant->ttft_ms, out);
+  print_ttft_row(b.label, b.variant->ttft_ms, out);
+}
+
+void print_verdict(const RegressionVerdict& verdict, std::ostream& out) {
+  const char* word = !verdict.judged ? "not judged" : verdict.regressed ? "REGRESSED" : "ok";
+  out << fmt::format("TTFT verdict: {}: {}\n", word, verdict.reason);
+}
+
+// -- outputs --
+
+std::string rel_l2_text(double value) {
+  return std::isnan(value) ? "n/a (missing, or the sizes differ)" : fmt::format("{:.3e}", value);
+}
+
+std::string token_text(int64_t token) { return token < 0 ? "none" : std::to_string(token); }
+
+void print_rank_checksums(const RankChecksums& rank, std::ostream& out) {
+  out << fmt::format("  rank {}: {} of {} layers bit-identical", rank.rank, rank.identical, rank.layers_compared);
+  if (rank.first_differing_layer >= 0)
+    out << fmt::format("; {} differ, first differing layer {}", rank.layers_compared - rank.identical,
+                       rank.first_differing_layer);
+  out << "\n";
+}
+
+void print_outputs(const OutputsVerdict& verdict, const Outputs& a, const Outputs& b, std::ostream& out) {
+  if (!verdict.recorded) {
+    out << fmt::format("outputs: not compared (checksums recorded: A {}, B {})\n",
+                       a.checksums.empty() ? "no" : "yes", b.checksums.empty() ? "no" : "yes");
+    return;
+  }
+  if (verdict.bit_identical) {
+    out << fmt::format("outputs: bit-identical ({} ranks x {} layers); first token A {}, B {}\n", a.ranks, a.layers,
+                       token_text(verdict.token_a), token_text(verdict.token_b));
+    return;
+  }
+  out << "outputs: differ\n";
+  if (!verdict.same_shape)
+    out << fmt::format("  shapes differ: A {} ranks x {} layers, B {} x {}; comparing the common part\n", a.ranks,
+                       a.layers, b.ranks, b.layers);
+  for (const RankChecksums& rank : verdict.ranks) print_rank_checksums(rank, out);
+  out << fmt::format("  hidden samples rel-L2 (B vs A): {}\n", rel_l2_text(verdict.hidden_rel_l2));
+  out << fmt::format("  last logits rel-L2 (B vs A):    {}\n", rel_l2_text(verdict.logits_rel_l2));
+  const bool agree = verdict.token_a == verdict.token_b;
+  out << fmt::format("  first token (argmax): A {}, B {}: {}\n", token_text(verdict.token_a),
+                     token_text(verdict.token_b), agree ? "agree" : "DIFFER");
+}
+
+// ---- helpers of the pure pieces ------------------------------------------------------
+
+std::string percent(double fraction) { return fmt::format("{:+.2f}%", 100 * fraction); }
+
+// Smallest n such that n + n reps let the exact test reach alpha (0: none up to 1000).
+size_t balanced_reps_needed(double alpha) {
+  for (size_t n = 1; n <= 1000; ++n)
+    if (smallest_p_value(n, n) < alpha) return n;
+  return 0;
+}
+
+std::vector<double> scaled(std::vector<double> values, double factor) {
+  for (double& value : values) value *= factor;
+  return values;
+}
+
+RegressionVerdict not_judged(const std::vector<double>& base, const std::vector<double>& cand) {
+  RegressionVerdict verdict;
+  verdict.method = "not judged";
+  verdict.reason = base.empty() && cand.empty() ? "no TTFT samples on either side"
+                   : base.empty()               ? "no TTFT samples in the baseline (A)"
+                                                : "no TTFT samples in the candidate (B)";
+  return verdict;
+}
+
+// "median +1.00% within the allowed +3.00%" or "median -4.00%: faster".
+std::string within_allowance(const RegressionVerdict& verdict, double max_regression) {
+  if (verdict.delta < 0) return fmt::format("median {}: faster", percent(verdict.delta));
+  return fmt::format("median {} within the allowed {}", percent(verdict.delta), percent(max_regression));
+}
+
+// Below what the U test can resolve: regressed only on disjoint ranges.
+void judge_by_ranges(const std::vector<double>& allowed, const std::vector<double>& cand, double max_regression,
+                     double alpha, RegressionVerdict* verdict) {
+  verdict->method = "too few reps for the U test";
+  const size_t needed = balanced_reps_needed(alpha);
+  const std::string why = fmt::format("too few reps for the U test: {} + {}, it needs e.g. {} + {} at alpha {}",
+                                      allowed.size(), cand.size(), needed, needed, alpha);
+  const double factor = 1 + max_regression;
+  if (verdict->delta <= max_regression) {
+    verdict->reason = fmt::format("{} ({})", within_allowance(*verdict, max_regression), why);
+    return;
+  }
+  const bool disjoint =
+      *std::min_element(cand.begin(), cand.end()) > *std::max_element(allowed.begin(), allowed.end());
+  verdict->regressed = disjoint;
+  verdict->reason =
+      disjoint ? fmt::format("median {} > allowed {}, and every candidate rep is slower than every baseline rep "
+                             "x {:.3f} ({})",
+                             percent(verdict->delta), percent(max_regression), factor, why)
+               : fmt::format("median {} > allowed {}, but the reps overlap baseline x {:.3f} ({}): rerun with more "
+                             "reps to decide",
+                             percent(verdict->delta), percent(max_regression), factor, why);
+}
+
+void judge_by_u_test(const std::vector<double>& allowed, const std::vector<double>& cand, double max_regression,
+                     double alpha, RegressionVerdict* verdict) {
+  const UTest test = mann_whitney_greater(allowed, cand);
+  verdict->p_value = test.p_value;
+  verdict->method = test.exact ? "exact U test" : "U test (normal approximation)";
+  const double factor = 1 + max_regression;
+  const std::string evidence =
+      fmt::format("{} of B > A x {:.3f}: p = {:.2g} {} {}, {} + {} reps", verdict->method, factor, test.p_value,
+                  test.p_value < alpha ? "<" : ">=", alpha, allowed.size(), cand.size());
+  if (verdict->delta <= max_regression) {
+    verdict->reason = fmt::format("{} ({})", within_allowance(*verdict, max_regression), evidence);
+    return;
+  }
+  verdict->regressed = test.p_value < alpha;
+  verdict->reason =
+      verdict->regressed
+          ? fmt::format("median {} > allowed {}, and slower than baseline x {:.3f} beyond the noise ({})",
+                        percent(verdict->delta), percent(max_regression), factor, evidence)
+          : fmt::format("median {} > allowed {}, but within the noise of baseline x {:.3f} ({}): rerun with more "
+                        "reps to decide",
+                        percent(verdict->delta), percent(max_regression), factor, evidence);
+}
+
+// Each layer's checksum on each rank both sides have.
+std::vector<RankChecksums> compare_checksums(const Outputs& a, const Outputs& b) {
+  const int32_t ranks = std::min(a.ranks, b.ranks);
+  const int32_t layers = std::min(a.layers, b.layers);
+  std::vector<RankChecksums> result;
+  for (int32_t rank = 0; rank < ranks; ++rank) {
+    RankChecksums row{rank, layers, 0, -1};
+    for (int32_t layer = 0; layer < layers; ++layer) {
+      const bool same = a.checksums[size_t(rank) * size_t(a.layers) + size_t(layer)] ==
+                        b.checksums[size_t(rank) * size_t(b.layers) + size_t(layer)];
+      if (same) ++row.identical;
+      else if (row.first_differing_layer < 0) row.first_differing_layer = layer;
+    }
+    result.push_back(row);
+  }
+  return result;
+}
+
+// ||b - a|| / ||a|| in double; NaN when the sizes differ or both are empty.
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size() || a.empty()) return std::numeric_limits<double>::quiet_NaN();
+  double difference = 0, reference = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = double(b[i]) - double(a[i]);
+    difference += d * d;
+    reference += double(a[i]) * double(a[i]);
+  }
+  if (reference == 0) return difference == 0 ? 0 : std::numeric_limits<double>::infinity();
+  return std::sqrt(difference / reference);
+}
+
+// The recorded first token, else the argmax of the last logits, else -1.
+int64_t first_token_of(const Outputs& outputs) {
+  if (outputs.first_token >= 0 || outputs.last_logits.empty()) return outputs.first_token;
+  return int64_t(std::max_element(outputs.last_logits.begin(), outputs.last_logits.end()) -
+                 outputs.last_logits.begin());
+}
+
+}  // namespace
+
+// ---- the pure pieces ---------------------------------------------------------------------
+
+RegressionVerdict judge_regression(const std::vector<double>& base, const std::vector<double>& cand,
+                                   double max_regression, double alpha) {
+  if (base.empty() || cand.empty()) return not_judged(base, cand);
+  RegressionVerdict verdict;
+  verdict.judged = true;
+  verdict.delta = median(cand) / median(base) - 1;
+  const std::vector<double> allowed = scaled(base, 1 + max_regression);
+  if (smallest_p_value(base.size(), cand.size()) >= alpha)
+    judge_by_ranges(allowed, cand, max_regression, alpha, &verdict);
+  else
+    judge_by_u_test(allowed, cand, max_regression, alpha, &verdict);
+  return verdict;
+}
+
+std::map<std::string, double> family_times_us(const VariantResult& variant, int32_t rank) {
+  const bool measured = std::any_of(variant.spans.begin(), variant.spans.end(),
+                                    [&](const Span& span) { return span.rank == rank && span.rep >= 0; });
+  std::set<int32_t> reps;
+  std::map<std::string, std::map<int32_t, double>> per_family_per_rep;
+  for (const Span& span : variant.spans) {
+    if (span.rank != rank || (span.rep >= 0) != measured) continue;
+    reps.insert(span.rep);
+    per_family_per_rep[span.family][span.rep] += span.time_us;
+  }
+  std::map<std::string, double> times;
+  for (const auto& [family, per_rep] : per_family_per_rep) {
+    std::vector<double> samples;
+    for (int32_t rep : reps) {
+      const auto found = per_rep.find(rep);
+      samples.push_back(found == per_rep.end() ? 0.0 : found->second);
+    }
+    times[family] = median(samples);
+  }
+  return times;
+}
+
+OutputsVerdict compare_outputs(const Outputs& a, const Outputs& b) {
+  OutputsVerdict verdict;
+  verdict.recorded = !a.checksums.empty() && !b.checksums.empty();
+  verdict.same_shape = a.ranks == b.ranks && a.layers == b.layers;
+  if (verdict.recorded) verdict.ranks = compare_checksums(a, b);
+  verdict.bit_identical =
+      verdict.recorded && verdict.same_shape &&
+      std::all_of(verdict.ranks.begin(), verdict.ranks.end(),
+                  [](const RankChecksums& rank) { return rank.identical == rank.layers_compared; });
+  const bool same_sample_shape = a.sample_rows == b.sample_rows && a.sample_cols == b.sample_cols;
+  if (same_sample_shape) verdict.hidden_rel_l2 = relative_l2(a.hidden_samples, b.hidden_samples);
+  verdict.logits_rel_l2 = relative_l2(a.last_logits, b.last_logits);
+  verdict.token_a = first_token_of(a);
+  verdict.token_b = first_token_of(b);
+  return verdict;
+}
+
+}  // namespace pb

@@ -1,0 +1,112 @@
+// Comparing results files: A/B reports and the TTFT regression check.
+//
+// Regression decision rule (README "Regression check" quotes this block)
+// ---------------------------------------------------------------------
+// A = the baseline's TTFT samples (one per rep), B = the candidate's.
+//   delta   = median(B) / median(A) - 1
+//   A'      = A * (1 + max_regression)      the slowest baseline still allowed
+// The candidate REGRESSED iff both hold:
+//   1. delta > max_regression (default 0.03): the slowdown is big enough to matter;
+//   2. B is slower than A' beyond the noise:
+//      - enough reps, i.e. the exact one-sided test can reach alpha at all
+//        (1 / C(n_a + n_b, n_a) < alpha; at alpha 0.05: 1 + 20, 2 + 5, 3 + 4,
+//        4 + 4 reps or more): the one-sided Mann-Whitney U test "B is larger
+//        than A'" gives p < alpha (default 0.05). Exact distribution when
+//        both have <= 30 samples and no value is tied, otherwise the normal
+//        approximation with tie and continuity corrections;
+//      - too few reps for the U test (e.g. 1 + 1, 2 + 2, 3 + 3): every
+//        candidate rep is slower than every allowed baseline rep,
+//        min(B) > max(A'), and the report says "too few reps for the U test".
+//   No TTFT samples on either side: not judged, never "regressed".
+//
+// Why this shape:
+// - A bare percentage (condition 1 alone) turns noise into verdicts: one slow
+//   rep moves a median across the threshold.
+// - Noise alone (nvbench_compare flags |diff| > measured noise) flags tiny
+//   real changes whenever the measured noise is small, and it judges single
+//   samples. Condition 1 keeps tiny changes out, the fallback keeps single
+//   samples honest.
+// - Testing B against A' rather than A asks "slower by more than the
+//   allowance?", not "slower at all?": a candidate that only grazes the
+//   threshold is within the noise of the threshold itself and would flip
+//   from run to run.
+// - A noisy candidate whose reps overlap the baseline's is not flagged even
+//   when its median is past the threshold; the report says to rerun with more
+//   reps. Google Benchmark's U test likewise needs repetitions (it warns below
+//   9); below what the test can ever resolve we require disjoint ranges.
+//
+// Modes of run_compare:
+//   (a) file_a vs file_b: same-named variants pairwise when the files share
+//       names (or variant_a / variant_b when given), else the first of each;
+//   (b) file_b empty: variant_a vs variant_b inside file_a;
+//   (c) baseline_file set: regression check of the candidate file_a against
+//       it, every variant present in both (or only variant_a when given;
+//       variant_b must then be empty or the same name).
+// Each comparison prints, per rank, the time per superstep of each kernel
+// family, TTFT min/median/max, the TTFT verdict and the outputs verdict.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "results.h"
+
+namespace pb {
+
+struct CompareOptions {
+  std::string file_a, file_b;
+  std::string variant_a, variant_b;
+  std::string baseline_file;       // set: regression mode, file_a is the candidate
+  double max_regression = 0.03;    // allowed TTFT slowdown, as a fraction
+  double alpha = 0.05;             // significance level of the U test
+};
+
+// Returns 0 when OK, 1 when any judged variant regressed (regression mode
+// only). Throws pb::Error on unreadable files or unknown variants; the caller
+// turns that into exit code 2.
+int run_compare(const CompareOptions& options, std::ostream& out);
+
+// ---- the pieces, pure (no files) ----
+
+struct RegressionVerdict {
+  bool regressed = false;
+  bool judged = false;             // false: no samples on one side
+  double delta = 0;                // median(B) / median(A) - 1
+  double p_value = std::numeric_limits<double>::quiet_NaN();  // U test; NaN when it did not run
+  std::string method;              // "exact U test", "U test (normal approximation)",
+                                   // "too few reps for the U test", "not judged"
+  std::string reason;              // one line for the report
+};
+
+RegressionVerdict judge_regression(const std::vector<double>& base, const std::vector<double>& cand,
+                                   double max_regression, double alpha);
+
+// Time per superstep of each kernel family on one rank, µs. Measured runs:
+// each family's spans summed within a rep (0 in a rep without them), then the
+// median over reps. Plans (only rep -1 spans): the plan's sum.
+std::map<std::string, double> family_times_us(const VariantResult& variant, int32_t rank);
+
+struct RankChecksums {
+  int32_t rank = 0;
+  int32_t layers_compared = 0;
+  int32_t identical = 0;
+  int32_t first_differing_layer = -1;  // -1: none
+};
+
+struct OutputsVerdict {
+  bool recorded = false;           // both sides carry checksums
+  bool same_shape = false;         // same [ranks, layers]
+  bool bit_identical = false;      // recorded, same shape, every checksum equal
+  std::vector<RankChecksums> ranks;            // the ranks both sides have
+  double hidden_rel_l2 = std::numeric_limits<double>::quiet_NaN();  // ||B - A|| / ||A||; NaN: sizes differ
+  double logits_rel_l2 = std::numeric_limits<double>::quiet_NaN();
+  int64_t token_a = -1, token_b = -1;          // first_token, else argmax of last_logits; -1: none
+};
+
+OutputsVerdict compare_outputs(const Outputs& a, const Outputs& b);
+
+}  // namespace pb

@@ -1,0 +1,635 @@
+// Results files: RunResult <-> HDF5 (C API, serial), layout in results.h.
+//
+// Reading order: write_results / read_results at the bottom, then the
+// per-group writers and readers above them, then the HDF5 plumbing at the top
+// (checked calls, self-closing handles, attributes, arrays, compound tables).
+#include "results.h"
+
+#include <hdf5.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "check.h"
+
+namespace pb {
+
+const VariantResult* RunResult::find_variant(const std::string& name) const {
+  for (const VariantResult& variant : variants)
+    if (variant.name == name) return &variant;
+  return nullptr;
+}
+
+namespace {
+
+// ---- checked HDF5 calls ------------------------------------------------------
+
+herr_t collect_error_description(unsigned, const H5E_error2_t* error, void* descriptions) {
+  if (error->desc && *error->desc)
+    static_cast<std::vector<std::string>*>(descriptions)->push_back(error->desc);
+  return 0;
+}
+
+// HDF5's own account of the last failure: the API-level message and the
+// innermost one, e.g. "unable to open file (file signature not found)".
+std::string hdf5_error_detail() {
+  std::vector<std::string> descriptions;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_error_description, &descriptions);
+  if (descriptions.empty()) return "";
+  if (descriptions.size() == 1) return ": " + descriptions.front();
+  return ": " + descriptions.front() + " (" + descriptions.back() + ")";
+}
+
+// Every HDF5 call returns a negative hid_t / herr_t / htri_t / ssize_t on failure.
+template <typename Status>
+Status h5_checked(Status status, const char* expr, const char* file, int line) {
+  if (status < 0) throw_error(file, line, std::string("HDF5 call failed: ") + expr + hdf5_error_detail());
+  return status;
+}
+#define PB_H5(expr) h5_checked((expr), #expr, __FILE__, __LINE__)
+
+// We print our own messages; HDF5's automatic stack dump would only add noise.
+void silence_hdf5_error_printing() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+// An HDF5 identifier that closes itself.
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  Handle(Handle&& other) noexcept : id_(std::exchange(other.id_, -1)), closer_(other.closer_) {}
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  Handle& operator=(Handle&&) = delete;
+  ~Handle() {
+    if (id_ >= 0) closer_(id_);
+  }
+  operator hid_t() const { return id_; }
+  // Closes now and checks: closing the file flushes it, so that can fail.
+  void close() {
+    const hid_t id = std::exchange(id_, -1);
+    PB_H5(closer_(id));
+  }
+
+ private:
+  hid_t id_;
+  Closer closer_;
+};
+
+// A group, dataset or file, with its path inside the file for messages.
+struct Node {
+  hid_t id;
+  std::string path;  // "/variants/all"
+  std::string child(const std::string& name) const { return (path == "/" ? "/" : path + "/") + name; }
+};
+
+// ---- attributes --------------------------------------------------------------
+
+Handle variable_string_type() {
+  Handle type{PB_H5(H5Tcopy(H5T_C_S1)), H5Tclose};
+  PB_H5(H5Tset_size(type, H5T_VARIABLE));
+  PB_H5(H5Tset_cset(type, H5T_CSET_UTF8));
+  return type;
+}
+
+Handle fixed_string_type(size_t bytes) {
+  Handle type{PB_H5(H5Tcopy(H5T_C_S1)), H5Tclose};
+  PB_H5(H5Tset_size(type, bytes));
+  PB_H5(H5Tset_strpad(type, H5T_STR_NULLPAD));
+  return type;
+}
+
+void write_scalar_attribute(hid_t object, const std::string& name, hid_t file_type, hid_t memory_type,
+                            const void* value) {
+  Handle space{PB_H5(H5Screate(H5S_SCALAR)), H5Sclose};
+  Handle attribute{PB_H5(H5Acreate2(object, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT)),
+                   H5Aclose};
+  PB_H5(H5Awrite(attribute, memory_type, value));
+}
+
+void write_string_attribute(hid_t object, const std::string& name, const std::string& value) {
+  Handle type = variable_string_type();
+  const char* text = value.c_str();
+  write_scalar_attribute(object, name, type, type, &text);
+}
+
+void write_f64_attribute(hid_t object, const std::string& name, double value) {
+  write_scalar_attribute(object, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
+}
+
+void write_i32_attribute(hid_t object, const std::string& name, int32_t value) {
+  write_scalar_attribute(object, name, H5T_STD_I32LE, H5T_NATIVE_INT32, &value);
+}
+
+void write_i64_attribute(hid_t object, const std::string& name, int64_t value) {
+  write_scalar_attribute(object, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
+}
+
+Handle open_attribute(const Node& node, const std::string& name) {
+  PB_CHECK(PB_H5(H5Aexists(node.id, name.c_str())) > 0,
+           fmt::format("missing attribute {} on {}", name, node.path));
+  return Handle{PB_H5(H5Aopen(node.id, name.c_str(), H5P_DEFAULT)), H5Aclose};
+}
+
+H5T_class_t attribute_class(hid_t attribute) {
+  Handle type{PB_H5(H5Aget_type(attribute)), H5Tclose};
+  return PB_H5(H5Tget_class(type));
+}
+
+// Reads variable- and fixed-length string attributes alike.
+std::string read_string_attribute(const Node& node, const std::string& name) {
+  Handle attribute = open_attribute(node, name);
+  Handle stored_type{PB_H5(H5Aget_type(attribute)), H5Tclose};
+  PB_CHECK(PB_H5(H5Tget_class(stored_type)) == H5T_STRING,
+           fmt::format("attribute {} on {} is not a string", name, node.path));
+  if (PB_H5(H5Tis_variable_str(stored_type)) > 0) {
+    Handle type = variable_string_type();
+    char* text = nullptr;
+    PB_H5(H5Aread(attribute, type, &text));
+    std::string value = text ? text : "";
+    H5free_memory(text);
+    return value;
+  }
+  const size_t bytes = H5Tget_size(stored_type);
+  Handle type = fixed_string_type(bytes);
+  std::string buffer(bytes, '\0');
+  PB_H5(H5Aread(attribute, type, buffer.data()));
+  return buffer.substr(0, strnlen(buffer.data(), bytes));
+}
+
+template <typename T>
+T read_number_attribute(const Node& node, const std::string& name, hid_t memory_type) {
+  Handle attribute = open_attribute(node, name);
+  const H5T_class_t type_class = attribute_class(attribute);
+  PB_CHECK(type_class == H5T_INTEGER || type_class == H5T_FLOAT,
+           fmt::format("attribute {} on {} is not a number", name, node.path));
+  T value{};
+  PB_H5(H5Aread(attribute, memory_type, &value));
+  return value;
+}
+
+double read_f64_attribute(const Node& node, const std::string& name) {
+  return read_number_attribute<double>(node, name, H5T_NATIVE_DOUBLE);
+}
+int32_t read_i32_attribute(const Node& node, const std::string& name) {
+  return read_number_attribute<int32_t>(node, name, H5T_NATIVE_INT32);
+}
+int64_t read_i64_attribute(const Node& node, const std::string& name) {
+  return read_number_attribute<int64_t>(node, name, H5T_NATIVE_INT64);
+}
+
+herr_t collect_attribute_name(hid_t, const char* name, const H5A_info_t*, void* names) {
+  static_cast<std::vector<std::string>*>(names)->push_back(name);
+  return 0;
+}
+
+std::vector<std::string> attribute_names(const Node& node) {
+  std::vector<std::string> names;
+  hsize_t position = 0;
+  PB_H5(H5Aiterate2(node.id, H5_INDEX_NAME, H5_ITER_INC, &position, collect_attribute_name, &names));
+  return names;
+}
+
+// ---- groups --------------------------------------------------------------------
+
+Handle create_group(const Node& parent, const std::string& name, bool keep_creation_order = false) {
+  Handle properties{PB_H5(H5Pcreate(H5P_GROUP_CREATE)), H5Pclose};
+  if (keep_creation_order)
+    PB_H5(H5Pset_link_creation_order(properties, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED));
+  return Handle{PB_H5(H5Gcreate2(parent.id, name.c_str(), H5P_DEFAULT, properties, H5P_DEFAULT)), H5Gclose};
+}
+
+bool has_link(const Node& parent, const std::string& name) {
+  return PB_H5(H5Lexists(parent.id, name.c_str(), H5P_DEFAULT)) > 0;
+}
+
+Handle open_group(const Node& parent, const std::string& name) {
+  PB_CHECK(has_link(parent, name), fmt::format("missing group {}", parent.child(name)));
+  return Handle{PB_H5(H5Gopen2(parent.id, name.c_str(), H5P_DEFAULT)), H5Gclose};
+}
+
+// The group's member names, in creation order when the group tracks it.
+std::vector<std::string> member_names(const Node& group) {
+  Handle properties{PB_H5(H5Gget_create_plist(group.id)), H5Pclose};
+  unsigned order_flags = 0;
+  PB_H5(H5Pget_link_creation_order(properties, &order_flags));
+  const H5_index_t index = (order_flags & H5P_CRT_ORDER_INDEXED) ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
+  H5G_info_t info;
+  PB_H5(H5Gget_info(group.id, &info));
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t length = PB_H5(H5Lget_name_by_idx(group.id, ".", index, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT));
+    std::string name(size_t(length) + 1, '\0');
+    PB_H5(H5Lget_name_by_idx(group.id, ".", index, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT));
+    name.resize(size_t(length));
+    names.push_back(name);
+  }
+  return names;
+}
+
+// ---- n-dimensional arrays ----------------------------------------------------
+
+using Dims = std::vector<hsize_t>;
+
+hsize_t element_count(const Dims& dims) {
+  hsize_t count = 1;
+  for (hsize_t d : dims) count *= d;
+  return count;
+}
+
+void write_dataset(const Node& group, const std::string& name, hid_t file_type, hid_t memory_type,
+                   const Dims& dims, const void* data) {
+  Handle space{PB_H5(H5Screate_simple(int(dims.size()), dims.data(), nullptr)), H5Sclose};
+  Handle dataset{PB_H5(H5Dcreate2(group.id, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT,
+                                  H5P_DEFAULT)),
+                 H5Dclose};
+  if (element_count(dims) > 0) PB_H5(H5Dwrite(dataset, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+}
+
+Handle open_dataset(const Node& group, const std::string& name) {
+  PB_CHECK(has_link(group, name), fmt::format("missing dataset {}", group.child(name)));
+  return Handle{PB_H5(H5Dopen2(group.id, name.c_str(), H5P_DEFAULT)), H5Dclose};
+}
+
+Dims dataset_dims(hid_t dataset) {
+  Handle space{PB_H5(H5Dget_space(dataset)), H5Sclose};
+  Dims dims(size_t(PB_H5(H5Sget_simple_extent_ndims(space))));
+  PB_H5(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
+  return dims;
+}
+
+// Reads a whole dataset of `rank` dimensions; its shape goes to *dims.
+template <typename T>
+std::vector<T> read_dataset(const Node& group, const std::string& name, hid_t memory_type, size_t rank,
+                            Dims* dims) {
+  Handle dataset = open_dataset(group, name);
+  *dims = dataset_dims(dataset);
+  PB_CHECK(dims->size() == rank, fmt::format("dataset {} has {} dimensions, expected {}", group.child(name),
+                                             dims->size(), rank));
+  std::vector<T> values(element_count(*dims));
+  if (!values.empty()) PB_H5(H5Dread(dataset, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()));
+  return values;
+}
+
+// ---- compound tables -------------------------------------------------------------
+
+using Name = char[kNameBytes];
+
+void store_name(Name& field, const std::string& value, const char* what) {
+  PB_CHECK(value.size() <= size_t(kNameBytes),
+           fmt::format("{} '{}' is {} bytes; results tables hold at most {}", what, value, value.size(),
+                       kNameBytes));
+  std::memset(field, 0, kNameBytes);
+  std::memcpy(field, value.data(), value.size());
+}
+
+std::string load_name(const Name& field) { return std::string(field, strnlen(field, kNameBytes)); }
+
+// Builds the in-memory compound type of a table row, member by member.
+class CompoundType {
+ public:
+  explicit CompoundType(size_t row_bytes) : type_{PB_H5(H5Tcreate(H5T_COMPOUND, row_bytes)), H5Tclose} {}
+  CompoundType& add(const char* name, size_t offset, hid_t member_type) {
+    PB_H5(H5Tinsert(type_, name, offset, member_type));
+    return *this;
+  }
+  CompoundType& add_name(const char* name, size_t offset) { return add(name, offset, fixed_string_type(kNameBytes)); }
+  hid_t memory_type() const { return type_; }
+
+ private:
+  Handle type_;
+};
+
+template <typename Row>
+void write_table(const Node& group, const std::string& name, const CompoundType& row_type,
+                 const std::vector<Row>& rows) {
+  Handle file_type{PB_H5(H5Tcopy(row_type.memory_type())), H5Tclose};
+  PB_H5(H5Tpack(file_type));  // no alignment padding on disk
+  write_dataset(group, name, file_type, row_type.memory_type(), {rows.size()}, rows.data());
+}
+
+template <typename Row>
+std::vector<Row> read_table(const Node& group, const std::string& name, const CompoundType& row_type) {
+  Dims dims;
+  return read_dataset<Row>(group, name, row_type.memory_type(), 1, &dims);
+}
+
+// Span <-> one row of /variants/<name>/spans.
+struct SpanRow {
+  int32_t rep, rank, layer;
+  Name family, kernel;
+  double time_us, bytes, flops;
+};
+
+CompoundType span_row_type() {
+  CompoundType type(sizeof(SpanRow));
+  type.add("rep", HOFFSET(SpanRow, rep), H5T_NATIVE_INT32)
+      .add("rank", HOFFSET(SpanRow, rank), H5T_NATIVE_INT32)
+      .add("layer", HOFFSET(SpanRow, layer), H5T_NATIVE_INT32)
+      .add_name("family", HOFFSET(SpanRow, family))
+      .add_name("kernel", HOFFSET(SpanRow, kernel))
+      .add("time_us", HOFFSET(SpanRow, time_us), H5T_NATIVE_DOUBLE)
+      .add("bytes", HOFFSET(SpanRow, bytes), H5T_NATIVE_DOUBLE)
+      .add("flops", HOFFSET(SpanRow, flops), H5T_NATIVE_DOUBLE);
+  return type;
+}
+
+SpanRow to_row(const Span& span) {
+  SpanRow row{span.rep, span.rank, span.layer, {}, {}, span.time_us, span.bytes, span.flops};
+  store_name(row.family, span.family, "span family");
+  store_name(row.kernel, span.kernel, "span kernel");
+  return row;
+}
+
+Span from_row(const SpanRow& row) {
+  return Span{row.rep, row.rank, row.layer, load_name(row.family), load_name(row.kernel),
+              row.time_us, row.bytes, row.flops};
+}
+
+// RankRep is a plain struct already: its own row type.
+CompoundType rank_rep_row_type() {
+  CompoundType type(sizeof(RankRep));
+  type.add("rep", HOFFSET(RankRep, rep), H5T_NATIVE_INT32)
+      .add("rank", HOFFSET(RankRep, rank), H5T_NATIVE_INT32)
+      .add("wall_us", HOFFSET(RankRep, wall_us), H5T_NATIVE_DOUBLE)
+      .add("wait_us", HOFFSET(RankRep, wait_us), H5T_NATIVE_DOUBLE)
+      .add("fabric_bytes", HOFFSET(RankRep, fabric_bytes), H5T_NATIVE_DOUBLE)
+      .add("peak_mem_bytes", HOFFSET(RankRep, peak_mem_bytes), H5T_NATIVE_DOUBLE);
+  return type;
+}
+
+// BenchRow <-> one row of /bench.
+struct BenchTableRow {
+  Name family, kernel, variant, shape;
+  double median_us, min_us, max_us, bytes, flops, tbps, tflops, fraction, speedup;
+  int32_t reps;
+};
+
+CompoundType bench_row_type() {
+  CompoundType type(sizeof(BenchTableRow));
+  type.add_name("family", HOFFSET(BenchTableRow, family))
+      .add_name("kernel", HOFFSET(BenchTableRow, kernel))
+      .add_name("variant", HOFFSET(BenchTableRow, variant))
+      .add_name("shape", HOFFSET(BenchTableRow, shape))
+      .add("median_us", HOFFSET(BenchTableRow, median_us), H5T_NATIVE_DOUBLE)
+      .add("min_us", HOFFSET(BenchTableRow, min_us), H5T_NATIVE_DOUBLE)
+      .add("max_us", HOFFSET(BenchTableRow, max_us), H5T_NATIVE_DOUBLE)
+      .add("bytes", HOFFSET(BenchTableRow, bytes), H5T_NATIVE_DOUBLE)
+      .add("flops", HOFFSET(BenchTableRow, flops), H5T_NATIVE_DOUBLE)
+      .add("tbps", HOFFSET(BenchTableRow, tbps), H5T_NATIVE_DOUBLE)
+      .add("tflops", HOFFSET(BenchTableRow, tflops), H5T_NATIVE_DOUBLE)
+      .add("fraction", HOFFSET(BenchTableRow, fraction), H5T_NATIVE_DOUBLE)
+      .add("speedup", HOFFSET(BenchTableRow, speedup), H5T_NATIVE_DOUBLE)
+      .add("reps", HOFFSET(BenchTableRow, reps), H5T_NATIVE_INT32);
+  return type;
+}
+
+BenchTableRow to_row(const BenchRow& bench) {
+  BenchTableRow row{{}, {}, {}, {}, bench.median_us, bench.min_us, bench.max_us, bench.bytes, bench.flops,
+                    bench.tbps, bench.tflops, bench.fraction, bench.speedup, bench.reps};
+  store_name(row.family, bench.family, "bench family");
+  store_name(row.kernel, bench.kernel, "bench kernel");
+  store_name(row.variant, bench.variant, "bench variant");
+  store_name(row.shape, bench.shape, "bench shape");
+  return row;
+}
+
+BenchRow from_row(const BenchTableRow& row) {
+  BenchRow bench;
+  bench.family = load_name(row.family);
+  bench.kernel = load_name(row.kernel);
+  bench.variant = load_name(row.variant);
+  bench.shape = load_name(row.shape);
+  bench.median_us = row.median_us;
+  bench.min_us = row.min_us;
+  bench.max_us = row.max_us;
+  bench.bytes = row.bytes;
+  bench.flops = row.flops;
+  bench.tbps = row.tbps;
+  bench.tflops = row.tflops;
+  bench.fraction = row.fraction;
+  bench.speedup = row.speedup;
+  bench.reps = row.reps;
+  return bench;
+}
+
+template <typename Row, typename Item>
+std::vector<Row> to_rows(const std::vector<Item>& items) {
+  std::vector<Row> rows;
+  rows.reserve(items.size());
+  for (const Item& item : items) rows.push_back(to_row(item));
+  return rows;
+}
+
+template <typename Item, typename Row>
+std::vector<Item> from_rows(const std::vector<Row>& rows) {
+  std::vector<Item> items;
+  items.reserve(rows.size());
+  for (const Row& row : rows) items.push_back(from_row(row));
+  return items;
+}
+
+// ---- root attributes: the reserved ones, then text and numbers -------------------
+
+const std::set<std::string>& reserved_root_attributes() {
+  static const std::set<std::string> names = {"schema_version", "kind", "complete"};
+  return names;
+}
+
+void check_root_keys(const RunResult& result) {
+  for (const auto& [key, value] : result.text) {
+    PB_CHECK(!key.empty() && !reserved_root_attributes().count(key),
+             fmt::format("text entry '{}' cannot be a root attribute (empty or reserved name)", key));
+    PB_CHECK(!result.numbers.count(key), fmt::format("'{}' is both a text and a number entry", key));
+  }
+  for (const auto& [key, value] : result.numbers)
+    PB_CHECK(!key.empty() && !reserved_root_attributes().count(key),
+             fmt::format("number entry '{}' cannot be a root attribute (empty or reserved name)", key));
+}
+
+void write_root_attributes(const Node& root, const RunResult& result) {
+  check_root_keys(result);
+  write_i32_attribute(root.id, "schema_version", kSchemaVersion);
+  write_string_attribute(root.id, "kind", result.kind);
+  write_i32_attribute(root.id, "complete", result.complete ? 1 : 0);
+  for (const auto& [key, value] : result.text) write_string_attribute(root.id, key, value);
+  for (const auto& [key, value] : result.numbers) write_f64_attribute(root.id, key, value);
+}
+
+void check_schema_version(const Node& root) {
+  PB_CHECK(PB_H5(H5Aexists(root.id, "schema_version")) > 0,
+           "missing attribute /schema_version: not a prefill-bench results file");
+  const int32_t version = read_i32_attribute(root, "schema_version");
+  PB_CHECK(version == kSchemaVersion,
+           fmt::format("schema_version is {}, this build reads version {}", version, kSchemaVersion));
+}
+
+// Every non-reserved root attribute: strings into text, numbers into numbers.
+void read_root_attributes(const Node& root, RunResult* result) {
+  result->kind = read_string_attribute(root, "kind");
+  result->complete = read_i32_attribute(root, "complete") != 0;
+  for (const std::string& name : attribute_names(root)) {
+    if (reserved_root_attributes().count(name)) continue;
+    Handle attribute{PB_H5(H5Aopen(root.id, name.c_str(), H5P_DEFAULT)), H5Aclose};
+    const H5T_class_t type_class = attribute_class(attribute);
+    if (type_class == H5T_STRING)
+      result->text[name] = read_string_attribute(root, name);
+    else if (type_class == H5T_FLOAT || type_class == H5T_INTEGER)
+      result->numbers[name] = read_f64_attribute(root, name);
+  }
+}
+
+// ---- /variants/<name>/outputs ----------------------------------------------------
+
+void check_output_sizes(const Outputs& outputs) {
+  PB_CHECK(outputs.checksums.size() == size_t(outputs.ranks) * size_t(outputs.layers),
+           fmt::format("outputs: {} checksums for {} ranks x {} layers", outputs.checksums.size(), outputs.ranks,
+                       outputs.layers));
+  PB_CHECK(outputs.hidden_samples.size() ==
+               size_t(outputs.ranks) * size_t(outputs.sample_rows) * size_t(outputs.sample_cols),
+           fmt::format("outputs: {} hidden samples for {} ranks x {} rows x {} cols", outputs.hidden_samples.size(),
+                       outputs.ranks, outputs.sample_rows, outputs.sample_cols));
+}
+
+void write_outputs(const Node& variant, const Outputs& outputs) {
+  check_output_sizes(outputs);
+  Handle group = create_group(variant, "outputs");
+  const Node node{group, variant.child("outputs")};
+  const hsize_t ranks = hsize_t(outputs.ranks);
+  write_dataset(node, "checksums", H5T_STD_U64LE, H5T_NATIVE_UINT64, {ranks, hsize_t(outputs.layers)},
+                outputs.checksums.data());
+  write_dataset(node, "hidden_samples", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
+                {ranks, hsize_t(outputs.sample_rows), hsize_t(outputs.sample_cols)}, outputs.hidden_samples.data());
+  write_dataset(node, "last_logits", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {outputs.last_logits.size()},
+                outputs.last_logits.data());
+  write_i64_attribute(node.id, "first_token", outputs.first_token);
+}
+
+Outputs read_outputs(const Node& variant) {
+  Handle group = open_group(variant, "outputs");
+  const Node node{group, variant.child("outputs")};
+  Outputs outputs;
+  Dims dims;
+  outputs.checksums = read_dataset<uint64_t>(node, "checksums", H5T_NATIVE_UINT64, 2, &dims);
+  outputs.ranks = int32_t(dims[0]);
+  outputs.layers = int32_t(dims[1]);
+  outputs.hidden_samples = read_dataset<float>(node, "hidden_samples", H5T_NATIVE_FLOAT, 3, &dims);
+  PB_CHECK(dims[0] == hsize_t(outputs.ranks),
+           fmt::format("{}/hidden_samples has {} ranks, checksums {}", node.path, dims[0], outputs.ranks));
+  outputs.sample_rows = int32_t(dims[1]);
+  outputs.sample_cols = int32_t(dims[2]);
+  outputs.last_logits = read_dataset<float>(node, "last_logits", H5T_NATIVE_FLOAT, 1, &dims);
+  outputs.first_token = read_i64_attribute(node, "first_token");
+  return outputs;
+}
+
+// ---- /variants/<name> ------------------------------------------------------------
+
+void check_variant_name(const std::string& name) {
+  PB_CHECK(!name.empty() && name != "." && name.find('/') == std::string::npos,
+           fmt::format("variant name '{}' cannot be an HDF5 group name", name));
+}
+
+void write_variant(const Node& variants, const VariantResult& variant) {
+  check_variant_name(variant.name);
+  Handle group = create_group(variants, variant.name);
+  const Node node{group, variants.child(variant.name)};
+  write_string_attribute(node.id, "cuts", variant.cuts);
+  write_i32_attribute(node.id, "complete", variant.complete ? 1 : 0);
+  write_table(node, "spans", span_row_type(), to_rows<SpanRow>(variant.spans));
+  write_table(node, "rank_reps", rank_rep_row_type(), variant.rank_reps);
+  write_dataset(node, "ttft_ms", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {variant.ttft_ms.size()},
+                variant.ttft_ms.data());
+  write_outputs(node, variant.outputs);
+}
+
+VariantResult read_variant(const Node& variants, const std::string& name) {
+  Handle group = open_group(variants, name);
+  const Node node{group, variants.child(name)};
+  VariantResult variant;
+  variant.name = name;
+  variant.cuts = read_string_attribute(node, "cuts");
+  variant.complete = read_i32_attribute(node, "complete") != 0;
+  variant.spans = from_rows<Span>(read_table<SpanRow>(node, "spans", span_row_type()));
+  variant.rank_reps = read_table<RankRep>(node, "rank_reps", rank_rep_row_type());
+  Dims dims;
+  variant.ttft_ms = read_dataset<double>(node, "ttft_ms", H5T_NATIVE_DOUBLE, 1, &dims);
+  variant.outputs = read_outputs(node);
+  return variant;
+}
+
+// ---- whole files ---------------------------------------------------------------------
+
+void write_file(const std::string& path, const RunResult& result) {
+  Handle file{PB_H5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)), H5Fclose};
+  const Node root{file, "/"};
+  write_root_attributes(root, result);
+  {
+    Handle variants = create_group(root, "variants", /*keep_creation_order=*/true);
+    for (const VariantResult& variant : result.variants) write_variant(Node{variants, "/variants"}, variant);
+  }
+  if (result.kind == "kernels" || !result.bench.empty())
+    write_table(root, "bench", bench_row_type(), to_rows<BenchTableRow>(result.bench));
+  file.close();
+}
+
+RunResult read_file(const std::string& path) {
+  PB_CHECK(std::filesystem::exists(path), "no such file");
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  PB_CHECK(id >= 0, "not an HDF5 file, or unreadable" + hdf5_error_detail());
+  Handle file{id, H5Fclose};
+  const Node root{file, "/"};
+  check_schema_version(root);
+  RunResult result;
+  read_root_attributes(root, &result);
+  Handle variants = open_group(root, "variants");
+  const Node variants_node{variants, "/variants"};
+  for (const std::string& name : member_names(variants_node))
+    result.variants.push_back(read_variant(variants_node, name));
+  if (has_link(root, "bench"))
+    result.bench = from_rows<BenchRow>(read_table<BenchTableRow>(root, "bench", bench_row_type()));
+  return result;
+}
+
+// Puts the file's name in front of any error raised while handling it.
+template <typename Body>
+auto naming_the_file(const char* doing, const std::string& path, Body body) {
+  try {
+    return body();
+  } catch (const Error& error) {
+    throw Error(fmt::format("{} results file '{}': {}", doing, path, error.what()));
+  }
+}
+
+}  // namespace
+
+void write_results(const std::string& path, const RunResult& result, bool overwrite) {
+  PB_CHECK(overwrite || !std::filesystem::exists(path),
+           fmt::format("results file '{}' already exists: pass --overwrite or choose another output", path));
+  silence_hdf5_error_printing();
+  const std::string temporary = path + ".tmp";
+  naming_the_file("writing", temporary, [&] {
+    try {
+      write_file(temporary, result);
+    } catch (...) {
+      std::remove(temporary.c_str());
+      throw;
+    }
+  });
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) std::remove(temporary.c_str());
+  PB_CHECK(!error, fmt::format("cannot rename '{}' to '{}': {}", temporary, path, error.message()));
+}
+
+RunResult read_results(const std::string& path) {
+  silence_hdf5_error_printing();
+  return naming_the_file("reading", path, [&] { return read_file(path); });
+}
+
+}  // namespace pb
