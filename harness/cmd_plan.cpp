@@ -49,7 +49,8 @@ int cmd_plan(const Gang& gang, const ScenarioArgs& args) {
 
   RunResult result;
   result.kind = "plan";
-  record_run_info(gang, s, args.command_line, result);
+  record_run_info(gang, args.command_line, result);
+  record_scenario(s, result);
   result.text["gpu_profile"] = profile.name;
   result.text["gpu_profile_source"] = profile.source;
   result.numbers["copy_tbps"] = profile.copy_tbps;

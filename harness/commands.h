@@ -8,6 +8,7 @@
 
 #include "compare.h"
 #include "gang.h"
+#include "kernels_bench.h"
 #include "scenario.h"
 
 namespace pb {
@@ -28,5 +29,6 @@ Scenario load_scenario_on_gang(const Gang& gang, const ScenarioArgs& args);
 int cmd_plan(const Gang& gang, const ScenarioArgs& args);
 int cmd_run(const Gang& gang, const ScenarioArgs& args);
 int cmd_compare(const Gang& gang, const CompareOptions& options);
+int cmd_kernels(const Gang& gang, const KernelsBenchOptions& options);
 
 }  // namespace pb

@@ -71,6 +71,15 @@ int main(int argc, char** argv) {
   compare->add_option("--variants", variants, "A,B: compare two variants (inside one file)");
   compare->add_option("--alpha", cmp.alpha, "significance level of the noise test (default 0.05)");
 
+  pb::KernelsBenchOptions kopt;
+  CLI::App* kernels = app.add_subcommand("kernels", "baseline vs cut of the memory-bound cut kernels");
+  kernels->add_option("--family", kopt.families, "land, conv, lse_merge, elementwise (default: all)");
+  kernels->add_option("--rows", kopt.rows, "rows (the bucket; default 16896)");
+  kernels->add_option("--reps", kopt.reps, "timed repetitions, median reported (default 30)");
+  kernels->add_option("--warmup", kopt.warmup, "untimed repetitions first (default 3)");
+  kernels->add_option("--output,-o", kopt.output, "results file (default runs/kernels-bench-<time>.h5)");
+  kernels->add_flag("--overwrite", kopt.overwrite, "replace an existing results file");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -87,6 +96,10 @@ int main(int argc, char** argv) {
     if (*run) {
       run_args.command_line = command_line;
       return pb::cmd_run(gang, run_args);
+    }
+    if (*kernels) {
+      kopt.command_line = command_line;
+      return pb::cmd_kernels(gang, kopt);
     }
     if (*ranks) {
       std::printf("%d\n", pb::load_scenario_on_gang(gang, ranks_args).cp);

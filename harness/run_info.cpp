@@ -37,12 +37,38 @@ std::string nccl_environment() {
 
 }  // namespace
 
-void record_run_info(const Gang& gang, const Scenario& s, const std::string& command_line, RunResult& result) {
-  std::vector<std::string> hosts = gang.gather(gang.host());
-  if (!gang.is_root()) return;
+void record_scenario(const Scenario& s, RunResult& result) {
   result.text["scenario_source"] = s.source;
   result.text["scenario_yaml"] = s.text;
   result.text["scenario_overrides"] = s.overrides;
+}
+
+void record_devices(const Gang& gang, int device, RunResult& result) {
+  cudaDeviceProp prop{};
+  PB_CUDA(cudaGetDeviceProperties(&prop, device));
+  char bus[32];
+  PB_CUDA(cudaDeviceGetPCIBusId(bus, sizeof bus, device));
+  std::string uuid = "GPU-";
+  const char* hex = "0123456789abcdef";
+  for (int i = 0; i < 16; ++i) {
+    unsigned char b = static_cast<unsigned char>(prop.uuid.bytes[i]);
+    uuid += hex[b >> 4];
+    uuid += hex[b & 15];
+    if (i == 3 || i == 5 || i == 7 || i == 9) uuid += '-';
+  }
+  const std::string mine = "rank " + std::to_string(gang.rank()) + ": " + prop.name + " " + uuid + " bus " + bus +
+                           " on " + gang.host();
+  std::vector<std::string> all = gang.gather(mine);
+  if (!gang.is_root()) return;
+  std::string joined;
+  for (const auto& line : all) joined += (joined.empty() ? "" : "\n") + line;
+  result.text["gpus"] = joined;
+  result.numbers["sm_count"] = prop.multiProcessorCount;
+}
+
+void record_run_info(const Gang& gang, const std::string& command_line, RunResult& result) {
+  std::vector<std::string> hosts = gang.gather(gang.host());
+  if (!gang.is_root()) return;
   result.text["git_sha"] = git_sha();
   result.text["git_dirty"] = git_dirty() ? "true" : "false";
   result.text["command_line"] = command_line;

@@ -10,8 +10,13 @@
 
 namespace pb {
 
-// Fills result.text / result.numbers on rank 0 (collective: every rank calls).
-void record_run_info(const Gang& gang, const Scenario& s, const std::string& command_line, RunResult& result);
+// Fills result.text / result.numbers on rank 0 (collective: every rank calls):
+// git, command line, hosts, library versions, NCCL_* settings.
+void record_run_info(const Gang& gang, const std::string& command_line, RunResult& result);
+// The scenario verbatim, with its overrides.
+void record_scenario(const Scenario& s, RunResult& result);
+// Each rank's GPU (name, UUID, PCI bus id), gathered to rank 0 (collective).
+void record_devices(const Gang& gang, int device, RunResult& result);
 
 // runs/<name>-<kind>-<UTC time>.h5 when `requested` is empty, else `requested`.
 std::string output_path(const std::string& requested, const std::string& name, const std::string& kind);

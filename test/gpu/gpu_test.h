@@ -15,51 +15,13 @@
 #include <vector>
 
 #include "check.h"
+#include "device_buffer.h"
 #include "device_math.h"
 #include "ref_math.h"
 
 namespace pb::test {
 
-// Owning device allocation of n elements of T.
-template <class T>
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t n) : n_(n) {
-    if (n) PB_CUDA(cudaMalloc(&ptr_, n * sizeof(T)));
-  }
-  ~DeviceBuffer() {
-    if (ptr_) PB_CUDA_NOTHROW(cudaFree(ptr_));
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), n_(o.n_) { o.ptr_ = nullptr; o.n_ = 0; }
-
-  T* get() const { return ptr_; }
-  size_t size() const { return n_; }
-
-  // Fill every byte with 0xff: NaN in bf16 and f32, so an element a kernel
-  // forgot to write never matches a reference bit pattern.
-  void poison() { PB_CUDA(cudaMemset(ptr_, 0xff, n_ * sizeof(T))); }
-
-  template <class H>
-  void upload(const std::vector<H>& host) {
-    static_assert(sizeof(H) == sizeof(T), "host and device element sizes differ");
-    PB_CHECK(host.size() == n_, "upload size mismatch");
-    PB_CUDA(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  template <class H = T>
-  std::vector<H> download() const {
-    static_assert(sizeof(H) == sizeof(T), "host and device element sizes differ");
-    std::vector<H> host(n_);
-    PB_CUDA(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  T* ptr_ = nullptr;
-  size_t n_ = 0;
-};
+using pb::DeviceBuffer;
 
 // bf16 bit patterns: mostly N(0, scale), with negatives, -0, +0 and large
 // magnitudes (|x| up to 2^20 * scale) sprinkled in.

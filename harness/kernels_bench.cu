@@ -1,0 +1,327 @@
+// The cut kernels' benchmark. Each case allocates its inputs (rotated over
+// enough copies to defeat L2), times baseline and cut with CUDA events, then
+// validates: baseline and cut outputs of the same inputs must be bit-identical
+// (the `wrong` column counts differing elements; the GPU tests hold both to the
+// C++ reference). Bytes and FLOPs come from the one cost model (cost.h).
+#include "kernels_bench.h"
+
+#include <cuda_bf16.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <functional>
+#include <memory>
+
+#include "check.h"
+#include "conv_silu_chunk.h"
+#include "cost.h"
+#include "device_buffer.h"
+#include "elementwise.h"
+#include "land.h"
+#include "lse_merge.h"
+#include "random_fill.h"
+#include "timing.h"
+
+namespace pb {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+// One benchmark case: how to launch a variant on rotation slot `slot`, and how
+// to count the elements where baseline and cut disagree on slot 0.
+struct Case {
+  std::string family, tag, shape;
+  Cost cost;
+  int slots = 2;
+  std::function<void(Variant, int slot, cudaStream_t)> launch;
+  std::function<int64_t(cudaStream_t)> count_wrong;
+};
+
+template <class T>
+int64_t count_differing(const DeviceBuffer<T>& a, const DeviceBuffer<T>& b) {
+  std::vector<T> ha = a.download(), hb = b.download();
+  int64_t wrong = 0;
+  for (size_t i = 0; i < ha.size(); ++i) wrong += std::memcmp(&ha[i], &hb[i], sizeof(T)) != 0;
+  return wrong;
+}
+
+template <class T>
+std::vector<DeviceBuffer<T>> random_slots(int slots, int64_t n, uint64_t seed, float scale, cudaStream_t s) {
+  std::vector<DeviceBuffer<T>> v;
+  for (int i = 0; i < slots; ++i) {
+    v.emplace_back(size_t(n));
+    if constexpr (sizeof(T) == 2) fill_uniform_bf16(v.back().get(), n, seed + i, scale, s);
+    else fill_uniform_f32(v.back().get(), n, seed + i, scale, s);
+  }
+  return v;
+}
+
+// ---- land (cut 1): seed shapes n = 12288, 18432, and 33792 of 67584 ----
+Case land_case(int64_t rows, int64_t nt, int64_t off, int64_t n, cudaStream_t s) {
+  Case c;
+  c.family = "land";
+  c.tag = "land.n" + std::to_string(n);
+  c.shape = fmt::format("{}x{} of {}", rows, n, nt);
+  c.cost = cost::land(rows, 1, n);
+  c.slots = rotation_slots(c.cost.bytes);
+  auto p = std::make_shared<std::vector<DeviceBuffer<float>>>(random_slots<float>(c.slots, rows * nt, 11, 4.0f, s));
+  auto out = std::make_shared<std::array<DeviceBuffer<bf16>, 2>>();
+  (*out)[0] = DeviceBuffer<bf16>(rows * n);
+  (*out)[1] = DeviceBuffer<bf16>(rows * n);
+  LandShape shape{rows, 1, nt, off, n};
+  c.launch = [=](Variant v, int slot, cudaStream_t st) { land(v, (*p)[slot].get(), (*out)[int(v)].get(), shape, st); };
+  c.count_wrong = [=](cudaStream_t st) {
+    for (Variant v : {Variant::baseline, Variant::cut}) {
+      (*out)[int(v)].poison();
+      land(v, (*p)[0].get(), (*out)[int(v)].get(), shape, st);
+    }
+    PB_CUDA(cudaStreamSynchronize(st));
+    return count_differing((*out)[0], (*out)[1]);
+  };
+  return c;
+}
+
+// ---- conv_silu_chunk (cut 2): q, k and v at inner 12288, the full baseline path ----
+Case conv_case(int64_t rows, int64_t inner, cudaStream_t s) {
+  Case c;
+  c.family = "conv";
+  c.tag = "conv.qkv";
+  c.shape = fmt::format("3 x {}x{}", rows, inner);
+  Cost one = cost::conv_cut(rows, inner);
+  c.cost = {3 * one.bytes, 3 * one.flops, Unit::memory};
+  c.slots = rotation_slots(c.cost.bytes);
+  const ConvShape shape{rows, inner, inner, rows};
+  struct Buffers {
+    std::vector<DeviceBuffer<float>> p;  // [slots * 3] partials
+    DeviceBuffer<float> taps;
+    DeviceBuffer<bf16> carry;
+    std::array<DeviceBuffer<bf16>, 2> y, next;  // per variant, 3 streams each
+    DeviceBuffer<char> scratch;
+  };
+  auto b = std::make_shared<Buffers>();
+  b->p = random_slots<float>(c.slots * 3, rows * inner, 21, 3.0f, s);
+  b->taps = DeviceBuffer<float>(3 * 4 * inner);
+  fill_uniform_f32(b->taps.get(), 3 * 4 * inner, 22, 0.5f, s);
+  b->carry = DeviceBuffer<bf16>(3 * 3 * inner);
+  fill_uniform_bf16(b->carry.get(), 3 * 3 * inner, 23, 2.0f, s);
+  for (int v = 0; v < 2; ++v) {
+    b->y[v] = DeviceBuffer<bf16>(3 * rows * inner);
+    b->next[v] = DeviceBuffer<bf16>(3 * 3 * inner);
+  }
+  b->scratch = DeviceBuffer<char>(conv_baseline_scratch_bytes(shape));
+  c.launch = [=](Variant v, int slot, cudaStream_t st) {
+    ConvBaselineScratch scratch = conv_baseline_scratch_from(b->scratch.get(), shape);
+    for (int stream = 0; stream < 3; ++stream) {
+      conv_silu_chunk(v, b->p[slot * 3 + stream].get(), b->taps.get() + stream * 4 * inner,
+                      b->carry.get() + stream * 3 * inner, b->y[int(v)].get() + stream * rows * inner,
+                      b->next[int(v)].get() + stream * 3 * inner, shape, scratch, Variant::baseline, st);
+    }
+  };
+  c.count_wrong = [=](cudaStream_t st) {
+    for (int v = 0; v < 2; ++v) {
+      b->y[v].poison();
+      b->next[v].poison();
+    }
+    c.launch(Variant::baseline, 0, st);
+    c.launch(Variant::cut, 0, st);
+    PB_CUDA(cudaStreamSynchronize(st));
+    return count_differing(b->y[0], b->y[1]) + count_differing(b->next[0], b->next[1]);
+  };
+  return c;
+}
+
+// ---- lse_merge (cut 4): 16896 x 96 heads x 128 ----
+Case merge_case(int64_t rows, int heads, cudaStream_t s) {
+  Case c;
+  c.family = "lse_merge";
+  c.tag = "lse_merge";
+  c.shape = fmt::format("{}x{}x128", rows, heads);
+  c.cost = cost::lse_merge(rows, heads, 128);
+  c.slots = rotation_slots(c.cost.bytes);
+  const int64_t n = rows * heads * 128, nl = rows * heads;
+  struct Buffers {
+    std::vector<DeviceBuffer<bf16>> o;
+    std::vector<DeviceBuffer<float>> lse, acc, lse_acc;
+    std::array<DeviceBuffer<float>, 2> check_acc, check_lse;
+  };
+  auto b = std::make_shared<Buffers>();
+  b->o = random_slots<bf16>(c.slots, n, 31, 2.0f, s);
+  b->lse = random_slots<float>(c.slots, nl, 32, 8.0f, s);
+  b->acc = random_slots<float>(c.slots, n, 33, 2.0f, s);
+  b->lse_acc = random_slots<float>(c.slots, nl, 34, 8.0f, s);
+  for (int v = 0; v < 2; ++v) {
+    b->check_acc[v] = DeviceBuffer<float>(n);
+    b->check_lse[v] = DeviceBuffer<float>(nl);
+  }
+  c.launch = [=](Variant v, int slot, cudaStream_t st) {
+    lse_merge(v, b->o[slot].get(), b->lse[slot].get(), b->acc[slot].get(), b->lse_acc[slot].get(), rows, heads,
+              false, st);
+  };
+  c.count_wrong = [=](cudaStream_t st) {
+    for (Variant v : {Variant::baseline, Variant::cut}) {
+      auto& acc = b->check_acc[int(v)];
+      auto& lse = b->check_lse[int(v)];
+      PB_CUDA(cudaMemcpyAsync(acc.get(), b->acc[0].get(), acc.bytes(), cudaMemcpyDeviceToDevice, st));
+      PB_CUDA(cudaMemcpyAsync(lse.get(), b->lse_acc[0].get(), lse.bytes(), cudaMemcpyDeviceToDevice, st));
+      lse_merge(v, b->o[0].get(), b->lse[0].get(), acc.get(), lse.get(), rows, heads, false, st);
+    }
+    PB_CUDA(cudaStreamSynchronize(st));
+    return count_differing(b->check_acc[0], b->check_acc[1]) + count_differing(b->check_lse[0], b->check_lse[1]);
+  };
+  return c;
+}
+
+// ---- elementwise (cut 5): two-operand ops at [rows, width] ----
+using BinaryOp = void (*)(Variant, const bf16*, const bf16*, bf16*, int64_t, cudaStream_t);
+
+Case binary_case(const std::string& op, BinaryOp fn, double flops_per_element, int64_t rows, int64_t width,
+                 cudaStream_t s) {
+  Case c;
+  c.family = "elementwise";
+  c.tag = op + ".w" + std::to_string(width);
+  c.shape = fmt::format("{}x{}", rows, width);
+  const int64_t n = rows * width;
+  c.cost = cost::elementwise(n, 2, flops_per_element);
+  c.slots = rotation_slots(c.cost.bytes);
+  struct Buffers {
+    std::vector<DeviceBuffer<bf16>> a, b;
+    std::array<DeviceBuffer<bf16>, 2> out;
+  };
+  auto b = std::make_shared<Buffers>();
+  b->a = random_slots<bf16>(c.slots, n, 41, 6.0f, s);
+  b->b = random_slots<bf16>(c.slots, n, 42, 6.0f, s);
+  b->out[0] = DeviceBuffer<bf16>(n);
+  b->out[1] = DeviceBuffer<bf16>(n);
+  c.launch = [=](Variant v, int slot, cudaStream_t st) { fn(v, b->a[slot].get(), b->b[slot].get(), b->out[int(v)].get(), n, st); };
+  c.count_wrong = [=](cudaStream_t st) {
+    for (Variant v : {Variant::baseline, Variant::cut}) {
+      b->out[int(v)].poison();
+      fn(v, b->a[0].get(), b->b[0].get(), b->out[int(v)].get(), n, st);
+    }
+    PB_CUDA(cudaStreamSynchronize(st));
+    return count_differing(b->out[0], b->out[1]);
+  };
+  return c;
+}
+
+Case o_norm_gate_case(int64_t rows, int heads, cudaStream_t s) {
+  Case c;
+  c.family = "elementwise";
+  c.tag = "o_norm_gate";
+  c.shape = fmt::format("{}x{}x128", rows, heads);
+  const int64_t row_heads = rows * heads, n = row_heads * 128;
+  c.cost = cost::o_norm_gate(row_heads, 128);
+  c.slots = rotation_slots(c.cost.bytes);
+  struct Buffers {
+    std::vector<DeviceBuffer<bf16>> x, g;
+    DeviceBuffer<float> gamma;
+    std::array<DeviceBuffer<bf16>, 2> out;
+  };
+  auto b = std::make_shared<Buffers>();
+  b->x = random_slots<bf16>(c.slots, n, 51, 3.0f, s);
+  b->g = random_slots<bf16>(c.slots, n, 52, 6.0f, s);
+  b->gamma = DeviceBuffer<float>(128);
+  fill_uniform_f32(b->gamma.get(), 128, 53, 1.5f, s);
+  b->out[0] = DeviceBuffer<bf16>(n);
+  b->out[1] = DeviceBuffer<bf16>(n);
+  c.launch = [=](Variant v, int slot, cudaStream_t st) {
+    o_norm_gate(v, b->x[slot].get(), b->g[slot].get(), b->gamma.get(), b->out[int(v)].get(), row_heads, 1e-5f, st);
+  };
+  c.count_wrong = [=](cudaStream_t st) {
+    for (Variant v : {Variant::baseline, Variant::cut}) {
+      b->out[int(v)].poison();
+      o_norm_gate(v, b->x[0].get(), b->g[0].get(), b->gamma.get(), b->out[int(v)].get(), row_heads, 1e-5f, st);
+    }
+    PB_CUDA(cudaStreamSynchronize(st));
+    return count_differing(b->out[0], b->out[1]);
+  };
+  return c;
+}
+
+bool wanted(const KernelsBenchOptions& o, const std::string& family) {
+  return o.families.empty() || std::find(o.families.begin(), o.families.end(), family) != o.families.end();
+}
+
+// The cases in run order; each is built just before it runs so only one
+// case's buffers are alive at a time.
+std::vector<std::function<Case(cudaStream_t)>> case_builders(const KernelsBenchOptions& o) {
+  const int64_t r = o.rows;
+  std::vector<std::function<Case(cudaStream_t)>> b;
+  if (wanted(o, "land")) {
+    b.push_back([r](cudaStream_t s) { return land_case(r, 12288, 0, 12288, s); });
+    b.push_back([r](cudaStream_t s) { return land_case(r, 18432, 0, 18432, s); });
+    b.push_back([r](cudaStream_t s) { return land_case(r, 67584, 33792, 33792, s); });
+  }
+  if (wanted(o, "conv")) b.push_back([r](cudaStream_t s) { return conv_case(r, 12288, s); });
+  if (wanted(o, "lse_merge")) b.push_back([r](cudaStream_t s) { return merge_case(r, 96, s); });
+  if (wanted(o, "elementwise")) {
+    for (int64_t width : {int64_t(7168), int64_t(12288)}) {
+      b.push_back([r, width](cudaStream_t s) { return binary_case("add2", add2, 1, r, width, s); });
+      b.push_back([r, width](cudaStream_t s) { return binary_case("mul_sigmoid", mul_sigmoid, 6, r, width, s); });
+      b.push_back([r, width](cudaStream_t s) { return binary_case("situ", situ, 12, r, width, s); });
+    }
+    b.push_back([r](cudaStream_t s) { return o_norm_gate_case(r, 96, s); });
+  }
+  return b;
+}
+
+BenchRow make_row(const Case& c, Variant v, const Timing& t, double copy_tbps, double baseline_us) {
+  BenchRow row;
+  row.family = c.family;
+  row.kernel = c.tag;
+  row.variant = variant_name(v);
+  row.shape = c.shape;
+  row.median_us = t.median_us;
+  row.min_us = t.min_us;
+  row.max_us = t.max_us;
+  row.reps = t.reps;
+  row.bytes = c.cost.bytes;
+  row.flops = c.cost.flops;
+  row.tbps = c.cost.bytes / (t.median_us * 1e6);
+  row.tflops = c.cost.flops / (t.median_us * 1e6);
+  row.fraction = row.tbps / copy_tbps;
+  row.speedup = baseline_us / t.median_us;
+  return row;
+}
+
+}  // namespace
+
+int run_kernels_bench(const KernelsBenchOptions& o, RunResult& result) {
+  cudaStream_t stream;
+  PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double copy_tbps = measure_copy_tbps(stream);
+  result.numbers["copy_tbps"] = copy_tbps;
+  result.text["ceiling"] = "device-to-device cudaMemcpyAsync of 2 GiB, read + write, median of 20";
+  std::printf("copy ceiling: %.3f TB/s (2 GiB device-to-device, read + write)\n", copy_tbps);
+  std::printf("%-13s %-18s %-22s %-8s %10s %8s %7s %8s %7s\n", "family", "case", "shape", "variant", "median_us",
+              "TB/s", "frac", "speedup", "wrong");
+  int failed_cases = 0;
+  for (const auto& build : case_builders(o)) {
+    Case c = build(stream);
+    PB_CUDA(cudaStreamSynchronize(stream));
+    double baseline_us = 0;
+    std::vector<BenchRow> rows;
+    for (Variant v : {Variant::baseline, Variant::cut}) {
+      Timing t = time_launches([&](int slot, cudaStream_t st) { c.launch(v, slot, st); }, c.slots, o.warmup,
+                               o.reps, stream);
+      if (v == Variant::baseline) baseline_us = t.median_us;
+      rows.push_back(make_row(c, v, t, copy_tbps, baseline_us));
+    }
+    const int64_t wrong = c.count_wrong(stream);
+    failed_cases += wrong != 0;
+    for (const auto& row : rows) {
+      std::printf("%-13s %-18s %-22s %-8s %10.1f %8.3f %7.3f %8.2f %7lld\n", row.family.c_str(), row.kernel.c_str(),
+                  row.shape.c_str(), row.variant.c_str(), row.median_us, row.tbps, row.fraction, row.speedup,
+                  (long long)wrong);
+      result.bench.push_back(row);
+    }
+    std::fflush(stdout);
+  }
+  PB_CUDA(cudaStreamDestroy(stream));
+  return failed_cases;
+}
+
+}  // namespace pb

@@ -1,0 +1,34 @@
+// Timing hygiene in one place: CUDA events on the work stream, a warm-up,
+// the median of many repetitions, and buffers rotated so that repeated
+// launches do not read from L2.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <vector>
+
+namespace pb {
+
+struct Timing {
+  double median_us = 0, min_us = 0, max_us = 0;
+  int reps = 0;
+};
+
+// Times launch(slot, stream) `reps` times after `warmup` untimed calls, each
+// repetition between two events; slot cycles through 0..slots-1 so that each
+// repetition reads another copy of its inputs.
+Timing time_launches(const std::function<void(int slot, cudaStream_t)>& launch, int slots, int warmup, int reps,
+                     cudaStream_t stream);
+
+// How many rotating copies of a working set of `bytes` keep the total at
+// least three times the device's L2 (at least 2).
+int rotation_slots(double bytes);
+
+// Device-to-device copy rate, counting bytes read plus bytes written, TB/s.
+double measure_copy_tbps(cudaStream_t stream, int reps = 20);
+
+// cuBLAS bf16 GEMM rate (f32 accumulate) on an n^3 product of random data, TFLOP/s.
+double measure_gemm_tflops(cudaStream_t stream, int n = 8192, int reps = 20);
+
+}  // namespace pb
