@@ -1,0 +1,242 @@
+// lse_merge (cut 4) and o_finalize.
+//
+// Variants: baseline (128-thread block per row, one element per thread) and cut
+// (16 lanes per row, 16-byte loads). Run either through pb::lse_merge(Variant, ...);
+// the contract is in lse_merge.h:
+//   o_win [t_q, h, 128] bf16, lse_win [h, t_q] f32 (natural log)
+//   -> o_acc [t_q, h, 128] f32, lse_acc [h, t_q] f32, in place
+//   m = fmaxf(la, lw); merged = m + logf(expf(la - m) + expf(lw - m));
+//   acc = __fmaf_rn(f32(o), expf(lw - merged), __fmul_rn(acc, expf(la - merged))); lse = merged
+//   la == lw == -inf: row untouched; reset: acc = f32(o), lse = lw.
+// Both variants call the same device functions (merge_weights, merge_element),
+// compiled with --fmad=false and no fast-math, so they agree bit for bit.
+//
+// o_finalize: o [n] bf16 = __float2bfloat16_rn(o_acc [n] f32); one version.
+#include "lse_merge.h"
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "check.h"
+
+namespace pb {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kHeadDim = kLseMergeHeadDim;
+
+struct MergeWeights {
+  float acc;     // expf(la - merged)
+  float win;     // expf(lw - merged)
+  float merged;  // the new lse
+};
+
+// True when the row keeps its bits: both sides -inf (no probability mass).
+__device__ __forceinline__ bool merge_untouched(float la, float lw) {
+  return la == -INFINITY && lw == -INFINITY;
+}
+
+__device__ __forceinline__ MergeWeights merge_weights(float la, float lw) {
+  const float m = fmaxf(la, lw);
+  const float merged = m + logf(expf(la - m) + expf(lw - m));
+  return {expf(la - merged), expf(lw - merged), merged};
+}
+
+__device__ __forceinline__ float merge_element(float acc, float o, const MergeWeights& w) {
+  return __fmaf_rn(o, w.win, __fmul_rn(acc, w.acc));
+}
+
+// ---------------------------------------------------------------------------
+// Baseline: one 128-thread block per (q, head) row, one element per thread.
+// Block b is row b = q * heads + head.
+// ---------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kHeadDim)
+lse_merge_baseline_kernel(const bf16* __restrict__ o_win, const float* __restrict__ lse_win,
+                          float* __restrict__ o_acc, float* __restrict__ lse_acc, int64_t t_q,
+                          int heads, bool reset) {
+  const int64_t row = blockIdx.x;
+  const int64_t q = row / heads;
+  const int64_t head = row - q * heads;
+  const int64_t li = head * t_q + q;
+  const int64_t e = row * kHeadDim + threadIdx.x;
+  const float lw = lse_win[li];
+  const float o = __bfloat162float(o_win[e]);
+  if (reset) {
+    o_acc[e] = o;
+    if (threadIdx.x == 0) lse_acc[li] = lw;
+    return;
+  }
+  const float la = lse_acc[li];
+  __syncthreads();  // every thread has read la before thread 0 overwrites it
+  if (merge_untouched(la, lw)) return;
+  const MergeWeights w = merge_weights(la, lw);
+  o_acc[e] = merge_element(o_acc[e], o, w);
+  if (threadIdx.x == 0) lse_acc[li] = w.merged;
+}
+
+// ---------------------------------------------------------------------------
+// Cut: 16 lanes per row, 8 elements per lane (one 16-byte bf16 load, two
+// float4 accumulator loads and stores); a 256-thread block walks 16 rows.
+// The two rows of a warp are its two half-warps.
+// ---------------------------------------------------------------------------
+
+constexpr int kCutLanes = 16;
+constexpr int kCutCols = kHeadDim / kCutLanes;
+constexpr int kCutThreads = 256;
+constexpr int kCutRows = kCutThreads / kCutLanes;
+static_assert(kCutCols == 8, "lse_merge cut: one uint4 of bf16 per lane");
+static_assert(kCutThreads % 32 == 0 && 32 % kCutLanes == 0,
+              "lse_merge cut: a row's lanes must lie in one warp");
+
+__global__ void __launch_bounds__(kCutThreads)
+lse_merge_cut_kernel(const bf16* __restrict__ o_win, const float* __restrict__ lse_win,
+                     float* __restrict__ o_acc, float* __restrict__ lse_acc, int64_t t_q,
+                     int heads, bool reset) {
+  const int64_t rows = t_q * heads;
+  const int64_t row = int64_t(blockIdx.x) * kCutRows + threadIdx.x / kCutLanes;
+  const int lane = threadIdx.x % kCutLanes;
+  const bool live = row < rows;
+  const int64_t e = row * kHeadDim + lane * kCutCols;
+  int64_t li = 0;
+  float la = 0.0f, lw = 0.0f;
+  uint4 ov = make_uint4(0, 0, 0, 0);
+  float4 a0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), a1 = a0;
+  if (live) {
+    const int64_t q = row / heads;
+    li = (row - q * heads) * t_q + q;
+    lw = lse_win[li];
+    ov = *reinterpret_cast<const uint4*>(o_win + e);
+    if (!reset) {
+      la = lse_acc[li];
+      a0 = *reinterpret_cast<const float4*>(o_acc + e);
+      a1 = *reinterpret_cast<const float4*>(o_acc + e + 4);
+    }
+  }
+  __syncwarp();  // every lane of the row has read la before lane 0 overwrites it
+  if (!live) return;
+
+  float o[kCutCols];
+  const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&ov);
+#pragma unroll
+  for (int k = 0; k < kCutCols / 2; ++k) {
+    const float2 f = __bfloat1622float2(o2[k]);
+    o[2 * k] = f.x;
+    o[2 * k + 1] = f.y;
+  }
+  if (reset) {
+    *reinterpret_cast<float4*>(o_acc + e) = make_float4(o[0], o[1], o[2], o[3]);
+    *reinterpret_cast<float4*>(o_acc + e + 4) = make_float4(o[4], o[5], o[6], o[7]);
+    if (lane == 0) lse_acc[li] = lw;
+    return;
+  }
+  if (merge_untouched(la, lw)) return;
+  const MergeWeights w = merge_weights(la, lw);
+  a0 = make_float4(merge_element(a0.x, o[0], w), merge_element(a0.y, o[1], w),
+                   merge_element(a0.z, o[2], w), merge_element(a0.w, o[3], w));
+  a1 = make_float4(merge_element(a1.x, o[4], w), merge_element(a1.y, o[5], w),
+                   merge_element(a1.z, o[6], w), merge_element(a1.w, o[7], w));
+  *reinterpret_cast<float4*>(o_acc + e) = a0;
+  *reinterpret_cast<float4*>(o_acc + e + 4) = a1;
+  if (lane == 0) lse_acc[li] = w.merged;
+}
+
+// ---------------------------------------------------------------------------
+// o_finalize: 8 elements per thread; two float4 loads and one 16-byte store
+// when both pointers are 16-byte aligned, scalar otherwise and for the tail.
+// ---------------------------------------------------------------------------
+
+constexpr int kFinalizeThreads = 256;
+constexpr int kFinalizeCols = 8;
+
+__global__ void __launch_bounds__(kFinalizeThreads)
+o_finalize_kernel(const float* __restrict__ acc, bf16* __restrict__ o, int64_t n, bool vec) {
+  const int64_t i0 = (int64_t(blockIdx.x) * kFinalizeThreads + threadIdx.x) * kFinalizeCols;
+  if (i0 >= n) return;
+  if (vec && i0 + kFinalizeCols <= n) {
+    const float4 lo = *reinterpret_cast<const float4*>(acc + i0);
+    const float4 hi = *reinterpret_cast<const float4*>(acc + i0 + 4);
+    uint4 out;
+    *reinterpret_cast<__nv_bfloat162*>(&out.x) = __floats2bfloat162_rn(lo.x, lo.y);
+    *reinterpret_cast<__nv_bfloat162*>(&out.y) = __floats2bfloat162_rn(lo.z, lo.w);
+    *reinterpret_cast<__nv_bfloat162*>(&out.z) = __floats2bfloat162_rn(hi.x, hi.y);
+    *reinterpret_cast<__nv_bfloat162*>(&out.w) = __floats2bfloat162_rn(hi.z, hi.w);
+    *reinterpret_cast<uint4*>(o + i0) = out;
+    return;
+  }
+  const int64_t end = i0 + kFinalizeCols < n ? i0 + kFinalizeCols : n;
+  for (int64_t i = i0; i < end; ++i) o[i] = __float2bfloat16_rn(acc[i]);
+}
+
+bool aligned_to(const void* ptr, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+}
+
+// Checks the common contract; returns false for an empty shape.
+bool check_merge_contract(const char* who, const bf16* o_win, const float* lse_win,
+                          const float* o_acc, const float* lse_acc, int64_t t_q, int heads) {
+  PB_CHECK(t_q >= 0 && heads >= 0, std::string(who) + ": negative shape");
+  if (t_q == 0 || heads == 0) return false;
+  PB_CHECK(o_win && lse_win && o_acc && lse_acc, std::string(who) + ": null pointer");
+  return true;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Launchers
+// ---------------------------------------------------------------------------
+
+void lse_merge_baseline(const bf16* o_win, const float* lse_win, float* o_acc, float* lse_acc,
+                        int64_t t_q, int heads, bool reset, cudaStream_t stream) {
+  if (!check_merge_contract("lse_merge_baseline", o_win, lse_win, o_acc, lse_acc, t_q, heads)) {
+    return;
+  }
+  PB_CHECK(t_q <= INT_MAX / heads, "lse_merge_baseline: t_q * heads exceeds the 1D grid");
+  const unsigned blocks = unsigned(t_q * heads);
+  lse_merge_baseline_kernel<<<blocks, kHeadDim, 0, stream>>>(o_win, lse_win, o_acc, lse_acc, t_q,
+                                                             heads, reset);
+  PB_CUDA_LAUNCH();
+}
+
+void lse_merge_cut(const bf16* o_win, const float* lse_win, float* o_acc, float* lse_acc,
+                   int64_t t_q, int heads, bool reset, cudaStream_t stream) {
+  if (!check_merge_contract("lse_merge_cut", o_win, lse_win, o_acc, lse_acc, t_q, heads)) return;
+  PB_CHECK(aligned_to(o_win, 16) && aligned_to(o_acc, 16),
+           "lse_merge_cut: o_win and o_acc must be 16-byte aligned");
+  const int64_t blocks = (t_q * heads + kCutRows - 1) / kCutRows;
+  PB_CHECK(blocks <= INT_MAX, "lse_merge_cut: grid too large");
+  lse_merge_cut_kernel<<<unsigned(blocks), kCutThreads, 0, stream>>>(o_win, lse_win, o_acc,
+                                                                     lse_acc, t_q, heads, reset);
+  PB_CUDA_LAUNCH();
+}
+
+void o_finalize(const float* o_acc, bf16* o, int64_t n, cudaStream_t stream) {
+  PB_CHECK(n >= 0, "o_finalize: negative size");
+  if (n == 0) return;
+  PB_CHECK(o_acc && o, "o_finalize: null pointer");
+  const bool vec = aligned_to(o_acc, 16) && aligned_to(o, 16);
+  const int64_t per_block = int64_t(kFinalizeThreads) * kFinalizeCols;
+  const int64_t blocks = (n + per_block - 1) / per_block;
+  PB_CHECK(blocks <= INT_MAX, "o_finalize: grid too large");
+  o_finalize_kernel<<<unsigned(blocks), kFinalizeThreads, 0, stream>>>(o_acc, o, n, vec);
+  PB_CUDA_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------
+// Dispatch
+// ---------------------------------------------------------------------------
+
+void lse_merge(Variant v, const bf16* o_win, const float* lse_win, float* o_acc, float* lse_acc,
+               int64_t t_q, int heads, bool reset, cudaStream_t stream) {
+  if (v == Variant::cut) {
+    lse_merge_cut(o_win, lse_win, o_acc, lse_acc, t_q, heads, reset, stream);
+  } else {
+    lse_merge_baseline(o_win, lse_win, o_acc, lse_acc, t_q, heads, reset, stream);
+  }
+}
+
+}  // namespace pb

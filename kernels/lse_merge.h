@@ -1,0 +1,65 @@
+// lse_merge (cut 4): fold one attention window into the f32 log-sum-exp
+// accumulator; o_finalize: cast the accumulator to bf16. DESIGN.md §4 "Cut 4".
+//
+//   o_win    [t_q, h, 128] bf16   the window's attention output
+//   lse_win  [h, t_q] f32         its log-sum-exp, natural log (base e), head-major
+//   o_acc    [t_q, h, 128] f32    accumulator, updated in place
+//   lse_acc  [h, t_q] f32         accumulator's log-sum-exp, natural log, updated in place
+//
+// Per row (q, head), la = lse_acc[head][q], lw = lse_win[head][q]:
+//   reset:       acc = f32(o); lse_acc = lw                 (the first window initializes)
+//   la == lw == -inf:  row untouched (acc and lse_acc keep their bits)
+//   otherwise:   m = fmaxf(la, lw); merged = m + logf(expf(la - m) + expf(lw - m))
+//                w_acc = expf(la - merged); w_win = expf(lw - merged)
+//                acc = fma(f32(o), w_win, acc * w_acc)
+//                      (__fmaf_rn(f32(o), w_win, __fmul_rn(acc, w_acc)) / std::fma)
+//                lse_acc = merged
+// "acc * expf(la - merged) + f32(o) * expf(lw - merged)" is spelled as one
+// round-to-nearest FMA over a rounded product (the default-contracted form);
+// max is fmaxf (a NaN lse loses to a number). Any other ±inf / NaN lse simply
+// flows through this expression. Baseline, cut and reference are bit-identical.
+//
+// Variants (pb::Variant, one dispatch point: lse_merge):
+//   baseline  a 128-thread block per (q, head) row, one element per thread,
+//             2-byte loads; 1D grid of t_q * h blocks.
+//   cut       16 lanes per row, each one 16-byte bf16 load and two float4
+//             accumulator loads/stores; a 256-thread block walks 16 rows; every
+//             lane recomputes the weights from the same lse pair, lane 0 alone
+//             writes the merged lse. o_win and o_acc must be 16-byte aligned.
+//
+//   o_finalize   o [n] bf16 = __float2bfloat16_rn(acc [n] f32)   (n = t_q * h * 128)
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "ref_math.h"
+#include "variant.h"
+
+namespace pb {
+
+constexpr int kLseMergeHeadDim = 128;
+
+void lse_merge_baseline(const __nv_bfloat16* o_win, const float* lse_win, float* o_acc,
+                        float* lse_acc, int64_t t_q, int heads, bool reset, cudaStream_t stream);
+
+void lse_merge_cut(const __nv_bfloat16* o_win, const float* lse_win, float* o_acc,
+                   float* lse_acc, int64_t t_q, int heads, bool reset, cudaStream_t stream);
+
+// The one dispatch point on the cut switch.
+void lse_merge(Variant v, const __nv_bfloat16* o_win, const float* lse_win, float* o_acc,
+               float* lse_acc, int64_t t_q, int heads, bool reset, cudaStream_t stream);
+
+// o [n] bf16 = bf16_rn(o_acc [n] f32). 16-byte path when both pointers are
+// 16-byte aligned, scalar otherwise and for the tail.
+void o_finalize(const float* o_acc, __nv_bfloat16* o, int64_t n, cudaStream_t stream);
+
+namespace ref {
+void lse_merge(const uint16_t* o_win, const float* lse_win, float* o_acc, float* lse_acc,
+               int64_t t_q, int heads, bool reset, const Transcendentals& math);
+void o_finalize(const float* o_acc, uint16_t* o, int64_t n);
+}  // namespace ref
+
+}  // namespace pb
