@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# A short device call for one kernel family: build its GPU test and the
+# benchmark, run the test, then `prefill-bench kernels --family F`.
+# Usage: scripts/gpu-kernels.sh <family: land|conv|lse_merge|elementwise> <test target>
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+family=${1:?family}
+test=${2:?test target, e.g. test_elementwise}
+OUT=${OUT:-$here/../gpu-out}
+mkdir -p "$OUT"
+source "$here/env.sh"
+if ! pb_build prefill-bench "$test" >"$OUT/build.log" 2>&1; then
+  grep -E "error" -A3 "$OUT/build.log" | head -40
+  echo "gpu-kernels: build failed"
+  exit 1
+fi
+"$PB_BUILD/$test" 2>&1 | tail -15 | tee "$OUT/test.log"
+"$PB_BUILD/prefill-bench" kernels --family "$family" --output "$OUT/kernels.h5" --overwrite 2>&1 | tee "$OUT/kernels.log"
