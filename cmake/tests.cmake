@@ -67,3 +67,26 @@ foreach(src ${PB_GPU_TESTS})
   add_test(NAME gpu.${name} COMMAND ${name})
   set_tests_properties(gpu.${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600)
 endforeach()
+
+# The plot scripts on the plan file (python3 with h5py + matplotlib, from setup.sh).
+set(PB_PYTHON "")
+foreach(candidate /usr/bin/python3 python3)
+  find_program(pb_py_${candidate} NAMES ${candidate} NO_CACHE)
+  if(pb_py_${candidate} AND NOT PB_PYTHON)
+    execute_process(COMMAND ${pb_py_${candidate}} -c "import h5py, matplotlib" RESULT_VARIABLE pb_py_rc
+                    OUTPUT_QUIET ERROR_QUIET)
+    if(pb_py_rc EQUAL 0)
+      set(PB_PYTHON ${pb_py_${candidate}})
+    endif()
+  endif()
+endforeach()
+if(PB_PYTHON)
+  add_test(NAME cpu.plot_anatomy COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/scripts/plot_anatomy.py ${PB_PLAN_OUT}
+           --variant baseline -o ${CMAKE_BINARY_DIR}/test-out/anatomy.png --overwrite)
+  add_test(NAME cpu.plot_ab COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/scripts/plot_ab.py ${PB_PLAN_OUT}
+           --variants baseline,all -o ${CMAKE_BINARY_DIR}/test-out/ab.png --overwrite)
+  set_tests_properties(cpu.plot_anatomy cpu.plot_ab PROPERTIES LABELS cpu TIMEOUT 120
+    FIXTURES_REQUIRED plan_cp8 PASS_REGULAR_EXPRESSION "wrote ")
+else()
+  message(STATUS "no python3 with h5py and matplotlib: the plot tests are not registered (scripts/setup.sh installs them)")
+endif()
