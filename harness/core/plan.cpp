@@ -123,10 +123,14 @@ class RankPlanner {
       return;
     }
     add("conv", "conv.land_" + stream, cost::land(t_, 1, inner));
+    // windows [t + 1, 3, inner]: per slot, one 2D copy from the carry and one
+    // from the landed rows (conv_silu_chunk.cu), each skipped when empty.
+    const int64_t window_rows = t_ + 1;
     for (int slot = 0; slot < 3; ++slot) {
-      const int64_t from_carry = std::min<int64_t>(3 - slot, t_);
+      const int64_t from_carry = std::min<int64_t>(3 - slot, window_rows);
       add("conv", "conv.window_copy", cost::copy(double(from_carry) * inner * 2));
-      if (t_ > from_carry) add("conv", "conv.window_copy", cost::copy(double(t_ - from_carry) * inner * 2));
+      if (window_rows > from_carry)
+        add("conv", "conv.window_copy", cost::copy(double(window_rows - from_carry) * inner * 2));
     }
     add("conv", "conv.decode_" + stream, cost::conv_decode(t_, inner));
     add("conv", "conv.carry_copy", cost::copy(3.0 * inner * 2));
