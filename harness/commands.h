@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "compare.h"
+#include "fmha_bench.h"
 #include "gang.h"
 #include "kernels_bench.h"
 #include "scenario.h"
@@ -30,5 +31,6 @@ int cmd_plan(const Gang& gang, const ScenarioArgs& args);
 int cmd_run(const Gang& gang, const ScenarioArgs& args);
 int cmd_compare(const Gang& gang, const CompareOptions& options);
 int cmd_kernels(const Gang& gang, const KernelsBenchOptions& options);
+int cmd_fmha(const Gang& gang, const FmhaBenchOptions& options);
 
 }  // namespace pb

@@ -6,6 +6,7 @@
 //   prefill-bench compare  A.h5 [B.h5]     per-family A/B, TTFT, outputs verdict
 //   prefill-bench compare  --baseline B.h5 run.h5 --max-regression 3%
 //   prefill-bench kernels                  the cut kernels' benchmark
+//   prefill-bench fmha                     the FMHA engines' benchmark
 //   prefill-bench verify   scenario.yaml   bit-identity / floor gates
 //   prefill-bench ranks    scenario.yaml   the scenario's rank count (scripts)
 #include <CLI/CLI.hpp>
@@ -80,6 +81,17 @@ int main(int argc, char** argv) {
   kernels->add_option("--output,-o", kopt.output, "results file (default runs/kernels-bench-<time>.h5)");
   kernels->add_flag("--overwrite", kopt.overwrite, "replace an existing results file");
 
+  pb::FmhaBenchOptions fopt;
+  CLI::App* fmha = app.add_subcommand("fmha", "the FMHA engines at the MLA shapes (96 heads, d 192/128)");
+  fmha->add_option("--tokens", fopt.tokens, "Tq = Tk values (default 4096 8192 16384)");
+  fmha->add_option("--heads", fopt.heads, "heads (default 96)");
+  fmha->add_option("--engine", fopt.engines, "native, cudnn (default: native, and cudnn when built with it)");
+  fmha->add_option("--mask", fopt.masks, "dense, causal (default: both)");
+  fmha->add_option("--reps", fopt.reps, "timed repetitions, median reported (default 20)");
+  fmha->add_option("--warmup", fopt.warmup, "untimed repetitions first (default 3)");
+  fmha->add_option("--output,-o", fopt.output, "results file (default runs/fmha-bench-<time>.h5)");
+  fmha->add_flag("--overwrite", fopt.overwrite, "replace an existing results file");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -100,6 +112,10 @@ int main(int argc, char** argv) {
     if (*kernels) {
       kopt.command_line = command_line;
       return pb::cmd_kernels(gang, kopt);
+    }
+    if (*fmha) {
+      fopt.command_line = command_line;
+      return pb::cmd_fmha(gang, fopt);
     }
     if (*ranks) {
       std::printf("%d\n", pb::load_scenario_on_gang(gang, ranks_args).cp);
