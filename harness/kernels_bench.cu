@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 
+#include "attnres.h"
 #include "check.h"
 #include "conv_silu_chunk.h"
 #include "cost.h"
@@ -21,6 +22,7 @@
 #include "elementwise.h"
 #include "land.h"
 #include "lse_merge.h"
+#include "model.h"
 #include "random_fill.h"
 #include "timing.h"
 
@@ -35,6 +37,7 @@ using bf16 = __nv_bfloat16;
 struct Case {
   std::string family, tag, shape;
   Cost cost;
+  Cost cut_cost;  // what the cut moves when it differs from cost (a fused cut); bytes 0: cost
   int slots = 2;
   std::function<void(Variant, int slot, cudaStream_t)> launch;
   std::function<int64_t(cudaStream_t)> count_wrong;
@@ -241,6 +244,91 @@ Case o_norm_gate_case(int64_t rows, int heads, cudaStream_t s) {
   return c;
 }
 
+// ---- attnres (the sixth cut): one call at nb = 1 .. 8 over [rows, 8, hidden] snapshots ----
+// Bytes: the baseline reads every candidate once per launch (scores + mix);
+// the fused cut reads them once (cost::attnres_fused). Each row's TB/s and
+// fraction count the bytes its own variant moves.
+std::string attnres_tag(int nb) { return "attnres.nb" + std::to_string(nb); }
+
+Case attnres_case(int64_t rows, int64_t hidden, int nb, cudaStream_t s) {
+  Case c;
+  c.family = "attnres";
+  c.tag = attnres_tag(nb);
+  c.shape = fmt::format("{}x{} c{}", rows, hidden, nb + 1);
+  const Cost scores = cost::attnres_scores(rows, hidden, nb + 1), mix = cost::attnres_mix(rows, hidden, nb + 1);
+  c.cost = {scores.bytes + mix.bytes, scores.flops + mix.flops, Unit::memory};
+  c.cut_cost = cost::attnres_fused(rows, hidden, nb + 1);
+  c.slots = rotation_slots(c.cut_cost.bytes);
+  const AttnResShape shape{rows, hidden, nb, 8};
+  struct Buffers {
+    std::vector<DeviceBuffer<bf16>> snap, partial;  // [rows, 8, hidden], [rows, hidden] per slot
+    DeviceBuffer<float> sw;
+    std::array<DeviceBuffer<float>, 2> scores;      // per variant
+    std::array<DeviceBuffer<bf16>, 2> out;
+  };
+  auto b = std::make_shared<Buffers>();
+  b->snap = random_slots<bf16>(c.slots, rows * 8 * hidden, 61, 3.0f, s);
+  b->partial = random_slots<bf16>(c.slots, rows * hidden, 62, 3.0f, s);
+  b->sw = DeviceBuffer<float>(hidden);
+  fill_uniform_f32(b->sw.get(), hidden, 63, 0.02f, s);  // scores spread ~1: a softmax that is not one-hot
+  for (int v = 0; v < 2; ++v) {
+    b->scores[v] = DeviceBuffer<float>(rows * (nb + 1));
+    b->out[v] = DeviceBuffer<bf16>(rows * hidden);
+  }
+  c.launch = [=](Variant v, int slot, cudaStream_t st) {
+    attnres(v, b->snap[slot].get(), b->partial[slot].get(), b->sw.get(), b->scores[int(v)].get(),
+            b->out[int(v)].get(), shape, 1e-5f, st);
+  };
+  c.count_wrong = [=](cudaStream_t st) {
+    for (Variant v : {Variant::baseline, Variant::cut}) {
+      b->scores[int(v)].poison();
+      b->out[int(v)].poison();
+      attnres(v, b->snap[0].get(), b->partial[0].get(), b->sw.get(), b->scores[int(v)].get(), b->out[int(v)].get(),
+              shape, 1e-5f, st);
+    }
+    PB_CUDA(cudaStreamSynchronize(st));
+    return count_differing(b->scores[0], b->scores[1]) + count_differing(b->out[0], b->out[1]);
+  };
+  return c;
+}
+
+// One superstep's AttnRes at K3 (DESIGN.md §2.1, L = 93, a snapshot every 12
+// layers): nb_in(l) for l = 1 .. 92 and nb_mlp(l) for l = 0 .. 92, 185 full-row
+// calls, summed from the per-nb medians above; the first token's call on one
+// row is left out. Prints nothing unless every nb was measured.
+void print_attnres_superstep(int64_t rows, RunResult& result) {
+  const ModelShape m = model_preset("k3");
+  std::array<int, kAttnResMaxBlocks + 1> calls{};
+  for (int64_t l = 0; l < m.layers; ++l) {
+    for (int64_t nb : {l > 0 ? m.nb_in(l) : int64_t(0), m.nb_mlp(l)}) {
+      if (nb == 0) continue;
+      PB_CHECK(nb <= kAttnResMaxBlocks, "attnres superstep: nb above 8");
+      ++calls[size_t(nb)];
+    }
+  }
+  double us[2] = {0, 0}, bytes[2] = {0, 0};
+  int total = 0;
+  for (int nb = 1; nb <= kAttnResMaxBlocks; ++nb) {
+    if (calls[size_t(nb)] == 0) continue;
+    for (Variant v : {Variant::baseline, Variant::cut}) {
+      const BenchRow* found = nullptr;
+      for (const auto& row : result.bench)
+        if (row.family == "attnres" && row.kernel == attnres_tag(nb) && row.variant == variant_name(v)) found = &row;
+      if (!found) return;
+      us[int(v)] += calls[size_t(nb)] * found->median_us;
+      bytes[int(v)] += calls[size_t(nb)] * found->bytes;
+    }
+    total += calls[size_t(nb)];
+  }
+  std::printf("attnres superstep: %d calls at %lld rows (nb 1..8 x %d %d %d %d %d %d %d %d; the 1-row call not "
+              "counted): baseline %.1f us (%.3f TB/s), cut %.1f us (%.3f TB/s), speedup %.2f\n",
+              total, (long long)rows, calls[1], calls[2], calls[3], calls[4], calls[5], calls[6], calls[7], calls[8],
+              us[0], bytes[0] / (us[0] * 1e6), us[1], bytes[1] / (us[1] * 1e6), us[0] / us[1]);
+  result.numbers["attnres_superstep_baseline_us"] = us[0];
+  result.numbers["attnres_superstep_cut_us"] = us[1];
+  result.numbers["attnres_superstep_calls"] = total;
+}
+
 bool wanted(const KernelsBenchOptions& o, const std::string& family) {
   return o.families.empty() || std::find(o.families.begin(), o.families.end(), family) != o.families.end();
 }
@@ -265,6 +353,9 @@ std::vector<std::function<Case(cudaStream_t)>> case_builders(const KernelsBenchO
     }
     b.push_back([r](cudaStream_t s) { return o_norm_gate_case(r, 96, s); });
   }
+  if (wanted(o, "attnres"))
+    for (int nb = 1; nb <= kAttnResMaxBlocks; ++nb)
+      b.push_back([r, nb](cudaStream_t s) { return attnres_case(r, 7168, nb, s); });
   return b;
 }
 
@@ -278,10 +369,11 @@ BenchRow make_row(const Case& c, Variant v, const Timing& t, double copy_tbps, d
   row.min_us = t.min_us;
   row.max_us = t.max_us;
   row.reps = t.reps;
-  row.bytes = c.cost.bytes;
-  row.flops = c.cost.flops;
-  row.tbps = c.cost.bytes / (t.median_us * 1e6);
-  row.tflops = c.cost.flops / (t.median_us * 1e6);
+  const Cost& cost = v == Variant::cut && c.cut_cost.bytes > 0 ? c.cut_cost : c.cost;
+  row.bytes = cost.bytes;
+  row.flops = cost.flops;
+  row.tbps = cost.bytes / (t.median_us * 1e6);
+  row.tflops = cost.flops / (t.median_us * 1e6);
   row.fraction = row.tbps / copy_tbps;
   row.speedup = baseline_us / t.median_us;
   return row;
@@ -320,6 +412,7 @@ int run_kernels_bench(const KernelsBenchOptions& o, RunResult& result) {
     }
     std::fflush(stdout);
   }
+  print_attnres_superstep(o.rows, result);
   PB_CUDA(cudaStreamDestroy(stream));
   return failed_cases;
 }

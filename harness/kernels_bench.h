@@ -11,7 +11,7 @@
 namespace pb {
 
 struct KernelsBenchOptions {
-  std::vector<std::string> families;  // empty: all (land, conv, lse_merge, elementwise)
+  std::vector<std::string> families;  // empty: all (land, conv, lse_merge, elementwise, attnres)
   int64_t rows = 16896;               // the bucket
   int warmup = 3;
   int reps = 30;                      // the median of at least 20

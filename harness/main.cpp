@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
 
   pb::KernelsBenchOptions kopt;
   CLI::App* kernels = app.add_subcommand("kernels", "baseline vs cut of the memory-bound cut kernels");
-  kernels->add_option("--family", kopt.families, "land, conv, lse_merge, elementwise (default: all)");
+  kernels->add_option("--family", kopt.families, "land, conv, lse_merge, elementwise, attnres (default: all)");
   kernels->add_option("--rows", kopt.rows, "rows (the bucket; default 16896)");
   kernels->add_option("--reps", kopt.reps, "timed repetitions, median reported (default 30)");
   kernels->add_option("--warmup", kopt.warmup, "untimed repetitions first (default 3)");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A short device call for one kernel family: build its GPU test and the
 # benchmark, run the test, then `prefill-bench kernels --family F`.
-# Usage: scripts/gpu-kernels.sh <family: land|conv|lse_merge|elementwise> <test target>
+# Usage: scripts/gpu-kernels.sh <family: land|conv|lse_merge|elementwise|attnres> <test target>
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 family=${1:?family}

@@ -125,6 +125,12 @@ Cost attnres_mix(int64_t rows, int64_t hidden, int64_t candidates) {
   return memory(n * kBf16 + double(rows) * candidates * kF32 + double(rows) * hidden * kBf16, n * 2);
 }
 
+Cost attnres_fused(int64_t rows, int64_t hidden, int64_t candidates) {
+  double n = double(rows) * hidden * candidates;
+  return memory(n * kBf16 + hidden * kF32 + double(rows) * candidates * kF32 + double(rows) * hidden * kBf16,
+                n * 6);
+}
+
 Cost router_topk(int64_t tokens, int64_t experts, int64_t top_k) {
   return memory(double(tokens) * experts * kF32 + double(tokens) * top_k * (kF32 + 4),
                 double(tokens) * experts * 8);

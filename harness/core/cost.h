@@ -53,6 +53,8 @@ Cost kda_package(int64_t tokens, int64_t heads, int64_t d, int64_t chunk);
 // AttnRes: scores read nb+1 candidates, mix reads them again.
 Cost attnres_scores(int64_t rows, int64_t hidden, int64_t candidates);
 Cost attnres_mix(int64_t rows, int64_t hidden, int64_t candidates);
+// AttnRes fused (the cut): each candidate read once, sw, scores and out written once.
+Cost attnres_fused(int64_t rows, int64_t hidden, int64_t candidates);
 // MoE routing pieces.
 Cost router_topk(int64_t tokens, int64_t experts, int64_t top_k);
 Cost moe_permute(int64_t tokens, int64_t top_k, int64_t width);

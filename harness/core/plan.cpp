@@ -55,7 +55,13 @@ class RankPlanner {
   }
   void add2(int64_t n) { elementwise("add2", n, 2, 1); }
   void situ(int64_t n) { elementwise("situ", n, 2, 12); }
+  // The baseline's two launches (scores, mix), or the cut's one fused launch
+  // (kernels/attnres.h; attnres_launches() says the same, test_plan checks it).
   void attnres(int64_t rows, int64_t blocks) {
+    if (cuts_[Cut::attnres]) {
+      add("attnres", "attnres.fused", cost::attnres_fused(rows, m_.hidden, blocks + 1));
+      return;
+    }
     add("attnres", "attnres.scores", cost::attnres_scores(rows, m_.hidden, blocks + 1));
     add("attnres", "attnres.mix", cost::attnres_mix(rows, m_.hidden, blocks + 1));
   }

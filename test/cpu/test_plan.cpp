@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "attnres.h"
 #include "plan.h"
 #include "scenario.h"
 
@@ -70,8 +71,7 @@ TEST_CASE("layer structure: 69 KDA and 24 MLA layers, one dense FFN, 186 AttnRes
   CHECK(count(p, "gemm.wfu") == 24);
   CHECK(count(p, "gemm.dense_gate_up") == 1);
   CHECK(count(p, "moe_gemm.gate_up") == 92);
-  CHECK(count(p, "attnres.scores") == 186);
-  CHECK(count(p, "attnres.mix") == 186);
+  CHECK(count(p, "attnres.fused") == 186);  // the AttnRes cut: one launch per call
   CHECK(count(p, "attnres.snapshot") == 8);  // layers 0, 12, ..., 84
   CHECK(count(p, "gemm.lm_head") == 1);
   CHECK(count(p, "o_norm_gate") == 69);
@@ -80,6 +80,33 @@ TEST_CASE("layer structure: 69 KDA and 24 MLA layers, one dense FFN, 186 AttnRes
   // and the MoE's routed + shared on 92 layers.
   CHECK(count(p, "add2") == (93 - 8) + 93 + 92);
   CHECK(count_family(p, "fabric") == 0);
+}
+
+TEST_CASE("AttnRes: 186 calls, attnres_launches() launches each, bytes from the cost model") {
+  Scenario s = k3(1, 16384);
+  RankPlan base = plan_rank(s, CutSet::none(), 0), cut = plan_rank(s, CutSet::all(), 0);
+  CHECK(count(base, "attnres.scores") == 186);
+  CHECK(count(base, "attnres.mix") == 186);
+  CHECK(count(base, "attnres.fused") == 0);
+  CHECK(count(cut, "attnres.fused") == 186);
+  CHECK(count(cut, "attnres.scores") + count(cut, "attnres.mix") == 0);
+  // the planned launches are the kernels' own count (kernels/attnres.h)
+  CHECK(count_family(base, "attnres") - count(base, "attnres.snapshot") == 186 * attnres_launches(Variant::baseline));
+  CHECK(count_family(cut, "attnres") - count(cut, "attnres.snapshot") == 186 * attnres_launches(Variant::cut));
+  // nb = 8 over 16896 rows: the fused launch reads the 9 candidates once, the baseline twice
+  double base_bytes = 0, cut_bytes = 0;
+  for (const auto& l : base.launches)
+    if ((l.kernel == "attnres.scores" || l.kernel == "attnres.mix") && l.layer == 90) base_bytes += l.cost.bytes;
+  for (const auto& l : cut.launches)
+    if (l.kernel == "attnres.fused" && l.layer == 90) cut_bytes += l.cost.bytes;
+  const double n = 16896.0 * 7168 * 9;  // layer 90: nb_in = 8, nb_mlp = 8
+  CHECK(cut_bytes == 2 * (n * 2 + 7168 * 4 + 16896.0 * 9 * 4 + 16896.0 * 7168 * 2));
+  CHECK(base_bytes == 2 * (2 * n * 2 + 7168 * 4 + 2 * 16896.0 * 9 * 4 + 16896.0 * 7168 * 2));
+  // the first token's call on one row over all 8 blocks
+  int one_row = 0;
+  for (const auto& l : cut.launches)
+    one_row += l.kernel == "attnres.fused" && l.layer == -1 && l.cost.bytes == 7168.0 * 9 * 2 + 7168 * 4 + 9 * 4 + 7168 * 2;
+  CHECK(one_row == 1);
 }
 
 TEST_CASE("the first token runs on the last rank only") {
