@@ -1,7 +1,8 @@
 // lse_merge (cut 4) and o_finalize.
 //
 // Variants: baseline (128-thread block per row, one element per thread) and cut
-// (16 lanes per row, 16-byte loads). Run either through pb::lse_merge(Variant, ...);
+// (16 lanes per row, 16-byte loads, a warp per 32-row tile of one head). Run
+// either through pb::lse_merge(Variant, ...);
 // the contract is in lse_merge.h:
 //   o_win [t_q, h, 128] bf16, lse_win [h, t_q] f32 (natural log)
 //   -> o_acc [t_q, h, 128] f32, lse_acc [h, t_q] f32, in place
@@ -80,68 +81,139 @@ lse_merge_baseline_kernel(const bf16* __restrict__ o_win, const float* __restric
 
 // ---------------------------------------------------------------------------
 // Cut: 16 lanes per row, 8 elements per lane (one 16-byte bf16 load, two
-// float4 accumulator loads and stores); a 256-thread block walks 16 rows.
-// The two rows of a warp are its two half-warps.
+// float4 accumulator loads and stores); the two rows in flight in a warp are
+// its two half-warps.
+//
+// Scheduling: a warp owns a tile of 32 rows, the 32 consecutive q
+// (qb * 32 .. qb * 32 + 31) of one head; tile t is (qb, head) = (t / heads,
+// t % heads), so the warps of a block (and neighbouring blocks) take
+// neighbouring heads of the same q: adjacent 256 / 512-byte rows in memory. A
+// 256-thread block walks 8 tiles (256 rows); the grid covers every tile once.
+//   - lse: lane s loads the pair of the tile's slot s (lse_win / lse_acc are
+//     [h, t_q], so the warp's 32 loads are one coalesced 128-byte line),
+//     computes that row's weights once (merge_weights, the same expression),
+//     and alone writes its merged lse (one coalesced 128-byte store per tile).
+//     The data lanes take the two weights from lane s by __shfl_sync (bits
+//     unchanged) and whether the row is touched from a __ballot_sync.
+//   - data: 16 row pairs per tile, in batches of kCutPairs pairs whose loads
+//     (kCutPairs x 48 bytes per lane) are all issued before any of their math;
+//     batch 0's loads go out before the lse math, so its latency overlaps.
+// The lse read and write of a row are by the same lane, and every lane writes
+// only the o_acc columns it read: no barrier needed.
+//
+// Measured on the H200 (results/h200/NOTES-lse_merge.md): row-major tiles
+// (32 consecutive (q, head) rows) leave the lse loads 32 sectors wide and were
+// 3-5% slower; a persistent grid (SMs x occupancy, grid-stride) was 3-4%
+// slower than one tile per warp; 4 pairs per batch ~1.5% slower than 8.
+// For t_q < 32 most lanes of a tile idle (tiles never span heads).
 // ---------------------------------------------------------------------------
 
 constexpr int kCutLanes = 16;
 constexpr int kCutCols = kHeadDim / kCutLanes;
 constexpr int kCutThreads = 256;
-constexpr int kCutRows = kCutThreads / kCutLanes;
+constexpr int kCutWarps = kCutThreads / 32;
+constexpr int kTileRows = 32;                 // rows per warp tile: one lse slot per lane
+constexpr int kTilePairs = kTileRows / 2;     // row pairs per tile (one row per half-warp)
+constexpr int kCutPairs = 8;                  // row pairs whose loads are in flight together
 static_assert(kCutCols == 8, "lse_merge cut: one uint4 of bf16 per lane");
-static_assert(kCutThreads % 32 == 0 && 32 % kCutLanes == 0,
-              "lse_merge cut: a row's lanes must lie in one warp");
+static_assert(2 * kCutLanes == 32, "lse_merge cut: a warp is two rows of 16 lanes");
+static_assert(kTilePairs % kCutPairs == 0, "lse_merge cut: whole batches per tile");
+
+// One lane's share of one row: 8 bf16 and their 8 f32 accumulators.
+struct CutFrag {
+  uint4 o;
+  float4 a0, a1;
+};
+
+__device__ __forceinline__ float4 merge4(float4 a, float o0, float o1, float o2, float o3,
+                                         const MergeWeights& w) {
+  return make_float4(merge_element(a.x, o0, w), merge_element(a.y, o1, w),
+                     merge_element(a.z, o2, w), merge_element(a.w, o3, w));
+}
 
 __global__ void __launch_bounds__(kCutThreads)
 lse_merge_cut_kernel(const bf16* __restrict__ o_win, const float* __restrict__ lse_win,
                      float* __restrict__ o_acc, float* __restrict__ lse_acc, int64_t t_q,
                      int heads, bool reset) {
-  const int64_t rows = t_q * heads;
-  const int64_t row = int64_t(blockIdx.x) * kCutRows + threadIdx.x / kCutLanes;
-  const int lane = threadIdx.x % kCutLanes;
-  const bool live = row < rows;
-  const int64_t e = row * kHeadDim + lane * kCutCols;
-  int64_t li = 0;
-  float la = 0.0f, lw = 0.0f;
-  uint4 ov = make_uint4(0, 0, 0, 0);
-  float4 a0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), a1 = a0;
-  if (live) {
-    const int64_t q = row / heads;
-    li = (row - q * heads) * t_q + q;
+  const int64_t tiles = (t_q + kTileRows - 1) / kTileRows * heads;
+  const int64_t t = int64_t(blockIdx.x) * kCutWarps + threadIdx.x / 32;
+  if (t >= tiles) return;  // warp-uniform
+  const int lane32 = threadIdx.x % 32;
+  const int half = lane32 / kCutLanes;
+  const int lane = lane32 % kCutLanes;
+
+  // Tile (qb, head): slot s is q = qb * 32 + s, row q * heads + head; slots
+  // [0, live) exist.
+  const int64_t qb = t / heads;
+  const int64_t head = t - qb * heads;
+  const int64_t live = t_q - qb * kTileRows;
+  const bool full = live >= kTileRows;
+  // Element offset of this lane's columns in slot s: base + s * step.
+  const int64_t base = (qb * kTileRows * heads + head) * kHeadDim + lane * kCutCols;
+  const int64_t step = int64_t(heads) * kHeadDim;
+
+  const bool mine_live = lane32 < live;
+  const int64_t li = head * t_q + qb * kTileRows + lane32;  // this lane's slot's lse
+  float lw = 0.0f, la = 0.0f;
+  if (mine_live) {
     lw = lse_win[li];
-    ov = *reinterpret_cast<const uint4*>(o_win + e);
-    if (!reset) {
-      la = lse_acc[li];
-      a0 = *reinterpret_cast<const float4*>(o_acc + e);
-      a1 = *reinterpret_cast<const float4*>(o_acc + e + 4);
+    if (!reset) la = lse_acc[li];
+  }
+
+  MergeWeights w{0.0f, 0.0f, 0.0f};
+  unsigned touched = 0;  // bit s: slot s is merged (not untouched)
+#pragma unroll
+  for (int b = 0; b < kTilePairs / kCutPairs; ++b) {
+    CutFrag f[kCutPairs];
+#pragma unroll
+    for (int k = 0; k < kCutPairs; ++k) {
+      const int s = 2 * (b * kCutPairs + k) + half;
+      if (full || s < live) {
+        const int64_t e = base + s * step;
+        f[k].o = *reinterpret_cast<const uint4*>(o_win + e);
+        if (!reset) {
+          f[k].a0 = *reinterpret_cast<const float4*>(o_acc + e);
+          f[k].a1 = *reinterpret_cast<const float4*>(o_acc + e + 4);
+        }
+      }
+    }
+    if (b == 0) {  // this lane's slot: weights once per row, its lse written once
+      bool mine = false;
+      if (mine_live) {
+        if (reset) {
+          lse_acc[li] = lw;
+        } else if (!merge_untouched(la, lw)) {
+          w = merge_weights(la, lw);
+          lse_acc[li] = w.merged;
+          mine = true;
+        }
+      }
+      touched = __ballot_sync(0xffffffffu, mine);
+    }
+#pragma unroll
+    for (int k = 0; k < kCutPairs; ++k) {
+      const int s = 2 * (b * kCutPairs + k) + half;
+      const MergeWeights ws{__shfl_sync(0xffffffffu, w.acc, s),
+                            __shfl_sync(0xffffffffu, w.win, s), 0.0f};
+      if (!(full || s < live)) continue;
+      const int64_t e = base + s * step;
+      float o[kCutCols];
+      const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&f[k].o);
+#pragma unroll
+      for (int j = 0; j < kCutCols / 2; ++j) {
+        const float2 v = __bfloat1622float2(o2[j]);
+        o[2 * j] = v.x;
+        o[2 * j + 1] = v.y;
+      }
+      if (reset) {
+        *reinterpret_cast<float4*>(o_acc + e) = make_float4(o[0], o[1], o[2], o[3]);
+        *reinterpret_cast<float4*>(o_acc + e + 4) = make_float4(o[4], o[5], o[6], o[7]);
+      } else if ((touched >> s) & 1u) {
+        *reinterpret_cast<float4*>(o_acc + e) = merge4(f[k].a0, o[0], o[1], o[2], o[3], ws);
+        *reinterpret_cast<float4*>(o_acc + e + 4) = merge4(f[k].a1, o[4], o[5], o[6], o[7], ws);
+      }
     }
   }
-  __syncwarp();  // every lane of the row has read la before lane 0 overwrites it
-  if (!live) return;
-
-  float o[kCutCols];
-  const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&ov);
-#pragma unroll
-  for (int k = 0; k < kCutCols / 2; ++k) {
-    const float2 f = __bfloat1622float2(o2[k]);
-    o[2 * k] = f.x;
-    o[2 * k + 1] = f.y;
-  }
-  if (reset) {
-    *reinterpret_cast<float4*>(o_acc + e) = make_float4(o[0], o[1], o[2], o[3]);
-    *reinterpret_cast<float4*>(o_acc + e + 4) = make_float4(o[4], o[5], o[6], o[7]);
-    if (lane == 0) lse_acc[li] = lw;
-    return;
-  }
-  if (merge_untouched(la, lw)) return;
-  const MergeWeights w = merge_weights(la, lw);
-  a0 = make_float4(merge_element(a0.x, o[0], w), merge_element(a0.y, o[1], w),
-                   merge_element(a0.z, o[2], w), merge_element(a0.w, o[3], w));
-  a1 = make_float4(merge_element(a1.x, o[4], w), merge_element(a1.y, o[5], w),
-                   merge_element(a1.z, o[6], w), merge_element(a1.w, o[7], w));
-  *reinterpret_cast<float4*>(o_acc + e) = a0;
-  *reinterpret_cast<float4*>(o_acc + e + 4) = a1;
-  if (lane == 0) lse_acc[li] = w.merged;
 }
 
 // ---------------------------------------------------------------------------
@@ -207,7 +279,8 @@ void lse_merge_cut(const bf16* o_win, const float* lse_win, float* o_acc, float*
   if (!check_merge_contract("lse_merge_cut", o_win, lse_win, o_acc, lse_acc, t_q, heads)) return;
   PB_CHECK(aligned_to(o_win, 16) && aligned_to(o_acc, 16),
            "lse_merge_cut: o_win and o_acc must be 16-byte aligned");
-  const int64_t blocks = (t_q * heads + kCutRows - 1) / kCutRows;
+  const int64_t tiles = (t_q + kTileRows - 1) / kTileRows * heads;
+  const int64_t blocks = (tiles + kCutWarps - 1) / kCutWarps;
   PB_CHECK(blocks <= INT_MAX, "lse_merge_cut: grid too large");
   lse_merge_cut_kernel<<<unsigned(blocks), kCutThreads, 0, stream>>>(o_win, lse_win, o_acc,
                                                                      lse_acc, t_q, heads, reset);

@@ -23,9 +23,13 @@
 //   baseline  a 128-thread block per (q, head) row, one element per thread,
 //             2-byte loads; 1D grid of t_q * h blocks.
 //   cut       16 lanes per row, each one 16-byte bf16 load and two float4
-//             accumulator loads/stores; a 256-thread block walks 16 rows; every
-//             lane recomputes the weights from the same lse pair, lane 0 alone
-//             writes the merged lse. o_win and o_acc must be 16-byte aligned.
+//             accumulator loads/stores. A warp owns a tile of 32 consecutive q
+//             of one head; a 256-thread block walks 8 tiles (256 rows). Lane s
+//             loads the lse pair of the tile's row s (one coalesced line per
+//             tile), computes that row's weights once (the same expression) and
+//             alone writes its merged lse; the row's 16 data lanes take the
+//             weights by __shfl_sync. Eight row pairs' loads are in flight
+//             before their math. o_win and o_acc must be 16-byte aligned.
 //
 //   o_finalize   o [n] bf16 = __float2bfloat16_rn(acc [n] f32)   (n = t_q * h * 128)
 #pragma once

@@ -89,7 +89,7 @@ void check_state(const State& got_acc_lse, const State& want, const char* who, s
 
 TEST_CASE("lse_merge: cut == baseline == reference, bit for bit, window after window") {
   constexpr int kWindows = 4;
-  for (int64_t t_q : {1, 15, 33}) {
+  for (int64_t t_q : {1, 15, 33, 70}) {  // the cut tiles 32 q: partial, full + partial
     for (int heads : {1, 3}) {
       for (uint64_t seed : {101u, 102u}) {
         INFO("t_q " << t_q << " heads " << heads << " seed " << seed);
