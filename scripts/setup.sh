@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the build needs and is missing, from the distribution's
-# packages (apt, when root). Safe to run again: installs nothing when all is there.
+# packages (apt, when root), and the optional cuDNN frontend headers from PyPI into
+# .deps/. Safe to run again: installs nothing when all is there.
 # The CUDA toolkit (nvcc, cuBLAS, NCCL) must already be installed.
 set -euo pipefail
 
@@ -45,4 +46,36 @@ fi
 if ! command -v nvcc >/dev/null && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
   echo "setup: the CUDA toolkit (nvcc) is not installed; install CUDA 12.4+ with cuBLAS and NCCL" >&2
   exit 1
+fi
+
+# cuDNN frontend headers (DESIGN.md §7): unpacked from the PyPI wheel into the
+# git-ignored .deps/, never committed. Optional: without them (or without cuDNN 9)
+# CMake builds the project with the cuDNN FMHA engine OFF. Machines without
+# network get the folder carried along with the working tree instead.
+PB_CUDNN_FE_VERSION=1.32.0
+fe_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.deps/cudnn-frontend
+if [[ ! -e $fe_dir/include/cudnn_frontend.h ]]; then
+  fe_tmp=$(mktemp -d)
+  if python3 -m pip download --quiet --retries 1 --timeout 20 --no-deps --only-binary=:all: \
+       "nvidia-cudnn-frontend==$PB_CUDNN_FE_VERSION" -d "$fe_tmp" >"$fe_tmp/pip.log" 2>&1 \
+     && fe_whl=$(ls "$fe_tmp"/nvidia_cudnn_frontend-*.whl 2>/dev/null | head -n1) && [[ -n $fe_whl ]] \
+     && python3 - "$fe_whl" "$fe_dir.partial" <<'PY'
+import sys, zipfile
+whl, dest = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(whl) as z:
+    names = [n for n in z.namelist() if n.startswith("include/")]
+    if not any(n == "include/cudnn_frontend.h" for n in names):
+        sys.exit("no include/cudnn_frontend.h in " + whl)
+    z.extractall(dest, names)
+PY
+  then
+    rm -rf "$fe_dir" && mv "$fe_dir.partial" "$fe_dir"
+    echo "setup: cuDNN frontend $PB_CUDNN_FE_VERSION headers in $fe_dir/include"
+  else
+    rm -rf "$fe_dir.partial"
+    echo "setup: note: could not fetch nvidia-cudnn-frontend==$PB_CUDNN_FE_VERSION (no network?);" \
+         "building without the cuDNN FMHA engine (carry .deps/ from a machine that has it)" >&2
+    tail -n 3 "$fe_tmp/pip.log" >&2 || true
+  fi
+  rm -rf "$fe_tmp"
 fi
