@@ -8,7 +8,12 @@ export NCCL_NVLS_ENABLE=0
 PB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PB_BUILD=${PB_BUILD:-$PB_ROOT/build}
 pb_build() {  # pb_build [targets...]
-  cmake -S "$PB_ROOT" -B "$PB_BUILD" -DCMAKE_BUILD_TYPE=Release ${PB_CMAKE_ARGS:-} >/dev/null
+  local log
+  log=$(cmake -S "$PB_ROOT" -B "$PB_BUILD" -DCMAKE_BUILD_TYPE=Release ${PB_CMAKE_ARGS:-} 2>&1) || {
+    echo "$log"
+    return 1
+  }
+  grep -E "cuDNN FMHA engine" <<<"$log" || true
   if (($#)); then
     cmake --build "$PB_BUILD" -j"$(nproc)" --target "$@"
   else

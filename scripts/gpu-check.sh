@@ -23,6 +23,9 @@ fi
 tests_rc=$?
 "$PB_BUILD/prefill-bench" kernels --output "$OUT/kernels-h200.h5" --overwrite >"$OUT/kernels.log" 2>&1
 bench_rc=$?
+"$PB_BUILD/prefill-bench" fmha --output "$OUT/fmha-h200.h5" --overwrite >"$OUT/fmha.log" 2>&1
+fmha_rc=$?
+grep -E "cuDNN FMHA engine" "$OUT/build.log" | tail -1
 grep -E "tests passed|tests failed|Failed|Passed|\*\*\*" "$OUT/gpu-tests.log" | tail -20
-cat "$OUT/kernels.log"
-echo "gpu-check: tests rc=$tests_rc, kernels rc=$bench_rc"
+cat "$OUT/kernels.log" "$OUT/fmha.log"
+echo "gpu-check: tests rc=$tests_rc, kernels rc=$bench_rc, fmha rc=$fmha_rc"
