@@ -16,7 +16,7 @@
 //     rounds two values per instruction (cvt.rn.bf16x2.f32), which rounds each
 //     half exactly as cvt.rn.bf16.f32 does;
 //   - 1.0f / d: the baseline divides; the cut takes the division's own
-//     in-range path (conv_detail::reciprocal_rn_1_to_2p126) when all of a
+//     in-range path (fast_math::reciprocal_rn_1_to_2p126) when all of a
 //     thread's d lie in [1, 2^126), and divides otherwise. test_conv_silu_chunk
 //     checks that path against 1.0f / d for every float of that range.
 #include "conv_silu_chunk.h"
@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "check.h"
+#include "fast_math.cuh"
 #include "land.h"
 
 namespace pb {
@@ -163,7 +164,7 @@ __device__ __noinline__ float reciprocal_ieee(float d) { return 1.0f / d; }
 
 // v = conv_silu(v) = v * (1.0f / (1.0f + expf(-v))), elementwise, bit for bit.
 // d = 1 + expf(-v) is >= 1 (or NaN); when every d of the thread is below
-// 2^126 the reciprocal is conv_detail::reciprocal_rn_1_to_2p126 (the in-range
+// 2^126 the reciprocal is fast_math::reciprocal_rn_1_to_2p126 (the in-range
 // path of the IEEE division, without its per-element range check and branch),
 // otherwise the plain division.
 template <int kCols>
@@ -177,7 +178,7 @@ __device__ __forceinline__ void silu_cols(float (&v)[kCols]) {
   }
   if (in_range) {
 #pragma unroll
-    for (int k = 0; k < kCols; ++k) v[k] = v[k] * conv_detail::reciprocal_rn_1_to_2p126(d[k]);
+    for (int k = 0; k < kCols; ++k) v[k] = v[k] * fast_math::reciprocal_rn_1_to_2p126(d[k]);
   } else {
 #pragma unroll
     for (int k = 0; k < kCols; ++k) v[k] = v[k] * reciprocal_ieee(d[k]);

@@ -79,22 +79,6 @@ void conv_silu_chunk(Variant v, const float* p, const float* cw, const __nv_bflo
                      const ConvBaselineScratch& scratch, Variant land_variant,
                      cudaStream_t stream);
 
-#ifdef __CUDACC__
-namespace conv_detail {
-// 1.0f / d rounded to nearest even, for 1 <= d < 2^126: the in-range path of
-// the IEEE division nvcc emits for `1.0f / d` (MUFU.RCP, then one Newton step
-// r + r * (1 - d * r) with FMAs) without its per-element range check. The
-// cut's SiLU uses it when a thread's denominators are all in range.
-// test_conv_silu_chunk compares it with 1.0f / d for every float in [1, 2^126).
-__device__ __forceinline__ float reciprocal_rn_1_to_2p126(float d) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
-  const float t = __fmaf_rn(d, r, -1.0f);
-  return __fmaf_rn(r, -t, r);
-}
-}  // namespace conv_detail
-#endif
-
 namespace ref {
 // Plain C++ reference of the contract above; bf16 as 16-bit patterns. next may
 // be null when commit_rows == 0. Positions < 0 copy the carry's bits.

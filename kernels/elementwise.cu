@@ -16,11 +16,21 @@
 //   cut       16 bytes per thread per operand (uint4 = 8 bf16), grid-stride,
 //             the last n % 8 elements scalar; bf16x2 intrinsics (__hadd2,
 //             __hmul2, cvt.rn.bf16x2) round exactly like their scalar forms.
-//             o_norm_gate: 16 lanes x 8 columns per (row, head), column
-//             i = lane * 8 + j, so column xor 64/32/16/8 is lane xor 8/4/2/1
-//             and column xor 4/2/1 is slot j^4/j^2/j^1: the baseline's
-//             butterfly pair for pair. 256 threads = 16 (row, head) per block.
 //             Pointers not 16-byte aligned take the baseline kernel.
+//             add2 (and mul_sigmoid, situ below kTableMinElements): the plain
+//             arithmetic, one vector per thread per iteration.
+//             mul_sigmoid, situ: table lookups (elementwise.cuh): the gate
+//             bf16(sigmoid(g)), and situ's s(g) and t(u), each a function of
+//             one bf16, come from tables every block builds in shared memory
+//             with the plain forms; 1024-thread blocks, one resident wave,
+//             the next iteration's loads issued before this one's arithmetic.
+//             A vector with an out-of-table input (NaN; situ also |x| < 2^-16)
+//             is computed with the plain form.
+//             o_norm_gate: 4 lanes x 32 columns per (row, head), the
+//             baseline's butterfly pair for pair (see o_norm_gate_cut_kernel),
+//             sigmoid through elementwise_detail::sigmoid_n.
+//   test_elementwise checks every table and fast form against its plain form
+//   on all 65536 bf16 inputs, and baseline == cut == reference on data.
 #include "elementwise.h"
 
 #include <algorithm>
@@ -28,6 +38,7 @@
 #include <cstdint>
 
 #include "check.h"
+#include "elementwise.cuh"
 
 namespace pb {
 
@@ -39,16 +50,21 @@ using bf16x2 = __nv_bfloat162;
 constexpr int kThreads = 256;
 constexpr int kVec = 8;            // bf16 per 16-byte access
 constexpr int kHeadDim = 128;      // o_norm_gate columns per (row, head)
-constexpr int kNormLanes = kHeadDim / kVec;             // 16 lanes per (row, head) in the cut
-constexpr int kNormRowsPerBlock = kThreads / kNormLanes;  // 16
-static_assert(kNormLanes == 16, "o_norm_gate cut: lane xor 8/4/2/1 covers column xor 64/32/16/8");
+constexpr int kNormLanes = 4;      // o_norm_gate cut: lanes per (row, head)
+constexpr int kNormChunks = kHeadDim / (kNormLanes * kVec);  // 4 vectors per operand per lane
+constexpr int kNormRowsPerBlock = kThreads / kNormLanes;     // 64
+constexpr int kNormBlocksPerSm = 2;                          // the cut's grid: 2 blocks per SM
+static_assert(kNormLanes == 4 && kNormChunks == 4,
+              "o_norm_gate cut: chunk xor 2/1 is column xor 64/32, lane xor 2/1 is column xor 16/8");
 static_assert(kThreads % 32 == 0 && 32 % kNormLanes == 0,
               "o_norm_gate cut: a (row, head) must sit inside one warp");
+constexpr int kTableThreads = 1024;                        // the table kernels' block
+constexpr int64_t kTableMinElements = int64_t(1) << 20;    // smaller calls skip the tables
 
 // ---------------------------------------------------------------------------
 // Arithmetic shared by both variants.
 
-__device__ __forceinline__ float sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
+using elementwise_detail::sigmoid_f32;
 
 __device__ __forceinline__ float situ_f32(float g, float u) {
   const float s = 4.0f * tanhf(g / 4.0f) * (1.0f / (1.0f + expf(-g)));
@@ -167,20 +183,130 @@ __device__ __forceinline__ void unpack8(const uint4 u, float (&f)[kVec]) {
   }
 }
 
-// 16 lanes x 8 columns per (row, head): lane l holds columns l*8 .. l*8+7.
-__global__ void __launch_bounds__(kThreads)
+// ---------------------------------------------------------------------------
+// cut through tables (mul_sigmoid, situ). A VecOp names its table's size,
+// how a block builds it, and the 8 outputs of one vector pair.
+
+// mul_sigmoid: o = __hmul2(a, gate) with the gate bits from the table; a
+// vector with a NaN gate input is computed with the plain form (MulSigmoidOp).
+struct MulSigmoidTableVec {
+  static constexpr int kTableBytes = elementwise_detail::kGateTableHalves * 2;
+  static __device__ void fill(void* tab, int tid, int nthreads) {
+    elementwise_detail::gate_fill_table(static_cast<uint16_t*>(tab), tid, nthreads);
+  }
+  __device__ uint4 operator()(const void* tab_bytes, uint4 a, uint4 g) const {
+    namespace ed = elementwise_detail;
+    const uint16_t* tab = static_cast<const uint16_t*>(tab_bytes);
+    const uint32_t aw[4] = {a.x, a.y, a.z, a.w};
+    const uint32_t gw[4] = {g.x, g.y, g.z, g.w};
+    uint32_t ow[4];
+    bool out_of_table = false;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t g0 = gw[k] & 0xffffu, g1 = gw[k] >> 16;  // g0 is the lower address
+      out_of_table = out_of_table | ed::gate_out_of_table(g0) | ed::gate_out_of_table(g1);
+      const uint32_t gate = ed::gate_lookup(tab, g0) | (ed::gate_lookup(tab, g1) << 16);
+      ow[k] = as_bits(__hmul2(as_bf16x2(aw[k]), as_bf16x2(gate)));
+    }
+    if (out_of_table) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) ow[k] = as_bits(MulSigmoidOp{}(as_bf16x2(aw[k]), as_bf16x2(gw[k])));
+    }
+    return make_uint4(ow[0], ow[1], ow[2], ow[3]);
+  }
+};
+
+// situ: o = bf16(s * t) with s(g) and t(u) from the tables; a vector with an
+// out-of-table input is computed with the plain form (SituOp).
+struct SituTableVec {
+  static constexpr int kTableBytes = elementwise_detail::kSituTableFloats * 4;
+  static __device__ void fill(void* tab, int tid, int nthreads) {
+    elementwise_detail::situ_fill_tables(static_cast<float*>(tab), tid, nthreads);
+  }
+  __device__ uint4 operator()(const void* tab_bytes, uint4 g, uint4 u) const {
+    namespace ed = elementwise_detail;
+    const float* tab = static_cast<const float*>(tab_bytes);
+    const uint32_t gw[4] = {g.x, g.y, g.z, g.w};
+    const uint32_t uw[4] = {u.x, u.y, u.z, u.w};
+    uint32_t ow[4];
+    bool out_of_table = false;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t g0 = gw[k] & 0xffffu, g1 = gw[k] >> 16;
+      const uint32_t u0 = uw[k] & 0xffffu, u1 = uw[k] >> 16;
+      out_of_table = out_of_table | ed::situ_out_of_table(g0) | ed::situ_out_of_table(g1) |
+                     ed::situ_out_of_table(u0) | ed::situ_out_of_table(u1);
+      const float o0 = ed::situ_s_lookup(tab, g0) * ed::situ_t_lookup(tab, u0);
+      const float o1 = ed::situ_s_lookup(tab, g1) * ed::situ_t_lookup(tab, u1);
+      ow[k] = as_bits(__floats2bfloat162_rn(o0, o1));
+    }
+    if (out_of_table) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) ow[k] = as_bits(SituOp{}(as_bf16x2(gw[k]), as_bf16x2(uw[k])));
+    }
+    return make_uint4(ow[0], ow[1], ow[2], ow[3]);
+  }
+};
+
+// One vector per operand per thread per iteration, grid-stride; the next
+// iteration's loads are issued before this one's lookups, and the first
+// iteration's loads fly while the block builds its table.
+template <class VecOp, class Op>
+__global__ void __launch_bounds__(kTableThreads)
+    binary_table_kernel(VecOp vop, Op op, const bf16* a, const bf16* b, bf16* o, int64_t n) {
+  __shared__ alignas(16) unsigned char tab[VecOp::kTableBytes];
+  const int64_t first = int64_t(blockIdx.x) * kTableThreads + threadIdx.x;
+  const int64_t stride = int64_t(gridDim.x) * kTableThreads;
+  const int64_t vecs = n / kVec;
+  const uint4* va = reinterpret_cast<const uint4*>(a);
+  const uint4* vb = reinterpret_cast<const uint4*>(b);
+  uint4* vo = reinterpret_cast<uint4*>(o);
+
+  uint4 ra = make_uint4(0, 0, 0, 0), rb = ra;
+  if (first < vecs) {
+    ra = va[first];
+    rb = vb[first];
+  }
+  VecOp::fill(tab, threadIdx.x, kTableThreads);
+  __syncthreads();
+  for (int64_t v = first; v < vecs; v += stride) {
+    const int64_t next = v + stride;
+    uint4 na = make_uint4(0, 0, 0, 0), nb = na;
+    if (next < vecs) {
+      na = va[next];
+      nb = vb[next];
+    }
+    vo[v] = vop(tab, ra, rb);
+    ra = na;
+    rb = nb;
+  }
+  const int64_t tail = vecs * kVec + first;  // the last n % 8 elements, threads 0 .. 6
+  if (tail < n) o[tail] = op(a[tail], b[tail]);
+}
+
+// o_norm_gate: 4 lanes x 32 columns per (row, head). Lane l holds chunks
+// k = 0..3 of 8 columns each: column i = 32 * k + 8 * l + j, so column bits
+// 6..5 are the chunk k, bits 4..3 the lane, bits 2..0 the slot j. The
+// butterfly, pair for pair: column xor 64 / 32 = chunk xor 2 / 1 (in the
+// thread), xor 16 / 8 = lane xor 2 / 1 (shuffles), xor 4 / 2 / 1 = slot xor
+// 4 / 2 / 1 (in the thread). After a stage both members of a pair hold the
+// same bits (a + b == b + a), so the thread keeps one value per pair:
+// 32 -> 16 -> 8 values, 8 shuffles per lane stage (16 per 32 columns).
+// Every load instruction of a warp reads 8 (row, head) x 64 contiguous bytes.
+// Two blocks per SM (kNormBlocksPerSm; this build takes 87 registers, so 2
+// is also the occupancy limit): builds with 75 / 64 registers, 3 / 4 resident
+// blocks per SM, measured 8% / 12% slower on the H200.
+__global__ void __launch_bounds__(kThreads, 1)
     o_norm_gate_cut_kernel(const bf16* x, const bf16* g, const float* gamma, bf16* o,
                            int64_t row_heads, float eps) {
   const int lane = threadIdx.x % kNormLanes;
   const int group = threadIdx.x / kNormLanes;
 
-  float gam[kVec];
-  {
-    const float4 lo = reinterpret_cast<const float4*>(gamma)[2 * lane];
-    const float4 hi = reinterpret_cast<const float4*>(gamma)[2 * lane + 1];
-    gam[0] = lo.x; gam[1] = lo.y; gam[2] = lo.z; gam[3] = lo.w;
-    gam[4] = hi.x; gam[5] = hi.y; gam[6] = hi.z; gam[7] = hi.w;
-  }
+  // gamma in shared memory: the 4 lanes of a group read 4 x 32 contiguous
+  // bytes, every group the same ones (broadcast).
+  __shared__ float4 gam_s[kHeadDim / 4];
+  if (threadIdx.x < kHeadDim / 4) gam_s[threadIdx.x] = reinterpret_cast<const float4*>(gamma)[threadIdx.x];
+  __syncthreads();
 
   // The loop bound is uniform over the block, so every lane reaches every
   // full-warp shuffle; a group past row_heads computes on zeros and stores nothing.
@@ -189,48 +315,63 @@ __global__ void __launch_bounds__(kThreads)
        base += block_stride) {
     const int64_t rh = base + group;
     const bool live = rh < row_heads;
-    const int64_t vec = rh * kNormLanes + lane;  // uint4 index of columns lane*8 .. lane*8+7
+    // uint4 index of chunk k: rh * 16 + 4 * k + lane
+    const int64_t vec0 = rh * (kHeadDim / kVec) + lane;
 
-    float xf[kVec], gf[kVec];
-    if (live) {
-      unpack8(reinterpret_cast<const uint4*>(x)[vec], xf);
-      unpack8(reinterpret_cast<const uint4*>(g)[vec], gf);
-    } else {
+    uint4 xv[kNormChunks], gv[kNormChunks];
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) xf[j] = gf[j] = 0.0f;
+    for (int k = 0; k < kNormChunks; ++k) {
+      if (live) {
+        xv[k] = reinterpret_cast<const uint4*>(x)[vec0 + 4 * k];
+        gv[k] = reinterpret_cast<const uint4*>(g)[vec0 + 4 * k];
+      } else {
+        xv[k] = gv[k] = make_uint4(0, 0, 0, 0);
+      }
     }
 
+    // column xor 64, then 32: chunk xor 2, then 1
     float v[kVec];
+    {
+      float xf[kNormChunks][kVec];
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) v[j] = xf[j] * xf[j];
-    // column xor 64, 32, 16, 8  ==  lane xor 8, 4, 2, 1
+      for (int k = 0; k < kNormChunks; ++k) unpack8(xv[k], xf[k]);
 #pragma unroll
-    for (int lane_mask = 8; lane_mask >= 1; lane_mask >>= 1) {
+      for (int j = 0; j < kVec; ++j) {
+        const float p0 = xf[0][j] * xf[0][j] + xf[2][j] * xf[2][j];
+        const float p1 = xf[1][j] * xf[1][j] + xf[3][j] * xf[3][j];
+        v[j] = p0 + p1;
+      }
+    }
+    // column xor 16, then 8: lane xor 2, then 1
+#pragma unroll
+    for (int lane_mask = 2; lane_mask >= 1; lane_mask >>= 1) {
 #pragma unroll
       for (int j = 0; j < kVec; ++j) v[j] = v[j] + __shfl_xor_sync(0xffffffffu, v[j], lane_mask);
     }
-    // column xor 4, 2, 1  ==  slot xor 4, 2, 1 (every slot updated from the old values)
-#pragma unroll
-    for (int slot_mask = 4; slot_mask >= 1; slot_mask >>= 1) {
-      float w[kVec];
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) w[j] = v[j] + v[j ^ slot_mask];
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) v[j] = w[j];
-    }
-    const float scale = rsqrtf(v[0] / 128.0f + eps);
+    // column xor 4, 2, 1: slot xor 4, 2, 1
+    const float w0 = v[0] + v[4], w1 = v[1] + v[5], w2 = v[2] + v[6], w3 = v[3] + v[7];
+    const float z0 = w0 + w2, z1 = w1 + w3;
+    const float sum = z0 + z1;
+    const float scale = rsqrtf(sum / 128.0f + eps);
 
     if (live) {
-      uint32_t words[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int j = 2 * k;
-        const bf16x2 y = __floats2bfloat162_rn(xf[j] * scale * gam[j],
-                                               xf[j + 1] * scale * gam[j + 1]);
-        const bf16x2 gate = __floats2bfloat162_rn(sigmoid_f32(gf[j]), sigmoid_f32(gf[j + 1]));
-        words[k] = as_bits(__hmul2(y, gate));
+      for (int k = 0; k < kNormChunks; ++k) {
+        float xf[kVec], gate[kVec];
+        unpack8(xv[k], xf);
+        unpack8(gv[k], gate);
+        elementwise_detail::sigmoid_n(gate);
+        const float4 glo = gam_s[8 * k + 2 * lane], ghi = gam_s[8 * k + 2 * lane + 1];
+        const float gam[kVec] = {glo.x, glo.y, glo.z, glo.w, ghi.x, ghi.y, ghi.z, ghi.w};
+        uint32_t words[4];
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+          const int j = 2 * p;
+          const bf16x2 y = __floats2bfloat162_rn(xf[j] * scale * gam[j], xf[j + 1] * scale * gam[j + 1]);
+          words[p] = as_bits(__hmul2(y, __floats2bfloat162_rn(gate[j], gate[j + 1])));
+        }
+        reinterpret_cast<uint4*>(o)[vec0 + 4 * k] = make_uint4(words[0], words[1], words[2], words[3]);
       }
-      reinterpret_cast<uint4*>(o)[vec] = make_uint4(words[0], words[1], words[2], words[3]);
     }
   }
 }
@@ -271,14 +412,15 @@ bool check_o_norm_gate(const char* name, const bf16* x, const bf16* g, const flo
   return true;
 }
 
-// Blocks for a grid-stride kernel: enough for the work, at most one resident wave.
+// Blocks for a grid-stride kernel: enough for the work, at most one resident
+// wave (of at most max_per_sm blocks per SM).
 template <class Kernel>
-int resident_grid(Kernel kernel, int threads, int64_t wanted_blocks) {
+int resident_grid(Kernel kernel, int threads, int64_t wanted_blocks, int max_per_sm = INT_MAX) {
   int device = 0, sms = 0, blocks_per_sm = 0;
   PB_CUDA(cudaGetDevice(&device));
   PB_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   PB_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, threads, 0));
-  const int64_t resident = int64_t(sms) * std::max(blocks_per_sm, 1);
+  const int64_t resident = int64_t(sms) * std::min(std::max(blocks_per_sm, 1), max_per_sm);
   return int(std::max<int64_t>(1, std::min(wanted_blocks, resident)));
 }
 
@@ -302,6 +444,21 @@ void launch_binary_cut(Op op, const bf16* a, const bf16* b, bf16* o, int64_t n,
   const int blocks = resident_grid(binary_cut_kernel<Op>, kThreads,
                                    (std::max<int64_t>(vecs, 1) + kThreads - 1) / kThreads);
   binary_cut_kernel<<<blocks, kThreads, 0, stream>>>(op, a, b, o, n);
+  PB_CUDA_LAUNCH();
+}
+
+// Large calls through the tables; small ones (where every block building its
+// table would cost more than the arithmetic it saves) through the plain cut.
+template <class VecOp, class Op>
+void launch_binary_table(Op op, const bf16* a, const bf16* b, bf16* o, int64_t n, cudaStream_t stream) {
+  if (n < kTableMinElements || !(aligned16(a) && aligned16(b) && aligned16(o))) {
+    launch_binary_cut(op, a, b, o, n, stream);  // misaligned: the baseline
+    return;
+  }
+  const int64_t vecs = n / kVec;
+  auto kernel = binary_table_kernel<VecOp, Op>;
+  const int blocks = resident_grid(kernel, kTableThreads, (vecs + kTableThreads - 1) / kTableThreads);
+  kernel<<<blocks, kTableThreads, 0, stream>>>(VecOp{}, op, a, b, o, n);
   PB_CUDA_LAUNCH();
 }
 
@@ -330,7 +487,7 @@ void mul_sigmoid_baseline(const bf16* a, const bf16* g, bf16* o, int64_t n, cuda
 }
 void mul_sigmoid_cut(const bf16* a, const bf16* g, bf16* o, int64_t n, cudaStream_t stream) {
   if (check_binary("mul_sigmoid_cut", a, g, o, n))
-    launch_binary_cut(MulSigmoidOp{}, a, g, o, n, stream);
+    launch_binary_table<MulSigmoidTableVec>(MulSigmoidOp{}, a, g, o, n, stream);
 }
 
 // ---- situ ----
@@ -338,7 +495,8 @@ void situ_baseline(const bf16* g, const bf16* u, bf16* o, int64_t n, cudaStream_
   if (check_binary("situ_baseline", g, u, o, n)) launch_binary_baseline(SituOp{}, g, u, o, n, stream);
 }
 void situ_cut(const bf16* g, const bf16* u, bf16* o, int64_t n, cudaStream_t stream) {
-  if (check_binary("situ_cut", g, u, o, n)) launch_binary_cut(SituOp{}, g, u, o, n, stream);
+  if (check_binary("situ_cut", g, u, o, n))
+    launch_binary_table<SituTableVec>(SituOp{}, g, u, o, n, stream);
 }
 
 // ---- o_norm_gate ----
@@ -355,7 +513,8 @@ void o_norm_gate_cut(const bf16* x, const bf16* g, const float* gamma, bf16* o,
     return;
   }
   const int blocks = resident_grid(o_norm_gate_cut_kernel, kThreads,
-                                   (row_heads + kNormRowsPerBlock - 1) / kNormRowsPerBlock);
+                                   (row_heads + kNormRowsPerBlock - 1) / kNormRowsPerBlock,
+                                   kNormBlocksPerSm);
   o_norm_gate_cut_kernel<<<blocks, kThreads, 0, stream>>>(x, g, gamma, o, row_heads, eps);
   PB_CUDA_LAUNCH();
 }

@@ -19,6 +19,9 @@
 // Baselines: one element per thread, 2-byte loads and stores (o_norm_gate:
 // a 128-thread block per (row, head)). Cuts: 16 bytes per thread per operand,
 // grid-stride, scalar tail; misaligned pointers take the baseline kernel.
+// mul_sigmoid and situ cuts (n >= 2^20) read bf16(sigmoid(g)), s(g) and t(u)
+// from shared-memory tables built with the plain forms (elementwise.cuh);
+// o_norm_gate's cut puts 4 lanes x 32 columns on a (row, head).
 // o may be exactly one of the inputs (in place); partial overlaps are refused.
 #pragma once
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "conv_silu_chunk.h"
+#include "fast_math.cuh"
 #include "gpu_test.h"
 
 namespace pb::test {
@@ -215,7 +216,7 @@ TEST_CASE("conv_silu_chunk: chunked calls threading next -> carry == one call") 
   }
 }
 
-// Every float d in [1, 2^126): conv_detail::reciprocal_rn_1_to_2p126(d) has the
+// Every float d in [1, 2^126): fast_math::reciprocal_rn_1_to_2p126(d) has the
 // bits of 1.0f / d (this file is compiled with the project's flags, so the
 // division is the IEEE one).
 __global__ void count_reciprocal_mismatches(uint32_t first, uint32_t last,
@@ -223,7 +224,7 @@ __global__ void count_reciprocal_mismatches(uint32_t first, uint32_t last,
   const uint32_t stride = gridDim.x * blockDim.x;  // last + stride < 2^32: no wrap
   for (uint32_t u = first + blockIdx.x * blockDim.x + threadIdx.x; u < last; u += stride) {
     const float d = __uint_as_float(u);
-    const float fast = conv_detail::reciprocal_rn_1_to_2p126(d);
+    const float fast = fast_math::reciprocal_rn_1_to_2p126(d);
     const float ieee = 1.0f / d;
     if (__float_as_uint(fast) != __float_as_uint(ieee)) {
       atomicAdd(mismatches, 1ull);
