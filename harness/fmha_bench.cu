@@ -182,8 +182,8 @@ int run_fmha_bench(const FmhaBenchOptions& o, RunResult& result) {
         const Timing t = time_launches(
             [&](int slot, cudaStream_t st) { fmha(e, tensors_of(in[size_t(slot)], o.heads, out.get(), lse.get()), shape, st); },
             slots, o.warmup, o.reps, stream);
-        out.poison();
-        lse.poison();
+        out.poison(stream);
+        lse.poison(stream);
         fmha(e, tensors_of(in[0], o.heads, out.get(), lse.get()), shape, stream);
         PB_CUDA(cudaStreamSynchronize(stream));
         const int64_t wrong = count_wrong_rows(in[0], out.get(), lse.get(), shape);

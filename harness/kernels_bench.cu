@@ -78,7 +78,7 @@ Case land_case(int64_t rows, int64_t nt, int64_t off, int64_t n, cudaStream_t s)
   c.launch = [=](Variant v, int slot, cudaStream_t st) { land(v, (*p)[slot].get(), (*out)[int(v)].get(), shape, st); };
   c.count_wrong = [=](cudaStream_t st) {
     for (Variant v : {Variant::baseline, Variant::cut}) {
-      (*out)[int(v)].poison();
+      (*out)[int(v)].poison(st);
       land(v, (*p)[0].get(), (*out)[int(v)].get(), shape, st);
     }
     PB_CUDA(cudaStreamSynchronize(st));
@@ -125,8 +125,8 @@ Case conv_case(int64_t rows, int64_t inner, cudaStream_t s) {
   };
   c.count_wrong = [=](cudaStream_t st) {
     for (int v = 0; v < 2; ++v) {
-      b->y[v].poison();
-      b->next[v].poison();
+      b->y[v].poison(st);
+      b->next[v].poison(st);
     }
     c.launch(Variant::baseline, 0, st);
     c.launch(Variant::cut, 0, st);
@@ -201,7 +201,7 @@ Case binary_case(const std::string& op, BinaryOp fn, double flops_per_element, i
   c.launch = [=](Variant v, int slot, cudaStream_t st) { fn(v, b->a[slot].get(), b->b[slot].get(), b->out[int(v)].get(), n, st); };
   c.count_wrong = [=](cudaStream_t st) {
     for (Variant v : {Variant::baseline, Variant::cut}) {
-      b->out[int(v)].poison();
+      b->out[int(v)].poison(st);
       fn(v, b->a[0].get(), b->b[0].get(), b->out[int(v)].get(), n, st);
     }
     PB_CUDA(cudaStreamSynchronize(st));
@@ -235,7 +235,7 @@ Case o_norm_gate_case(int64_t rows, int heads, cudaStream_t s) {
   };
   c.count_wrong = [=](cudaStream_t st) {
     for (Variant v : {Variant::baseline, Variant::cut}) {
-      b->out[int(v)].poison();
+      b->out[int(v)].poison(st);
       o_norm_gate(v, b->x[0].get(), b->g[0].get(), b->gamma.get(), b->out[int(v)].get(), row_heads, 1e-5f, st);
     }
     PB_CUDA(cudaStreamSynchronize(st));
@@ -281,8 +281,8 @@ Case attnres_case(int64_t rows, int64_t hidden, int nb, cudaStream_t s) {
   };
   c.count_wrong = [=](cudaStream_t st) {
     for (Variant v : {Variant::baseline, Variant::cut}) {
-      b->scores[int(v)].poison();
-      b->out[int(v)].poison();
+      b->scores[int(v)].poison(st);
+      b->out[int(v)].poison(st);
       attnres(v, b->snap[0].get(), b->partial[0].get(), b->sw.get(), b->scores[int(v)].get(), b->out[int(v)].get(),
               shape, 1e-5f, st);
     }

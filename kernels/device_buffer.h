@@ -37,8 +37,10 @@ class DeviceBuffer {
   size_t bytes() const { return n_ * sizeof(T); }
 
   // Fill every byte with 0xff: NaN in bf16 and f32, so an element a kernel
-  // forgot to write never matches a reference bit pattern.
-  void poison() { PB_CUDA(cudaMemset(ptr_, 0xff, bytes())); }
+  // forgot to write never matches a reference bit pattern. Ordered on
+  // `stream`: pass the stream the kernel under test runs on (a non-blocking
+  // stream does not wait for the legacy default stream).
+  void poison(cudaStream_t stream = nullptr) { PB_CUDA(cudaMemsetAsync(ptr_, 0xff, bytes(), stream)); }
 
   template <class H>
   void upload(const std::vector<H>& host) {

@@ -40,6 +40,15 @@ namespace pb {
 
 const char* fmha_engine_name(FmhaEngine e) { return e == FmhaEngine::cudnn ? "cudnn" : "native"; }
 
+FmhaEngine fmha_engine_from_name(const std::string& name) {
+  if (name == "native") return FmhaEngine::native;
+  if (name == "auto") return fmha_cudnn_available() ? FmhaEngine::cudnn : FmhaEngine::native;
+  PB_CHECK(name == "cudnn", "fmha engine '" + name + "' is not allowed; allowed: native, cudnn, auto");
+  PB_CHECK(fmha_cudnn_available(), "fmha: cudnn was asked for, but this build has no cuDNN engine "
+                                   "(cuDNN 9 or the cudnn-frontend headers were not found at configure time)");
+  return FmhaEngine::cudnn;
+}
+
 namespace {
 
 using bf16 = __nv_bfloat16;

@@ -45,6 +45,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 
 namespace pb {
 
@@ -74,6 +75,9 @@ constexpr double kFmhaLseFloor = 1e-3;      // absolute, natural log
 
 enum class FmhaEngine { native, cudnn };
 const char* fmha_engine_name(FmhaEngine e);
+// A scenario's `fmha:` value: "native", "cudnn" (pb::Error when this build
+// has no cuDNN engine), or "auto" (cudnn when available, else native).
+FmhaEngine fmha_engine_from_name(const std::string& name);
 
 // The native kernel. Contract checks (pb::Error): head dims, alignment,
 // strides, scale, shape ranges (tq, tk < 2^30, 1 <= heads <= 65535).

@@ -32,12 +32,11 @@
 //
 // Host code only: CMake compiles this file with the C++ compiler (LANGUAGE CXX;
 // g++ parses the frontend's headers about 3x faster than nvcc), so it holds no
-// kernel; the -inf fill of empty rows is cuMemsetD2D32Async.
+// kernel; the -inf fill of empty rows is fill_constant_f32 (random_fill.h).
 #include "fmha.h"
 
 #ifdef PB_HAVE_CUDNN
 
-#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <cudnn_frontend.h>
@@ -54,6 +53,7 @@
 #include <vector>
 
 #include "check.h"
+#include "random_fill.h"
 
 // cudnnStatus_t calls.
 #define PB_CUDNN(expr)                                                            \
@@ -261,17 +261,7 @@ void write_empty_rows(bf16* o, float* lse, int64_t rows, int64_t tq, int heads, 
                       cudaStream_t stream) {
   if (rows <= 0) return;
   PB_CUDA(cudaMemsetAsync(o, 0, sizeof(bf16) * rows * heads * d_v, stream));
-  const float neg_inf = -INFINITY;
-  uint32_t bits;
-  std::memcpy(&bits, &neg_inf, sizeof bits);
-  const CUresult r = cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(lse), sizeof(float) * tq, bits,
-                                        rows, heads, stream);
-  if (r != CUDA_SUCCESS) {
-    const char* name = nullptr;
-    cuGetErrorName(r, &name);
-    throw_error(__FILE__, __LINE__,
-                std::string("cuMemsetD2D32Async(lse, -inf): ") + (name ? name : "unknown error"));
-  }
+  fill_constant_f32(lse, tq, rows, heads, -INFINITY, stream);
 }
 
 // One call as cuDNN sees it: the leading queries that see no key are peeled

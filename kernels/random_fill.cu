@@ -25,6 +25,11 @@ __global__ void fill_uniform(T* p, int64_t n, uint64_t seed, float scale) {
   }
 }
 
+__global__ void fill_constant(float* p, int64_t pitch, int64_t cols, int64_t n, float value) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    p[(i / cols) * pitch + i % cols] = value;
+}
+
 int fill_blocks(int64_t n) { return int(std::min<int64_t>((n + 255) / 256, 4096)); }
 
 }  // namespace
@@ -38,6 +43,14 @@ void fill_uniform_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale, 
 void fill_uniform_f32(float* p, int64_t n, uint64_t seed, float scale, cudaStream_t stream) {
   if (n <= 0) return;
   fill_uniform<<<fill_blocks(n), 256, 0, stream>>>(p, n, seed, scale);
+  PB_CUDA_LAUNCH();
+}
+
+void fill_constant_f32(float* p, int64_t pitch, int64_t cols, int64_t rows, float value, cudaStream_t stream) {
+  PB_CHECK(cols >= 0 && rows >= 0 && pitch >= cols, "fill_constant_f32: bad shape");
+  const int64_t n = cols * rows;
+  if (n == 0) return;
+  fill_constant<<<fill_blocks(n), 256, 0, stream>>>(p, pitch, cols, n, value);
   PB_CUDA_LAUNCH();
 }
 

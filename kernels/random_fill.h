@@ -1,5 +1,5 @@
-// Seeded synthetic data on the device: weights, activations and benchmark
-// inputs. Values are a hash of (seed, index), uniform in [-scale, scale), so
+// Device fills: seeded synthetic data (weights, activations, benchmark
+// inputs) and constant fills. Values are a hash of (seed, index), uniform in [-scale, scale), so
 // the same seed gives the same data on every rank and every run.
 #pragma once
 
@@ -12,5 +12,8 @@ namespace pb {
 
 void fill_uniform_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
 void fill_uniform_f32(float* p, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
+
+// p[r * pitch + c] = value for r < rows, c < cols (pitch in elements).
+void fill_constant_f32(float* p, int64_t pitch, int64_t cols, int64_t rows, float value, cudaStream_t stream);
 
 }  // namespace pb

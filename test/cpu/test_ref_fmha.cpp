@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "check.h"
 #include "fmha.h"
 #include "ref_math.h"
 
@@ -128,3 +129,12 @@ TEST_CASE("ref::fmha: tq == tk causal is the usual lower triangle; heads and str
 
 }  // namespace
 }  // namespace pb
+
+TEST_CASE("the scenario's fmha engine names resolve; auto prefers cuDNN when built") {
+  CHECK(pb::fmha_engine_from_name("native") == pb::FmhaEngine::native);
+  CHECK(pb::fmha_engine_from_name("auto") ==
+        (pb::fmha_cudnn_available() ? pb::FmhaEngine::cudnn : pb::FmhaEngine::native));
+  CHECK_THROWS_WITH_AS(pb::fmha_engine_from_name("flash"), doctest::Contains("native, cudnn, auto"), pb::Error);
+  if (pb::fmha_cudnn_available()) CHECK(pb::fmha_engine_from_name("cudnn") == pb::FmhaEngine::cudnn);
+  else CHECK_THROWS_AS(pb::fmha_engine_from_name("cudnn"), pb::Error);
+}
