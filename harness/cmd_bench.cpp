@@ -1,0 +1,59 @@
+// `prefill-bench kernels` and `prefill-bench fmha`: single-process benchmarks
+// on the first visible GPU, written to one results file each.
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <functional>
+
+#include "check.h"
+#include "commands.h"
+#include "run_info.h"
+
+namespace pb {
+
+namespace {
+
+// Runs `bench` (which returns the number of cases that failed validation) on
+// this process's GPU and writes its results; the common frame of both commands.
+int run_bench_command(const Gang& gang, const char* kind, const std::string& command_line,
+                      const std::string& output, bool overwrite, const char* failure_text,
+                      const std::function<int(RunResult&)>& bench) {
+  PB_CHECK(gang.size() == 1, std::string("prefill-bench ") + kind +
+                                 " runs as one process on one GPU; start it without mpirun (or with -np 1)");
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "prefill-bench %s: no CUDA device is visible on %s\n", kind, gang.host().c_str());
+    return 3;
+  }
+  const int device = gang.local_rank() % devices;
+  PB_CUDA(cudaSetDevice(device));
+  RunResult result;
+  result.kind = kind;
+  record_run_info(gang, command_line, result);
+  record_devices(gang, device, result);
+  const std::string path = output_path(output, kind, "bench");
+  const int failed_cases = bench(result);
+  write_results(path, result, overwrite);
+  std::printf("wrote %s\n", path.c_str());
+  if (failed_cases) {
+    std::fprintf(stderr, "prefill-bench %s: %d case(s) %s\n", kind, failed_cases, failure_text);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_kernels(const Gang& gang, const KernelsBenchOptions& options) {
+  return run_bench_command(gang, "kernels", options.command_line, options.output, options.overwrite,
+                           "where baseline and cut outputs differ",
+                           [&](RunResult& result) { return run_kernels_bench(options, result); });
+}
+
+int cmd_fmha(const Gang& gang, const FmhaBenchOptions& options) {
+  return run_bench_command(gang, "fmha", options.command_line, options.output, options.overwrite,
+                           "with sampled rows outside the floors of fmha.h",
+                           [&](RunResult& result) { return run_fmha_bench(options, result); });
+}
+
+}  // namespace pb
