@@ -104,13 +104,14 @@ Cost kda_forward(int64_t tokens, int64_t heads, int64_t d, int64_t chunk) {
   return {bytes, chunks * per_chunk, Unit::tensor};
 }
 
-// The affine package (M, D) of a segment: D is the state from zero; M the
-// product of the chunks' transitions, one d x d x d product per chunk and head
-// plus building each transition (2 c d^2 twice).
+// The affine package (M, D) of a segment (kernels/kda_ref.h): the zero-state
+// chunked pass for D (L, Aqk-free: K K^T 2c^2 d, UT solve c^3, W and U 4c^2 d,
+// state update 4 c d^2) plus M's low-rank update per chunk M <- M G - (M W^T) K^
+// (4 c d^2): 6 c^2 d + c^3 + 8 c d^2 per chunk and head.
 Cost kda_package(int64_t tokens, int64_t heads, int64_t d, int64_t chunk) {
   double chunks = double((tokens + chunk - 1) / chunk) * heads;
   double c = double(chunk), dd = double(d);
-  double per_chunk = 2 * dd * dd * dd + 4 * c * dd * dd;
+  double per_chunk = 6 * c * c * dd + c * c * c + 8 * c * dd * dd;
   double bytes = double(tokens) * heads * d * kBf16 * 3 + 2.0 * heads * d * d * kF32;
   return {bytes, chunks * per_chunk, Unit::tensor};
 }
