@@ -1,0 +1,88 @@
+#include "slab_layout.h"
+
+#include "check.h"
+
+namespace pb {
+
+namespace {
+
+int64_t align_up(int64_t x) { return (x + kSlabAlign - 1) / kSlabAlign * kSlabAlign; }
+
+// Places `bytes` at the next aligned offset and advances the cursor.
+Region place(int64_t& cursor, int64_t bytes) {
+  Region r{align_up(cursor), bytes};
+  cursor = r.end();
+  return r;
+}
+
+}  // namespace
+
+const char* bell_name(Bell kind) {
+  switch (kind) {
+    case Bell::window: return "window";
+    case Bell::returned: return "returned";
+    case Bell::consumed: return "consumed";
+  }
+  return "?";
+}
+
+int doorbell_index(int cp, int sender, Bell kind) {
+  PB_CHECK(sender >= 0 && sender < cp, "doorbell_index: sender " + std::to_string(sender) + " outside [0, cp)");
+  return int(kind) * cp + sender;
+}
+
+uint64_t doorbell_value(int64_t seq, int window) {
+  PB_CHECK(seq >= 0, "doorbell_value: negative seq");
+  PB_CHECK(window >= 0 && window < kWindowsPerSeq, "doorbell_value: window outside [0, 4096)");
+  return uint64_t(seq + 1) * uint64_t(kWindowsPerSeq) + uint64_t(window);
+}
+
+int64_t doorbell_seq(uint64_t value) { return int64_t(value / uint64_t(kWindowsPerSeq)) - 1; }
+int doorbell_window(uint64_t value) { return int(value % uint64_t(kWindowsPerSeq)); }
+
+SlabLayout slab_layout(int cp, int64_t seg, int heads, int kv_rank, int rope_dim, int qk_dim, int v_dim) {
+  PB_CHECK(cp >= 1, "slab_layout: cp < 1");
+  PB_CHECK(seg >= 1 && heads >= 1 && kv_rank >= 1 && rope_dim >= 1 && qk_dim >= 1 && v_dim >= 1,
+           "slab_layout: every shape must be positive");
+  SlabLayout L;
+  L.cp = cp;
+  L.seg = seg;
+  L.heads = heads;
+  L.kv_rank = kv_rank;
+  L.rope_dim = rope_dim;
+  L.qk_dim = qk_dim;
+  L.v_dim = v_dim;
+  L.slots = (cp - 1) / 2;
+
+  const int64_t bf16 = 2, f32 = 4, u64 = 8;
+  int64_t cursor = 0;
+  L.doorbells = place(cursor, int64_t(L.n_doorbells()) * u64);
+  L.kv_norm = place(cursor, seg * kv_rank * bf16);
+  L.rope = place(cursor, seg * rope_dim * bf16);
+  L.q = place(cursor, seg * int64_t(heads) * qk_dim * bf16);
+  L.window = {L.kv_norm.offset, L.q.end() - L.kv_norm.offset};
+  for (int s = 0; s < 2; ++s) {
+    int64_t begin = align_up(cursor);
+    for (int i = 0; i < L.slots; ++i) {
+      L.o[s].push_back(place(cursor, seg * int64_t(heads) * v_dim * bf16));
+      L.lse[s].push_back(place(cursor, int64_t(heads) * seg * f32));
+    }
+    L.return_slab[s] = {begin, align_up(cursor) - begin};
+  }
+  L.total_bytes = align_up(cursor);
+  return L;
+}
+
+std::vector<std::pair<std::string, Region>> SlabLayout::regions() const {
+  std::vector<std::pair<std::string, Region>> out = {
+      {"doorbells", doorbells}, {"kv_norm", kv_norm}, {"rope", rope}, {"q", q}};
+  for (int s = 0; s < 2; ++s)
+    for (int i = 0; i < slots; ++i) {
+      std::string tag = "[" + std::to_string(s) + "][" + std::to_string(i) + "]";
+      out.push_back({"o" + tag, o[s][i]});
+      out.push_back({"lse" + tag, lse[s][i]});
+    }
+  return out;
+}
+
+}  // namespace pb

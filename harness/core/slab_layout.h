@@ -1,0 +1,82 @@
+// The CP lane's per-rank slab (DESIGN.md §3 "Fabric", issue 7 §2): one device
+// allocation per rank that its node-local peers map over CUDA IPC. A pure
+// function of the shapes, no CUDA.
+//
+//   doorbells  [cp * kBellKinds] u64       flags that peers store into; this rank waits on them
+//   kv_norm    [seg, kv_rank]    bf16      | the published window
+//   rope       [seg, rope_dim]   bf16      | (one layer at a time)
+//   q          [seg, heads * qk_dim] bf16  |
+//   return slab s in {0, 1}, slot i in [0, (cp - 1) / 2):
+//     o        [seg, heads, v_dim] bf16    a helper's FMHA output for this rank's queries
+//     lse      [heads, seg]      f32       its log-sum-exp, natural log
+//
+// Every region starts on a kAlign-byte boundary. Both return slabs hold all
+// (cp - 1) / 2 slots (DESIGN.md's sizing); the stripe schedule puts slot i in
+// slab i % 2 (slab_of_slot), so slot i + 1's FMHA can land while slot i is
+// still being merged. Regions are addressed by (slab, slot), so an engine that
+// alternates slabs by layer parity instead needs no layout change.
+//
+// Doorbell values: (seq + 1) * 4096 + window, waited on with GEQ, so a flag only
+// ever grows and a wait for an older (seq, window) passes at once.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pb {
+
+constexpr int64_t kSlabAlign = 256;     // bytes; every region starts on this boundary
+constexpr int64_t kWindowsPerSeq = 4096;  // doorbell value stride per sequence number
+
+// Who stores a flag into whose doorbell, and what it announces.
+enum class Bell : int {
+  window = 0,    // sender's window (kv_norm, rope, q) for this seq is published
+  returned = 1,  // sender (a helper) wrote (o, lse) into this rank's return slot
+  consumed = 2,  // sender (an owner) merged its slot: this rank may overwrite it
+};
+constexpr int kBellKinds = 3;
+const char* bell_name(Bell kind);
+
+// Doorbell index on the receiving rank for flags stored by `sender`.
+int doorbell_index(int cp, int sender, Bell kind);
+// (seq + 1) * 4096 + window; 0 <= window < 4096, seq >= 0.
+uint64_t doorbell_value(int64_t seq, int window);
+// The inverse, for messages: seq -1 for the initial value 0.
+int64_t doorbell_seq(uint64_t value);
+int doorbell_window(uint64_t value);
+
+struct Region {
+  int64_t offset = 0;  // bytes from the slab base
+  int64_t bytes = 0;
+  int64_t end() const { return offset + bytes; }
+};
+
+struct SlabLayout {
+  int cp = 0;
+  int64_t seg = 0;  // token capacity of one segment (the bucket's seg_cap)
+  int heads = 0, kv_rank = 0, rope_dim = 0, qk_dim = 0, v_dim = 0;
+  int slots = 0;  // return slots per slab: (cp - 1) / 2
+
+  Region doorbells;          // [cp * kBellKinds] u64
+  Region kv_norm, rope, q;   // the published window
+  Region window;             // kv_norm.offset .. q.end()
+  std::array<std::vector<Region>, 2> o, lse;  // [slab][slot]
+  std::array<Region, 2> return_slab;          // the whole of slab s
+  int64_t total_bytes = 0;
+
+  int n_doorbells() const { return cp * kBellKinds; }
+  // Every region in address order, with a name, for tests and printing.
+  std::vector<std::pair<std::string, Region>> regions() const;
+};
+
+// Shapes default to the model's MLA: kv latent 512, rope 64, q/k head dim 192
+// (128 nope + 64 rope), v head dim 128.
+SlabLayout slab_layout(int cp, int64_t seg, int heads, int kv_rank = 512, int rope_dim = 64, int qk_dim = 192,
+                       int v_dim = 128);
+
+// The stripe schedule's slab for return slot i (schedule.h).
+inline int slab_of_slot(int slot) { return slot % 2; }
+
+}  // namespace pb

@@ -1,0 +1,114 @@
+// The CP lane's slab layout (harness/core/slab_layout.h): pure, no CUDA.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "schedule.h"
+#include "slab_layout.h"
+
+using namespace pb;
+
+namespace {
+
+void check_layout(const SlabLayout& L) {
+  auto regions = L.regions();
+  for (const auto& [name, r] : regions) {
+    INFO(name);
+    CHECK(r.offset % kSlabAlign == 0);
+    CHECK(r.bytes > 0);
+    CHECK(r.end() <= L.total_bytes);
+  }
+  // Address order, no overlap.
+  for (size_t i = 1; i < regions.size(); ++i) {
+    INFO(regions[i - 1].first << " then " << regions[i].first);
+    CHECK(regions[i - 1].second.end() <= regions[i].second.offset);
+  }
+  CHECK(L.doorbells.offset == 0);
+  CHECK(L.total_bytes % kSlabAlign == 0);
+}
+
+}  // namespace
+
+TEST_CASE("slab at cp 8, seg 16896, 96 heads: DESIGN.md's sizes") {
+  const int64_t seg = 16896;
+  SlabLayout L = slab_layout(8, seg, 96);
+  check_layout(L);
+  CHECK(L.slots == 3);
+  CHECK(L.slots == return_slots(8));
+  CHECK(L.doorbells.bytes == 8 * kBellKinds * 8);
+  CHECK(L.kv_norm.bytes == seg * 512 * 2);
+  CHECK(L.rope.bytes == seg * 64 * 2);
+  CHECK(L.q.bytes == seg * 96 * 192 * 2);
+  CHECK(L.window.bytes == seg * (512 + 64 + 96 * 192) * 2);  // regions are all 256-multiples here
+  CHECK(L.window.bytes == 642318336);
+  const int64_t slot_bytes = seg * 96 * 128 * 2 + 96 * seg * 4;
+  CHECK(slot_bytes == 421724160);
+  for (int s = 0; s < 2; ++s) {
+    CHECK(L.return_slab[s].bytes == 3 * slot_bytes);
+    for (int i = 0; i < 3; ++i) {
+      CHECK(L.o[s][i].bytes == seg * 96 * 128 * 2);
+      CHECK(L.lse[s][i].bytes == 96 * seg * 4);
+      CHECK(L.o[s][i].offset >= L.return_slab[s].offset);
+      CHECK(L.lse[s][i].end() <= L.return_slab[s].end());
+    }
+  }
+  CHECK(L.return_slab[0].end() <= L.return_slab[1].offset);
+  CHECK(L.total_bytes == 256 + 642318336 + 2 * 3 * int64_t(421724160));
+}
+
+TEST_CASE("slab at cp 4, seg 16896: one slot per return slab") {
+  SlabLayout L = slab_layout(4, 16896, 96);
+  check_layout(L);
+  CHECK(L.slots == 1);
+  CHECK(L.total_bytes == 256 + 642318336 + 2 * int64_t(421724160));
+}
+
+TEST_CASE("odd shapes stay aligned and disjoint; cp 1 and 2 have no return slots") {
+  for (int cp : {1, 2, 3, 5, 7, 8, 16})
+    for (int64_t seg : {1, 3, 17, 1000}) {
+      INFO("cp " << cp << " seg " << seg);
+      SlabLayout L = slab_layout(cp, seg, 3, 5, 7, 11, 13);
+      check_layout(L);
+      CHECK(L.slots == (cp - 1) / 2);
+      CHECK(L.o[0].size() == size_t(L.slots));
+      CHECK(L.lse[1].size() == size_t(L.slots));
+      CHECK(L.doorbells.bytes == int64_t(cp) * kBellKinds * 8);
+    }
+  CHECK_THROWS(slab_layout(0, 16, 96));
+  CHECK_THROWS(slab_layout(4, 0, 96));
+}
+
+TEST_CASE("slot i lives in slab i % 2, as the stripe schedule says") {
+  for (int i = 0; i < 7; ++i) CHECK(slab_of_slot(i) == i % 2);
+  // Every return slot the schedule uses exists in its slab.
+  for (int cp : {3, 4, 5, 8, 9}) {
+    SlabLayout L = slab_layout(cp, 64, 4);
+    for (const RankAttention& ra : gang_attention(Schedule::stripe, cp))
+      for (const auto& step : ra.steps) {
+        int slot = step.is_merge ? step.merge.slot : step.window.slot;
+        if (slot < 0) continue;
+        CHECK(slot < L.slots);
+        CHECK(size_t(slot) < L.o[slab_of_slot(slot)].size());
+      }
+  }
+}
+
+TEST_CASE("doorbells: one flag per (kind, sender), values grow with seq then window") {
+  const int cp = 8;
+  std::vector<int> seen;
+  for (Bell kind : {Bell::window, Bell::returned, Bell::consumed})
+    for (int s = 0; s < cp; ++s) seen.push_back(doorbell_index(cp, s, kind));
+  std::sort(seen.begin(), seen.end());
+  for (int i = 0; i < cp * kBellKinds; ++i) CHECK(seen[i] == i);
+  CHECK_THROWS(doorbell_index(cp, cp, Bell::window));
+
+  CHECK(doorbell_value(0, 0) == 4096);
+  CHECK(doorbell_value(2, 5) == 3 * 4096 + 5);
+  CHECK(doorbell_value(0, 4095) < doorbell_value(1, 0));
+  CHECK(doorbell_value(1, 3) > 0);  // the initial flag (0) never satisfies a wait
+  CHECK(doorbell_seq(doorbell_value(41, 7)) == 41);
+  CHECK(doorbell_window(doorbell_value(41, 7)) == 7);
+  CHECK(doorbell_seq(0) == -1);
+  CHECK_THROWS(doorbell_value(0, 4096));
+  CHECK_THROWS(doorbell_value(-1, 0));
+}
