@@ -3,9 +3,10 @@
 //   PB_CHECK(cond, "message")      throws pb::Error when cond is false
 //   PB_CUDA(expr)                  throws when a runtime call fails
 //   PB_CUDA_LAUNCH()               throws when the last launch failed (call after every <<<>>>)
-//   PB_CUBLAS(expr), PB_CU(expr)   cuBLAS status / driver API result
 //   PB_CUDA_NOTHROW(expr)          prints instead of throwing: for destructors
 //
+// Library-specific twins (cuBLAS, cuDNN, NCCL, the driver API) live beside
+// their one user and throw through pb::throw_error the same way.
 // Messages carry file:line, the failing expression and the process context
 // (rank and host) that the driver sets once with pb::set_error_context().
 #pragma once
