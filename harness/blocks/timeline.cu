@@ -1,0 +1,43 @@
+#include "timeline.h"
+
+#include "check.h"
+
+namespace pb {
+
+Timeline::Timeline(cudaStream_t stream, bool timed) : stream_(stream), timed_(timed) {}
+
+Timeline::~Timeline() {
+  for (cudaEvent_t e : events_) PB_CUDA_NOTHROW(cudaEventDestroy(e));
+}
+
+cudaEvent_t Timeline::event(size_t i) {
+  while (events_.size() <= i) {
+    cudaEvent_t e;
+    PB_CUDA(cudaEventCreate(&e));
+    events_.push_back(e);
+  }
+  return events_[i];
+}
+
+void Timeline::launch(const char* family, const std::string& kernel, const std::function<void()>& work) {
+  const size_t i = pending_.size();
+  if (timed_) PB_CUDA(cudaEventRecord(event(2 * i), stream_));
+  work();
+  if (timed_) PB_CUDA(cudaEventRecord(event(2 * i + 1), stream_));
+  pending_.push_back({layer_, family, kernel, 0.0});
+}
+
+std::vector<TimedLaunch> Timeline::collect() {
+  PB_CUDA(cudaStreamSynchronize(stream_));
+  if (timed_)
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      float ms = 0;
+      PB_CUDA(cudaEventElapsedTime(&ms, events_[2 * i], events_[2 * i + 1]));
+      pending_[i].ms = ms;
+    }
+  std::vector<TimedLaunch> out;
+  out.swap(pending_);
+  return out;
+}
+
+}  // namespace pb
