@@ -39,18 +39,25 @@ add_test(NAME mpi.rank_failure COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:rank_fai
 set_tests_properties(mpi.rank_failure PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONMENT "${PB_MPI_ENV}"
   PASS_REGULAR_EXPRESSION "\\[rank 2 on [^]]+\\] error: planted failure on purpose")
 
-# The CP lane's IPC fabric (harness/fabric.cpp) on 4 ranks; they may share one GPU.
+# The CP lane's IPC fabric (harness/blocks/fabric.cpp) on 4 ranks; they may share one GPU.
 # Every rank exits 77 when any rank sees no device (an allreduce decides).
-add_executable(test_fabric test/mpi_gpu/test_fabric.cpp harness/fabric.cpp)
-target_include_directories(test_fabric PRIVATE harness)
-target_link_libraries(test_fabric PRIVATE pb_core pb_kernels doctest::doctest)
-add_test(NAME mpi_gpu.test_fabric COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:test_fabric>)
-set_tests_properties(mpi_gpu.test_fabric PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
+add_library(pb_mpi_gpu_test_main STATIC test/mpi_gpu/mpi_gpu_test_main.cpp)
+target_include_directories(pb_mpi_gpu_test_main PUBLIC test/mpi_gpu)
+target_link_libraries(pb_mpi_gpu_test_main PUBLIC pb_blocks doctest::doctest CUDA::cudart)
+foreach(name test_fabric test_mla_cp)
+  add_executable(${name} test/mpi_gpu/${name}.cpp)
+  target_link_libraries(${name} PRIVATE pb_mpi_gpu_test_main)
+  add_test(NAME mpi_gpu.${name} COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:${name}>)
+  set_tests_properties(mpi_gpu.${name} PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
+    ENVIRONMENT "${PB_MPI_ENV}")
+endforeach()
+# CP2 as well as CP4 against CP1.
+add_test(NAME mpi_gpu.test_mla_cp2 COMMAND ${PB_MPIRUN} -np 2 $<TARGET_FILE:test_mla_cp>)
+set_tests_properties(mpi_gpu.test_mla_cp2 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
   ENVIRONMENT "${PB_MPI_ENV}")
 # A doorbell nobody rings ends the job within its 2 s time-out, naming rank, layer and window.
-add_executable(fabric_timeout_probe test/mpi_gpu/fabric_timeout_probe.cpp harness/fabric.cpp)
-target_include_directories(fabric_timeout_probe PRIVATE harness)
-target_link_libraries(fabric_timeout_probe PRIVATE pb_core pb_kernels)
+add_executable(fabric_timeout_probe test/mpi_gpu/fabric_timeout_probe.cpp)
+target_link_libraries(fabric_timeout_probe PRIVATE pb_blocks)
 add_test(NAME mpi_gpu.fabric_timeout COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:fabric_timeout_probe>)
 set_tests_properties(mpi_gpu.fabric_timeout PROPERTIES LABELS "gpu;mpi" TIMEOUT 60 ENVIRONMENT "${PB_MPI_ENV}"
   PASS_REGULAR_EXPRESSION "(wait timed out after [0-9.]+ s: rank 1, layer 3, window 5|SKIPPED: no CUDA device)")

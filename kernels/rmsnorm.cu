@@ -21,7 +21,7 @@ __device__ __forceinline__ float block_sum(float v, float* stage) {
 }
 
 template <bool kVector>
-__global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const bf16* __restrict__ x, const float* __restrict__ gamma,
+__global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const bf16* x, const float* __restrict__ gamma,
                                                            bf16* out, RmsNormShape s, float eps) {
   __shared__ float stage[kThreads / 32];
   const bf16* xr = x + int64_t(blockIdx.x) * s.ldx;

@@ -163,17 +163,22 @@ class RankPlanner {
     gemm("wfu", b_, m_.mla_fused_width(), h);
     land("q_a", b_, m_.q_lora);
     rmsnorm("q_a", b_, m_.q_lora);
+    // The window (kv, q) is written in place in this rank's slab: first wait
+    // until last layer's readers released it.
+    const bool published = !window_readers(schedule(), cp_, rank_).empty();
+    if (published) fabric("wait_released", 0);
     land("kv_a", b_, m_.kv_lora + m_.qk_rope);
     land("mla_gate", b_, heads * m_.v_head);
     rmsnorm("kv_latent", b_, m_.kv_lora);
     gemm_land("q_b", b_, heads * m_.d_qk(), m_.q_lora);
-    if (cp_ > 1) fabric("publish_window", 0);
+    if (published) fabric("publish_window", 0);
     const RankAttention attention = rank_attention(schedule(), cp_, rank_);
     for (int k : attention.key_segments) expand_keys(k);
     for (const auto& step : attention.steps) {
       if (step.is_merge) merge(step.merge);
       else fmha(step.window);
     }
+    if (!windows_read(schedule(), cp_, rank_).empty()) fabric("release_window", 0);
     add("o_finalize", "o_finalize", cost::o_finalize(t_, heads, m_.v_head));
     elementwise("mul_sigmoid", b_ * heads * m_.v_head, 2, 6);
     gemm_land("mla_o", b_, h, heads * m_.v_head);
@@ -181,7 +186,7 @@ class RankPlanner {
 
   void expand_keys(int k) {
     const int64_t tk = segs_[k].len;
-    if (k != rank_) fabric("wait_window", double(tk) * (m_.kv_lora + m_.qk_rope) * 2);
+    if (k != rank_) fabric("wait_window", double(tk) * (m_.kv_lora + m_.qk_rope) * 2);  // kv read in place
     add("gemm", "gemm.kv_b", cost::gemm(tk, m_.heads * (m_.qk_nope + m_.v_head), m_.kv_lora, 1, true));
     add("mla", "mla.expand_k", cost::expand_k(tk, m_.heads, m_.qk_nope, m_.qk_rope));
   }
@@ -199,6 +204,7 @@ class RankPlanner {
   void merge(const MergeStep& step) {
     if (step.slot >= 0) fabric("wait_return", 0);
     add("lse_merge", "lse_merge", cost::lse_merge(t_, m_.heads, m_.v_head));
+    if (step.slot >= 0) fabric("release_return", 0);
   }
 
   // ---- FFNs ----

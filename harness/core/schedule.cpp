@@ -1,5 +1,8 @@
 #include "schedule.h"
 
+#include <algorithm>
+#include <set>
+
 #include "check.h"
 
 namespace pb {
@@ -92,6 +95,26 @@ std::vector<RankAttention> gang_attention(Schedule schedule, int cp) {
   std::vector<RankAttention> gang;
   for (int r = 0; r < cp; ++r) gang.push_back(rank_attention(schedule, cp, r));
   return gang;
+}
+
+std::vector<int> windows_read(Schedule schedule, int cp, int rank) {
+  const RankAttention a = rank_attention(schedule, cp, rank);
+  std::set<int> read;
+  for (int k : a.key_segments)
+    if (k != rank) read.insert(k);
+  for (const auto& step : a.steps)
+    if (!step.is_merge && step.window.q != rank) read.insert(step.window.q);
+  return {read.begin(), read.end()};
+}
+
+std::vector<int> window_readers(Schedule schedule, int cp, int k) {
+  PB_CHECK(cp >= 1 && k >= 0 && k < cp, "window_readers: rank out of range");
+  std::vector<int> readers;
+  for (int s = 0; s < cp; ++s) {
+    const std::vector<int> read = windows_read(schedule, cp, s);
+    if (std::find(read.begin(), read.end(), k) != read.end()) readers.push_back(s);
+  }
+  return readers;
 }
 
 double expected_load(Schedule schedule, int cp, int rank) {

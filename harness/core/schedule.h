@@ -74,6 +74,14 @@ int return_slots(int cp);                   // (cp - 1) / 2
 RankAttention rank_attention(Schedule schedule, int cp, int rank);
 std::vector<RankAttention> gang_attention(Schedule schedule, int cp);
 
+// The published windows a rank reads in one layer: the keys of every foreign
+// key segment it expands, and the queries of every owner it helps (ascending,
+// itself excluded). window_readers is the mirror: who reads rank k's window.
+// A rank tells each window it read that it is done (the `released` doorbell)
+// and waits for its own readers before it overwrites its window next layer.
+std::vector<int> windows_read(Schedule schedule, int cp, int rank);
+std::vector<int> window_readers(Schedule schedule, int cp, int k);
+
 // DESIGN.md §3's load: r + 1/2 (prefix); 1/2 + |kept| + |helped| (stripe).
 double expected_load(Schedule schedule, int cp, int rank);
 

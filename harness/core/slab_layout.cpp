@@ -22,6 +22,7 @@ const char* bell_name(Bell kind) {
     case Bell::window: return "window";
     case Bell::returned: return "returned";
     case Bell::consumed: return "consumed";
+    case Bell::released: return "released";
   }
   return "?";
 }
@@ -57,10 +58,9 @@ SlabLayout slab_layout(int cp, int64_t seg, int heads, int kv_rank, int rope_dim
   const int64_t bf16 = 2, f32 = 4, u64 = 8;
   int64_t cursor = 0;
   L.doorbells = place(cursor, int64_t(L.n_doorbells()) * u64);
-  L.kv_norm = place(cursor, seg * kv_rank * bf16);
-  L.rope = place(cursor, seg * rope_dim * bf16);
+  L.kv = place(cursor, seg * (kv_rank + rope_dim) * bf16);
   L.q = place(cursor, seg * int64_t(heads) * qk_dim * bf16);
-  L.window = {L.kv_norm.offset, L.q.end() - L.kv_norm.offset};
+  L.window = {L.kv.offset, L.q.end() - L.kv.offset};
   for (int s = 0; s < 2; ++s) {
     int64_t begin = align_up(cursor);
     for (int i = 0; i < L.slots; ++i) {
@@ -75,7 +75,7 @@ SlabLayout slab_layout(int cp, int64_t seg, int heads, int kv_rank, int rope_dim
 
 std::vector<std::pair<std::string, Region>> SlabLayout::regions() const {
   std::vector<std::pair<std::string, Region>> out = {
-      {"doorbells", doorbells}, {"kv_norm", kv_norm}, {"rope", rope}, {"q", q}};
+      {"doorbells", doorbells}, {"kv", kv}, {"q", q}};
   for (int s = 0; s < 2; ++s)
     for (int i = 0; i < slots; ++i) {
       std::string tag = "[" + std::to_string(s) + "][" + std::to_string(i) + "]";

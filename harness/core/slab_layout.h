@@ -3,18 +3,18 @@
 // function of the shapes, no CUDA.
 //
 //   doorbells  [cp * kBellKinds] u64       flags that peers store into; this rank waits on them
-//   kv_norm    [seg, kv_rank]    bf16      | the published window
-//   rope       [seg, rope_dim]   bf16      | (one layer at a time)
-//   q          [seg, heads * qk_dim] bf16  |
+//   kv         [seg, kv_rank + rope_dim] bf16  | the published window (one layer
+//                                              | at a time): per token the normed
+//                                              | latent, then the rope half
+//   q          [seg, heads * qk_dim] bf16      |
 //   return slab s in {0, 1}, slot i in [0, (cp - 1) / 2):
 //     o        [seg, heads, v_dim] bf16    a helper's FMHA output for this rank's queries
 //     lse      [heads, seg]      f32       its log-sum-exp, natural log
 //
 // Every region starts on a kAlign-byte boundary. Both return slabs hold all
-// (cp - 1) / 2 slots (DESIGN.md's sizing); the stripe schedule puts slot i in
-// slab i % 2 (slab_of_slot), so slot i + 1's FMHA can land while slot i is
-// still being merged. Regions are addressed by (slab, slot), so an engine that
-// alternates slabs by layer parity instead needs no layout change.
+// (cp - 1) / 2 slots (DESIGN.md's sizing) and alternate by the call's sequence
+// number (return_slab): a helper writing call seq's result only needs the
+// owner to have merged call seq - 2's, so helpers run a call ahead of owners.
 //
 // Doorbell values: (seq + 1) * 4096 + window, waited on with GEQ, so a flag only
 // ever grows and a wait for an older (seq, window) passes at once.
@@ -35,8 +35,9 @@ enum class Bell : int {
   window = 0,    // sender's window (kv_norm, rope, q) for this seq is published
   returned = 1,  // sender (a helper) wrote (o, lse) into this rank's return slot
   consumed = 2,  // sender (an owner) merged its slot: this rank may overwrite it
+  released = 3,  // sender read this rank's window for the last time this seq: it may be overwritten
 };
-constexpr int kBellKinds = 3;
+constexpr int kBellKinds = 4;
 const char* bell_name(Bell kind);
 
 // Doorbell index on the receiving rank for flags stored by `sender`.
@@ -60,8 +61,8 @@ struct SlabLayout {
   int slots = 0;  // return slots per slab: (cp - 1) / 2
 
   Region doorbells;          // [cp * kBellKinds] u64
-  Region kv_norm, rope, q;   // the published window
-  Region window;             // kv_norm.offset .. q.end()
+  Region kv, q;              // the published window
+  Region window;             // kv.offset .. q.end()
   std::array<std::vector<Region>, 2> o, lse;  // [slab][slot]
   std::array<Region, 2> return_slab;          // the whole of slab s
   int64_t total_bytes = 0;
@@ -76,7 +77,7 @@ struct SlabLayout {
 SlabLayout slab_layout(int cp, int64_t seg, int heads, int kv_rank = 512, int rope_dim = 64, int qk_dim = 192,
                        int v_dim = 128);
 
-// The stripe schedule's slab for return slot i (schedule.h).
-inline int slab_of_slot(int slot) { return slot % 2; }
+// The return slab of the call with sequence number seq.
+inline int return_slab(int64_t seq) { return int(seq % 2); }
 
 }  // namespace pb

@@ -139,3 +139,19 @@ TEST_CASE("a rank expands exactly the keys its windows use") {
     }
   }
 }
+
+TEST_CASE("window readers mirror the windows read; prefix readers are the downstream ranks") {
+  for (Schedule sched : {Schedule::prefix, Schedule::stripe})
+    for (int cp = 1; cp <= 12; ++cp)
+      for (int s = 0; s < cp; ++s)
+        for (int k = 0; k < cp; ++k) {
+          const std::vector<int> read = windows_read(sched, cp, s), readers = window_readers(sched, cp, k);
+          const bool s_reads_k = std::find(read.begin(), read.end(), k) != read.end();
+          const bool s_is_reader = std::find(readers.begin(), readers.end(), s) != readers.end();
+          CHECK(s_reads_k == s_is_reader);
+          if (s == k) CHECK(!s_reads_k);
+          if (sched == Schedule::prefix) CHECK(s_reads_k == (k < s));
+          // Under the stripe, s reads k's keys (s - k odd) or helps k (k - s even, > 0).
+          if (sched == Schedule::stripe) CHECK(s_reads_k == ((s > k && (s - k) % 2 == 1) || (k > s && (k - s) % 2 == 0)));
+        }
+}

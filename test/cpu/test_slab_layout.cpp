@@ -36,8 +36,7 @@ TEST_CASE("slab at cp 8, seg 16896, 96 heads: DESIGN.md's sizes") {
   CHECK(L.slots == 3);
   CHECK(L.slots == return_slots(8));
   CHECK(L.doorbells.bytes == 8 * kBellKinds * 8);
-  CHECK(L.kv_norm.bytes == seg * 512 * 2);
-  CHECK(L.rope.bytes == seg * 64 * 2);
+  CHECK(L.kv.bytes == seg * (512 + 64) * 2);
   CHECK(L.q.bytes == seg * 96 * 192 * 2);
   CHECK(L.window.bytes == seg * (512 + 64 + 96 * 192) * 2);  // regions are all 256-multiples here
   CHECK(L.window.bytes == 642318336);
@@ -78,8 +77,8 @@ TEST_CASE("odd shapes stay aligned and disjoint; cp 1 and 2 have no return slots
   CHECK_THROWS(slab_layout(4, 0, 96));
 }
 
-TEST_CASE("slot i lives in slab i % 2, as the stripe schedule says") {
-  for (int i = 0; i < 7; ++i) CHECK(slab_of_slot(i) == i % 2);
+TEST_CASE("return slabs alternate by call; every slot the stripe uses exists in both") {
+  for (int seq = 0; seq < 7; ++seq) CHECK(return_slab(seq) == seq % 2);
   // Every return slot the schedule uses exists in its slab.
   for (int cp : {3, 4, 5, 8, 9}) {
     SlabLayout L = slab_layout(cp, 64, 4);
@@ -88,7 +87,7 @@ TEST_CASE("slot i lives in slab i % 2, as the stripe schedule says") {
         int slot = step.is_merge ? step.merge.slot : step.window.slot;
         if (slot < 0) continue;
         CHECK(slot < L.slots);
-        CHECK(size_t(slot) < L.o[slab_of_slot(slot)].size());
+        for (int slab = 0; slab < 2; ++slab) CHECK(size_t(slot) < L.o[slab].size());
       }
   }
 }
@@ -96,7 +95,7 @@ TEST_CASE("slot i lives in slab i % 2, as the stripe schedule says") {
 TEST_CASE("doorbells: one flag per (kind, sender), values grow with seq then window") {
   const int cp = 8;
   std::vector<int> seen;
-  for (Bell kind : {Bell::window, Bell::returned, Bell::consumed})
+  for (Bell kind : {Bell::window, Bell::returned, Bell::consumed, Bell::released})
     for (int s = 0; s < cp; ++s) seen.push_back(doorbell_index(cp, s, kind));
   std::sort(seen.begin(), seen.end());
   for (int i = 0; i < cp * kBellKinds; ++i) CHECK(seen[i] == i);

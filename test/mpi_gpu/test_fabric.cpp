@@ -2,10 +2,6 @@
 // maps every other rank's slab, and a ring of doorbells carries a pattern from
 // rank r into rank r + 1's slab, region after region, with back-pressure
 // ("consumed") flags in the other direction. Several ranks may share one GPU.
-//
-// Exit 77 (CTest: skipped) on every rank when any rank sees no CUDA device:
-// the ranks decide together, so none is left waiting in a collective.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>  // the typed cudaMalloc overloads device_buffer.h uses
@@ -15,11 +11,11 @@
 
 #include "device_buffer.h"
 #include "fabric.h"
+#include "mpi_gpu_test.h"
 
 using namespace pb;
 
 namespace {
-Gang* g_gang = nullptr;
 
 // The words rank `sender` writes in round `round`: distinct per sender, round, index.
 uint32_t pattern(int sender, int round, size_t i) {
@@ -28,7 +24,7 @@ uint32_t pattern(int sender, int round, size_t i) {
 }  // namespace
 
 TEST_CASE("every rank maps every peer's slab") {
-  const Gang& gang = *g_gang;
+  const Gang& gang = test_gang();
   IpcFabric fab(gang, slab_layout(gang.size(), 64, 4), 30.0);
   CHECK(fab.peer_base(gang.rank()) == fab.own_base());
   for (int r = 0; r < gang.size(); ++r) {
@@ -41,13 +37,13 @@ TEST_CASE("every rank maps every peer's slab") {
 }
 
 TEST_CASE("a ring of doorbells carries a pattern into the next rank's slab, region by region") {
-  const Gang& gang = *g_gang;
+  const Gang& gang = test_gang();
   const int cp = gang.size(), me = gang.rank();
   const int next = (me + 1) % cp, prev = (me + cp - 1) % cp;
   IpcFabric fab(gang, slab_layout(cp, 64, 4), 30.0);
   const SlabLayout& L = fab.layout();
   REQUIRE(L.slots >= 1);
-  std::vector<Region> regions = {L.kv_norm, L.rope, L.q};
+  std::vector<Region> regions = {L.kv, L.q};
   for (int s = 0; s < 2; ++s) {
     regions.push_back(L.o[s][0]);
     regions.push_back(L.lse[s][0]);
@@ -113,37 +109,4 @@ TEST_CASE("a ring of doorbells carries a pattern into the next rank's slab, regi
   gang.barrier();  // no peer stores into our slab any more
   cudaStreamDestroy(stream);
   cudaFreeHost(got);
-}
-
-int main(int argc, char** argv) {
-  int rc = 0;
-  {
-    Gang gang(&argc, &argv);
-    g_gang = &gang;
-    int devices = 0;
-    cudaError_t err = cudaGetDeviceCount(&devices);
-    int have = err == cudaSuccess && devices > 0, all_have = 0;
-    MPI_Allreduce(&have, &all_have, 1, MPI_INT, MPI_MIN, gang.comm());
-    if (!all_have) {
-      if (!have) std::printf("SKIPPED: no CUDA device visible on rank %d (%s)\n", gang.rank(),
-                             err == cudaSuccess ? "0 devices" : cudaGetErrorString(err));
-      rc = 77;
-    } else {
-      int device = gang.local_rank() % devices;
-      if (cudaSetDevice(device) != cudaSuccess) gang.fail("cudaSetDevice failed");
-      std::printf("%s -> device %d of %d\n", gang.describe().c_str(), device, devices);
-      doctest::Context context(argc, argv);
-      if (!gang.is_root()) context.setOption("out", "/dev/null");
-      int failed = 0;
-      try {
-        failed = context.run();
-      } catch (const std::exception& e) {
-        gang.fail(e.what());
-      }
-      int any_failed = 0;
-      MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, gang.comm());
-      rc = any_failed ? 1 : 0;
-    }
-  }
-  return rc;
 }

@@ -15,7 +15,7 @@
 // wait that misses it fails the gang with the rank, layer and window.
 //
 //   IpcFabric fab(gang, slab_layout(cp, seg, 96), /*timeout_s=*/60);
-//   fab.copy_to_peer(peer, fab.layout().kv_norm.offset, src, bytes, stream);
+//   fab.copy_to_peer(peer, fab.layout().kv.offset, src, bytes, stream);
 //   fab.ring(peer, doorbell_index(cp, me, Bell::window), doorbell_value(seq, w), stream);
 //   ... on the peer:
 //   fab.wait(doorbell_index(cp, sender, Bell::window), doorbell_value(seq, w), stream, {layer, w, "kv"});

@@ -1,0 +1,278 @@
+#include "mla_block.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "check.h"
+#include "elementwise.h"
+#include "fabric.h"
+#include "land.h"
+#include "lse_merge.h"
+#include "mla_expand.h"
+#include "random_fill.h"
+#include "rmsnorm.h"
+
+namespace pb {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+DeviceBuffer<bf16> synthetic_weight(int64_t rows, int64_t fan_in, uint64_t seed, cudaStream_t stream) {
+  DeviceBuffer<bf16> w(size_t(rows * fan_in));
+  fill_uniform_bf16(w.get(), rows * fan_in, seed, float(std::sqrt(3.0 / double(fan_in))), stream);
+  return w;
+}
+
+DeviceBuffer<float> unit_gain(int64_t n, cudaStream_t stream) {
+  DeviceBuffer<float> g(static_cast<size_t>(n));
+  fill_constant_f32(g.get(), n, n, 1, 1.0f, stream);
+  return g;
+}
+
+Variant variant(const CutSet& cuts, Cut c) { return cuts[c] ? Variant::cut : Variant::baseline; }
+
+}  // namespace
+
+MlaWeights::MlaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream)
+    : wfu(synthetic_weight(m.mla_fused_width(), m.hidden, seed + 1, stream)),
+      w_q_b(synthetic_weight(m.heads * m.d_qk(), m.q_lora, seed + 2, stream)),
+      w_kv_b(synthetic_weight(m.heads * (m.qk_nope + m.v_head), m.kv_lora, seed + 3, stream)),
+      w_o(synthetic_weight(m.hidden, m.heads * m.v_head, seed + 4, stream)),
+      gain_in(unit_gain(m.hidden, stream)),
+      gain_q_a(unit_gain(m.q_lora, stream)),
+      gain_kv(unit_gain(m.kv_lora, stream)) {}
+
+MlaBlock::MlaBlock(const ModelShape& m, const MlaWeights& w, const MlaLane& lane, FmhaEngine engine)
+    : m_(m), w_(w), lane_(lane), engine_(engine), b_(lane.rows) {
+  PB_CHECK(lane_.cp >= 1 && lane_.rank >= 0 && lane_.rank < lane_.cp && int(lane_.segments.size()) == lane_.cp,
+           "MlaBlock: the lane's rank, cp and segments disagree");
+  PB_CHECK((lane_.cp == 1) == (lane_.fabric == nullptr), "MlaBlock: a fabric is needed exactly when cp > 1");
+  for (const Segment& s : lane_.segments) PB_CHECK(s.len <= b_, "MlaBlock: a segment exceeds the bucket rows");
+  const int64_t heads = m.heads, t = live_rows();
+  const int64_t kv_width = m.kv_lora + m.qk_rope, q_width = heads * m.d_qk(), v_width = heads * m.v_head;
+  const int64_t widest = std::max({m.mla_fused_width(), q_width, m.hidden});
+  normed_ = DeviceBuffer<bf16>(size_t(b_ * m.hidden));
+  partial_ = DeviceBuffer<float>(size_t(b_ * widest));
+  q_a_ = DeviceBuffer<bf16>(size_t(b_ * m.q_lora));
+  q_norm_ = DeviceBuffer<bf16>(size_t(b_ * m.q_lora));
+  gate_ = DeviceBuffer<bf16>(size_t(b_ * v_width));
+  attn_ = DeviceBuffer<bf16>(size_t(b_ * v_width));
+  gated_ = DeviceBuffer<bf16>(size_t(b_ * v_width));
+  attn_out_ = DeviceBuffer<bf16>(size_t(b_ * m.hidden));
+  o_win_ = DeviceBuffer<bf16>(size_t(t * v_width));
+  lse_win_ = DeviceBuffer<float>(size_t(heads * t));
+  o_acc_ = DeviceBuffer<float>(size_t(t * v_width));
+  lse_acc_ = DeviceBuffer<float>(size_t(heads * t));
+  // Rows T .. b of the attention are never written: zero them once.
+  PB_CUDA(cudaMemset(attn_.get(), 0, attn_.bytes()));
+  if (lane_.cp == 1) {
+    local_kv_ = DeviceBuffer<bf16>(size_t(b_ * kv_width));
+    local_q_ = DeviceBuffer<bf16>(size_t(b_ * q_width));
+  } else {
+    const SlabLayout& L = lane_.fabric->layout();
+    PB_CHECK(L.seg >= b_ && L.heads == heads && L.kv_rank == m.kv_lora && L.rope_dim == m.qk_rope &&
+                 L.qk_dim == m.d_qk() && L.v_dim == m.v_head,
+             "MlaBlock: the fabric's slab layout does not match the model and bucket");
+  }
+  // Keys of every segment k <= rank: the prefix schedule's set, a superset of the stripe's.
+  key_index_.assign(lane_.cp, -1);
+  for (int k = 0; k <= lane_.rank; ++k) {
+    key_index_[k] = int(keys_.size());
+    const int64_t tk = lane_.segments[k].len;
+    keys_.emplace_back(size_t(tk * q_width));
+    kvb_.emplace_back(size_t(tk * heads * (m.qk_nope + m.v_head)));
+  }
+}
+
+MlaBlock::~MlaBlock() = default;
+
+MlaBlock::Window MlaBlock::window_of(int rank) const {
+  if (lane_.cp == 1) return {local_kv_.get(), local_q_.get()};
+  const SlabLayout& L = lane_.fabric->layout();
+  return {static_cast<bf16*>(lane_.fabric->at(rank, L.kv)), static_cast<bf16*>(lane_.fabric->at(rank, L.q))};
+}
+
+void MlaBlock::run(const bf16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl, const Blas& blas) {
+  PB_CHECK(seq >= 0, "MlaBlock::run: negative sequence number");
+  seq_ = seq;
+  sched_ = cuts[Cut::stripe] ? Schedule::stripe : Schedule::prefix;
+  const Variant land_v = variant(cuts, Cut::land);
+  projections(mixed, land_v, tl, blas);
+  attention_steps(variant(cuts, Cut::lse_merge), tl, blas);
+  const int64_t v_width = m_.heads * m_.v_head, t = live_rows();
+  cudaStream_t s = tl.stream();
+  tl.launch("o_finalize", "o_finalize", [&] { o_finalize(o_acc_.get(), attn_.get(), t * v_width, s); });
+  tl.launch("elementwise", "mul_sigmoid", [&] {
+    mul_sigmoid(variant(cuts, Cut::elementwise), attn_.get(), gate_.get(), gated_.get(), b_ * v_width, s);
+  });
+  tl.launch("gemm", "gemm.mla_o",
+            [&] { gemm_f32out(blas, gated_.get(), w_.w_o.get(), partial_.get(), {b_, m_.hidden, v_width}, s); });
+  tl.launch("land", "land.mla_o",
+            [&] { land(land_v, partial_.get(), attn_out_.get(), {b_, 1, m_.hidden, 0, m_.hidden}, s); });
+}
+
+void MlaBlock::projections(const bf16* mixed, Variant land_v, Timeline& tl, const Blas& blas) {
+  cudaStream_t s = tl.stream();
+  const int64_t fused = m_.mla_fused_width(), kv_width = m_.kv_lora + m_.qk_rope;
+  const int64_t v_width = m_.heads * m_.v_head, q_width = m_.heads * m_.d_qk();
+  const float eps = float(m_.rms_eps);
+  const Window own = window_of(lane_.rank);
+  tl.launch("rmsnorm", "rmsnorm.mla_in",
+            [&] { rmsnorm(mixed, w_.gain_in.get(), normed_.get(), {b_, m_.hidden}, eps, s); });
+  tl.launch("gemm", "gemm.wfu",
+            [&] { gemm_f32out(blas, normed_.get(), w_.wfu.get(), partial_.get(), {b_, fused, m_.hidden}, s); });
+  tl.launch("land", "land.q_a", [&] { land(land_v, partial_.get(), q_a_.get(), {b_, 1, fused, 0, m_.q_lora}, s); });
+  tl.launch("rmsnorm", "rmsnorm.q_a",
+            [&] { rmsnorm(q_a_.get(), w_.gain_q_a.get(), q_norm_.get(), {b_, m_.q_lora}, eps, s); });
+  // The window is about to be overwritten: wait until the last call's readers
+  // are done with it ((seq - 1, 0) = seq·4096; at seq 0 the wait passes at once).
+  const std::vector<int> readers = window_readers(sched_, lane_.cp, lane_.rank);
+  if (!readers.empty())
+    tl.launch("fabric", "fabric.wait_released", [&] {
+      for (int r : readers)
+        wait(r, Bell::released, uint64_t(seq_) * kWindowsPerSeq, "rank " + std::to_string(r) + " to release this rank's window", tl);
+    });
+  tl.launch("land", "land.kv_a",
+            [&] { land(land_v, partial_.get(), own.kv, {b_, 1, fused, m_.q_lora, kv_width}, s); });
+  tl.launch("land", "land.mla_gate",
+            [&] { land(land_v, partial_.get(), gate_.get(), {b_, 1, fused, m_.q_lora + kv_width, v_width}, s); });
+  tl.launch("rmsnorm", "rmsnorm.kv_latent", [&] {
+    rmsnorm(own.kv, w_.gain_kv.get(), own.kv, {b_, m_.kv_lora, kv_width, kv_width}, eps, s);
+  });
+  tl.launch("gemm", "gemm.q_b",
+            [&] { gemm_f32out(blas, q_norm_.get(), w_.w_q_b.get(), partial_.get(), {b_, q_width, m_.q_lora}, s); });
+  tl.launch("land", "land.q_b", [&] { land(land_v, partial_.get(), own.q, {b_, 1, q_width, 0, q_width}, s); });
+  if (!readers.empty())
+    tl.launch("fabric", "fabric.publish_window", [&] {
+      for (int r : readers)
+        lane_.fabric->ring(r, doorbell_index(lane_.cp, lane_.rank, Bell::window), doorbell_value(seq_, 0), s);
+    });
+}
+
+void MlaBlock::wait(int sender, Bell kind, uint64_t value, const std::string& what, Timeline& tl) {
+  lane_.fabric->wait(doorbell_index(lane_.cp, sender, kind), value, tl.stream(), {int(tl.layer()), int(seq_), what});
+}
+
+void MlaBlock::attention_steps(Variant merge_v, Timeline& tl, const Blas& blas) {
+  const RankAttention a = rank_attention(sched_, lane_.cp, lane_.rank);
+  for (int k : a.key_segments) expand_keys(k, tl, blas);
+  bool first_merge = true;
+  for (const auto& step : a.steps) {
+    if (step.is_merge) {
+      merge(step.merge, first_merge, merge_v, tl);
+      first_merge = false;
+    } else {
+      run_window(step.window, tl);
+    }
+  }
+  const std::vector<int> read = windows_read(sched_, lane_.cp, lane_.rank);
+  if (!read.empty())
+    tl.launch("fabric", "fabric.release_window", [&] {
+      for (int k : read)
+        lane_.fabric->ring(k, doorbell_index(lane_.cp, lane_.rank, Bell::released), doorbell_value(seq_, 0),
+                           tl.stream());
+    });
+}
+
+// kv_b on segment k's latents (read in place from k's window), bf16 out, then K.
+void MlaBlock::expand_keys(int k, Timeline& tl, const Blas& blas) {
+  cudaStream_t s = tl.stream();
+  const int64_t tk = lane_.segments[k].len, kv_width = m_.kv_lora + m_.qk_rope;
+  const int64_t kvb_width = m_.heads * (m_.qk_nope + m_.v_head);
+  const Window win = window_of(k);
+  const int i = key_index_[k];
+  PB_CHECK(i >= 0, "MlaBlock: the schedule asks for keys this rank did not allocate");
+  if (k != lane_.rank) {
+    tl.launch("fabric", "fabric.wait_window",
+              [&] { wait(k, Bell::window, doorbell_value(seq_, 0), "the window of rank " + std::to_string(k), tl); });
+    lane_.fabric->note_peer_read(tk * kv_width * 2);
+  }
+  tl.launch("gemm", "gemm.kv_b", [&] {
+    gemm_bf16out(blas, win.kv, w_.w_kv_b.get(), kvb_[i].get(), {tk, kvb_width, m_.kv_lora, kv_width, 0, 0}, s);
+  });
+  tl.launch("mla", "mla.expand_k", [&] {
+    expand_k(kvb_[i].get(), win.kv + m_.kv_lora, keys_[i].get(),
+             {tk, int(m_.heads), int(m_.qk_nope), int(m_.qk_rope), int(m_.v_head), kvb_width, kv_width}, s);
+  });
+}
+
+// One FMHA window. Local windows land in o_win_/lse_win_; a helped window
+// reads the owner's queries in place and writes the owner's return slot.
+void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
+  cudaStream_t s = tl.stream();
+  const int me = lane_.rank;
+  const bool helped = w.q != me;
+  const int64_t tq = lane_.segments[w.q].len, tk = lane_.segments[w.k].len;
+  const int64_t heads = m_.heads, d_qk = m_.d_qk(), kvb_width = heads * (m_.qk_nope + m_.v_head);
+  const int slab = return_slab(seq_);
+  const int i = key_index_[w.k];
+  PB_CHECK(i >= 0, "MlaBlock: a window over keys this rank did not expand");
+  FmhaTensors t{};
+  t.q = window_of(w.q).q;
+  t.q_token_stride = heads * d_qk;
+  t.q_head_stride = d_qk;
+  t.k = keys_[i].get();
+  t.k_token_stride = heads * d_qk;
+  t.k_head_stride = d_qk;
+  t.v = kvb_[i].get() + m_.qk_nope;
+  t.v_token_stride = kvb_width;
+  t.v_head_stride = m_.qk_nope + m_.v_head;
+  if (helped) {
+    const SlabLayout& L = lane_.fabric->layout();
+    t.o = static_cast<bf16*>(lane_.fabric->at(w.q, L.o[slab][w.slot]));
+    t.lse = static_cast<float*>(lane_.fabric->at(w.q, L.lse[slab][w.slot]));
+    tl.launch("fabric", "fabric.wait_queries", [&] {
+      wait(w.q, Bell::window, doorbell_value(seq_, 0), "the queries of rank " + std::to_string(w.q), tl);
+      if (seq_ >= 2)  // the owner merged what this slot held two calls ago (same slab)
+        wait(w.q, Bell::consumed, doorbell_value(seq_ - 2, 0),
+             "rank " + std::to_string(w.q) + " to consume return slot " + std::to_string(w.slot), tl);
+    });
+    lane_.fabric->note_peer_read(tq * heads * d_qk * 2);
+  } else {
+    t.o = o_win_.get();
+    t.lse = lse_win_.get();
+  }
+  FmhaShape shape;
+  shape.tq = tq;
+  shape.tk = tk;
+  shape.heads = int(heads);
+  shape.d_qk = int(d_qk);
+  shape.d_v = int(m_.v_head);
+  shape.causal = w.causal;
+  shape.scale = __bfloat162float(__float2bfloat16_rn(float(1.0 / std::sqrt(double(d_qk)))));
+  tl.launch("fmha", w.causal ? "fmha.causal" : helped ? "fmha.helped" : "fmha.dense", [&] { fmha(engine_, t, shape, s); });
+  if (helped) {
+    lane_.fabric->note_peer_write(tq * heads * m_.v_head * 2 + heads * tq * 4);
+    tl.launch("fabric", "fabric.publish_return", [&] {
+      lane_.fabric->ring(w.q, doorbell_index(lane_.cp, me, Bell::returned), doorbell_value(seq_, w.slot), s);
+    });
+  }
+}
+
+void MlaBlock::merge(const MergeStep& step, bool reset, Variant v, Timeline& tl) {
+  cudaStream_t s = tl.stream();
+  const int64_t t = live_rows();
+  const int heads = int(m_.heads);
+  const bf16* o = o_win_.get();
+  const float* lse = lse_win_.get();
+  if (step.slot >= 0) {
+    const SlabLayout& L = lane_.fabric->layout();
+    const int slab = return_slab(seq_);
+    o = static_cast<const bf16*>(lane_.fabric->at(lane_.rank, L.o[slab][step.slot]));
+    lse = static_cast<const float*>(lane_.fabric->at(lane_.rank, L.lse[slab][step.slot]));
+    tl.launch("fabric", "fabric.wait_return", [&] {
+      wait(step.k, Bell::returned, doorbell_value(seq_, step.slot),
+           "rank " + std::to_string(step.k) + "'s return into slot " + std::to_string(step.slot), tl);
+    });
+  }
+  tl.launch("lse_merge", "lse_merge",
+            [&] { lse_merge(v, o, lse, o_acc_.get(), lse_acc_.get(), t, heads, reset, s); });
+  if (step.slot >= 0)
+    tl.launch("fabric", "fabric.release_return", [&] {
+      lane_.fabric->ring(step.k, doorbell_index(lane_.cp, lane_.rank, Bell::consumed), doorbell_value(seq_, 0), s);
+    });
+}
+
+}  // namespace pb

@@ -1,0 +1,108 @@
+// The MLA mixer of one rank (DESIGN.md §2.1 "MLA mixer", §3 "MLA attention
+// across ranks"), launch by launch in plan.cpp's order and names:
+//
+//   rmsnorm.mla_in  gemm.wfu  land.q_a  rmsnorm.q_a
+//   [fabric.wait_released]  land.kv_a  land.mla_gate  rmsnorm.kv_latent
+//   gemm.q_b  land.q_b  [fabric.publish_window]
+//   per key segment k:    [fabric.wait_window]  gemm.kv_b  mla.expand_k
+//   per schedule step:    [fabric.wait_queries]  fmha.*  [fabric.publish_return]
+//                         [fabric.wait_return]  lse_merge  [fabric.release_return]
+//   [fabric.release_window]  o_finalize  mul_sigmoid  gemm.mla_o  land.mla_o
+//
+// The window is written in place: land.kv_a lands [kv latent | rope] into the
+// slab's kv region (rmsnorm.kv_latent then normalizes the latent half in
+// place) and land.q_b lands the queries into its q region, so peers read both
+// where they lie. At cp 1 the same regions are local buffers.
+//
+// Doorbells (fabric.h; values (seq + 1)·4096 + window, GEQ), seq = the call's
+// sequence number, the same on every rank:
+//   window   k -> each reader of k's window, (seq, 0), after land.q_b
+//   released reader -> k, (seq, 0), after its last read of k's window;
+//            k waits for all its readers at (seq - 1) before land.kv_a
+//   returned helper -> owner, (seq, slot), after the helped FMHA wrote the slot
+//   consumed owner -> helper, (seq, 0), after merging that slot; return slabs
+//            alternate by seq parity, so a helper waits for (seq - 2) first
+// Merge order is the schedule's (schedule.h); cut 4 switches lse_merge, cut 5
+// mul_sigmoid, cut 1 every land, cut 3 the schedule.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <memory>
+#include <vector>
+
+#include "cuts.h"
+#include "device_buffer.h"
+#include "fmha.h"
+#include "gemm.h"
+#include "model.h"
+#include "schedule.h"
+#include "slab_layout.h"
+#include "timeline.h"
+#include "variant.h"
+
+namespace pb {
+
+class IpcFabric;
+
+// One weight set, shared by every MLA layer (seeded uniform, scaled by
+// sqrt(3 / fan_in) so that activations stay O(1)).
+struct MlaWeights {
+  MlaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream);
+  DeviceBuffer<__nv_bfloat16> wfu;     // [q_lora + kv_lora + rope + heads·v, hidden]
+  DeviceBuffer<__nv_bfloat16> w_q_b;   // [heads·(nope + rope), q_lora]
+  DeviceBuffer<__nv_bfloat16> w_kv_b;  // [heads·(nope + v), kv_lora]
+  DeviceBuffer<__nv_bfloat16> w_o;     // [hidden, heads·v]
+  DeviceBuffer<float> gain_in, gain_q_a, gain_kv;  // RMSNorm gains
+};
+
+// Who this rank is in the CP lane. fabric is null at cp 1.
+struct MlaLane {
+  int rank = 0, cp = 1;
+  std::vector<Segment> segments;  // contiguous_segments(context, cp)
+  int64_t rows = 0;               // b: the bucket's rows (>= every segment)
+  IpcFabric* fabric = nullptr;
+};
+
+class MlaBlock {
+ public:
+  MlaBlock(const ModelShape& m, const MlaWeights& w, const MlaLane& lane, FmhaEngine engine);
+  ~MlaBlock();
+
+  // mixed [b, hidden] bf16 -> attn_out() [b, hidden] bf16. Rows >= T of
+  // the attention output are zero, so every row of attn_out is defined.
+  void run(const __nv_bfloat16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl, const Blas& blas);
+  const __nv_bfloat16* attn_out() const { return attn_out_.get(); }
+  // The pre-o_proj attention [b, heads·v] (after o_finalize), for tests.
+  const __nv_bfloat16* attention() const { return attn_.get(); }
+  int64_t live_rows() const { return lane_.segments[lane_.rank].len; }
+
+ private:
+  struct Window {  // [kv latent normed | rope] and the queries of one rank
+    __nv_bfloat16* kv = nullptr;  // [seg, kv_lora + rope]
+    __nv_bfloat16* q = nullptr;   // [seg, heads, nope + rope]
+  };
+  Window window_of(int rank) const;
+  void projections(const __nv_bfloat16* mixed, Variant land_v, Timeline& tl, const Blas& blas);
+  void attention_steps(Variant merge_v, Timeline& tl, const Blas& blas);
+  void expand_keys(int k, Timeline& tl, const Blas& blas);
+  void run_window(const FmhaWindow& w, Timeline& tl);
+  void merge(const MergeStep& step, bool reset, Variant v, Timeline& tl);
+  void wait(int sender, Bell kind, uint64_t value, const std::string& what, Timeline& tl);
+
+  ModelShape m_;
+  const MlaWeights& w_;
+  int64_t seq_ = 0;                      // this call's sequence number
+  Schedule sched_ = Schedule::prefix;    // this call's schedule (cut 3)
+  MlaLane lane_;
+  FmhaEngine engine_;
+  int64_t b_;
+  // activations
+  DeviceBuffer<__nv_bfloat16> normed_, q_a_, q_norm_, gate_, attn_, gated_, attn_out_, o_win_;
+  DeviceBuffer<float> partial_, lse_win_, o_acc_, lse_acc_;
+  DeviceBuffer<__nv_bfloat16> local_kv_, local_q_;  // the window at cp 1
+  std::vector<int> key_index_;                      // rank -> index into keys_/kvb_, -1 if unused
+  std::vector<DeviceBuffer<__nv_bfloat16>> keys_, kvb_;
+};
+
+}  // namespace pb
