@@ -2,7 +2,8 @@
 // enough copies to defeat L2), times baseline and cut with CUDA events, then
 // validates: baseline and cut outputs of the same inputs must be bit-identical
 // (the `wrong` column counts differing elements; the GPU tests hold both to the
-// C++ reference). Bytes and FLOPs come from the one cost model (cost.h).
+// C++ reference). A case may add alternative forms of its cut (attnres: the
+// cp.async loader), timed as rows of their own and validated the same way. Bytes and FLOPs come from the one cost model (cost.h).
 #include "kernels_bench.h"
 
 #include <cuda_bf16.h>
@@ -40,7 +41,14 @@ struct Case {
   Cost cut_cost;  // what the cut moves when it differs from cost (a fused cut); bytes 0: cost
   int slots = 2;
   std::function<void(Variant, int slot, cudaStream_t)> launch;
-  std::function<int64_t(cudaStream_t)> count_wrong;
+  std::function<int64_t(cudaStream_t)> count_wrong;  // baseline against cut and every alternative
+  // Other forms of the cut, timed and printed as their own rows (variant = name,
+  // bytes = cut_cost) so one run compares them; the superstep uses "cut" only.
+  struct Alternative {
+    std::string name;
+    std::function<void(int slot, cudaStream_t)> launch;
+  };
+  std::vector<Alternative> alternatives;
 };
 
 template <class T>
@@ -263,15 +271,15 @@ Case attnres_case(int64_t rows, int64_t hidden, int nb, cudaStream_t s) {
   struct Buffers {
     std::vector<DeviceBuffer<bf16>> snap, partial;  // [rows, 8, hidden], [rows, hidden] per slot
     DeviceBuffer<float> sw;
-    std::array<DeviceBuffer<float>, 2> scores;      // per variant
-    std::array<DeviceBuffer<bf16>, 2> out;
+    std::array<DeviceBuffer<float>, 3> scores;      // baseline, cut, the cut's cp_async loader
+    std::array<DeviceBuffer<bf16>, 3> out;
   };
   auto b = std::make_shared<Buffers>();
   b->snap = random_slots<bf16>(c.slots, rows * 8 * hidden, 61, 3.0f, s);
   b->partial = random_slots<bf16>(c.slots, rows * hidden, 62, 3.0f, s);
   b->sw = DeviceBuffer<float>(hidden);
   fill_uniform_f32(b->sw.get(), hidden, 63, 0.02f, s);  // scores spread ~1: a softmax that is not one-hot
-  for (int v = 0; v < 2; ++v) {
+  for (int v = 0; v < 3; ++v) {
     b->scores[v] = DeviceBuffer<float>(rows * (nb + 1));
     b->out[v] = DeviceBuffer<bf16>(rows * hidden);
   }
@@ -279,15 +287,25 @@ Case attnres_case(int64_t rows, int64_t hidden, int nb, cudaStream_t s) {
     attnres(v, b->snap[slot].get(), b->partial[slot].get(), b->sw.get(), b->scores[int(v)].get(),
             b->out[int(v)].get(), shape, 1e-5f, st);
   };
+  auto cut_cp_async = [=](int slot, cudaStream_t st) {
+    attnres_cut(b->snap[slot].get(), b->partial[slot].get(), b->sw.get(), b->scores[2].get(), b->out[2].get(),
+                shape, 1e-5f, st, AttnResLoader::cp_async);
+  };
+  c.alternatives.push_back({"cut.cpa", cut_cp_async});
   c.count_wrong = [=](cudaStream_t st) {
-    for (Variant v : {Variant::baseline, Variant::cut}) {
-      b->scores[int(v)].poison(st);
-      b->out[int(v)].poison(st);
+    for (int v = 0; v < 3; ++v) {
+      b->scores[v].poison(st);
+      b->out[v].poison(st);
+    }
+    for (Variant v : {Variant::baseline, Variant::cut})
       attnres(v, b->snap[0].get(), b->partial[0].get(), b->sw.get(), b->scores[int(v)].get(), b->out[int(v)].get(),
               shape, 1e-5f, st);
-    }
+    cut_cp_async(0, st);
     PB_CUDA(cudaStreamSynchronize(st));
-    return count_differing(b->scores[0], b->scores[1]) + count_differing(b->out[0], b->out[1]);
+    int64_t wrong = 0;
+    for (int v = 1; v < 3; ++v)
+      wrong += count_differing(b->scores[0], b->scores[v]) + count_differing(b->out[0], b->out[v]);
+    return wrong;
   };
   return c;
 }
@@ -359,11 +377,13 @@ std::vector<std::function<Case(cudaStream_t)>> case_builders(const KernelsBenchO
   return b;
 }
 
-BenchRow make_row(const Case& c, Variant v, const Timing& t, double copy_tbps, double baseline_us) {
+// name: the row's variant when not variant_name(v) (an alternative form of the cut).
+BenchRow make_row(const Case& c, Variant v, const Timing& t, double copy_tbps, double baseline_us,
+                  const std::string& name = "") {
   BenchRow row;
   row.family = c.family;
   row.kernel = c.tag;
-  row.variant = variant_name(v);
+  row.variant = name.empty() ? variant_name(v) : name;
   row.shape = c.shape;
   row.median_us = t.median_us;
   row.min_us = t.min_us;
@@ -401,6 +421,10 @@ int run_kernels_bench(const KernelsBenchOptions& o, RunResult& result) {
                                o.reps, stream);
       if (v == Variant::baseline) baseline_us = t.median_us;
       rows.push_back(make_row(c, v, t, copy_tbps, baseline_us));
+    }
+    for (const auto& alt : c.alternatives) {
+      Timing t = time_launches(alt.launch, c.slots, o.warmup, o.reps, stream);
+      rows.push_back(make_row(c, Variant::cut, t, copy_tbps, baseline_us, alt.name));
     }
     const int64_t wrong = c.count_wrong(stream);
     failed_cases += wrong != 0;

@@ -15,22 +15,29 @@
 //             thread t walks slot t's chunks element by element; mix: grid
 //             (rows, ceil(hidden / 256)) x 256, one element per thread, every
 //             thread recomputes the row's softmax from the scores.
-//   cut       1 launch, grid rows x 256 threads, one row per block. Thread t is
-//             slot t: it loads its chunks (16 bytes each, at most 4 per
-//             candidate) of the C candidates once, candidates 0 .. C-3 into
-//             shared memory by cp.async (one commit group per candidate, so the
-//             sums of candidate c start while c+1 .. are still in flight) and the
-//             last two into registers; it reads back only its own chunks, so no
-//             barrier guards the staged data. Then the same tree (one barrier for
-//             all 2C sums), every thread computes the same scores and softmax,
-//             thread 0 writes the scores, and each thread mixes and stores its
-//             chunks with 16-byte stores.
-//             Shared memory (C - 2) * hidden * 2 bytes: 100 KB at C = 9, hidden
-//             7168, so two blocks share an SM; at most 128 registers per thread.
+//   cut       1 launch, persistent: min(rows, #SMs) blocks, block b takes rows
+//             b, b + G, ... A ring of candidate rows (entries of hidden * 2 bytes,
+//             as many as the block's shared memory holds: 16 at hidden 7168,
+//             14 at 8192; at least C) in shared memory: item n of the block =
+//             (its row n / C, candidate n % C) lands in entry n % ring. Thread
+//             t is slot t and reads its chunks (16 bytes) of the C entries of a
+//             row: the sums of candidate c as soon as it landed, the tree (one
+//             barrier, two stage buffers alternating by row), scores + softmax
+//             in every thread (thread 0 writes the scores), then the mix with c
+//             outer and the 4 chunks' accumulators in registers (per element
+//             still c ascending), releasing each entry when mixed, so the next
+//             rows' candidates are in flight while this row computes.
+//             Loader tma (the cut): warp 8 (one thread) issues one
+//             cp.async.bulk per item; entry q has a full mbarrier (1 arrive +
+//             the bytes) and an empty one (8 arrives, one per slot warp after
+//             mixing it). Loader cp_async (for A/B): every thread cp.asyncs its
+//             own chunks, one commit group per item, and reads only those back;
+//             item n + ring is issued right after the thread mixed item n.
 // Both variants call the same device functions (accumulate, block_tree_sum,
 // score_of, softmax, the mix FMA), compiled with --fmad=false and no fast-math.
 #include "attnres.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -49,13 +56,9 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kChunk = 8;                // elements per chunk: one 16-byte load
 constexpr int kMaxCands = kAttnResMaxBlocks + 1;
 constexpr int kCutChunks = int(kAttnResCutMaxHidden / (int64_t(kChunk) * kThreads));  // per slot
-constexpr int kCutRegCands = 2;          // the cut keeps the last two candidates in registers
-constexpr int kCutMinBlocksPerSm = 2;
 static_assert(kThreads == 256 && kWarps == 8,
               "attnres: the slot tree is written for 256 slots = 8 warps of 32 lanes");
 static_assert(kCutChunks == 4, "attnres cut: hidden <= 8192 means at most 4 chunks per slot");
-static_assert(kMaxCands - kCutRegCands <= 7,
-              "attnres cut: cp_async_wait_pending covers at most 7 commit groups");
 
 // ---------------------------------------------------------------------------
 // Arithmetic shared by both variants.
@@ -73,13 +76,20 @@ __device__ __forceinline__ void accumulate(float x, float w, float& ss, float& d
   dot = __fmaf_rn(x, w, dot);
 }
 
+// Barrier 1 over the 8 slot warps only (the tma loader warp never joins).
+__device__ __forceinline__ void slot_warps_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");
+}
+
 // The tree over the 256 slot partials (slot = threadIdx.x) of N sums at once;
 // every thread returns with the N totals in v. Lanes: xor butterfly 1, 2, 4,
 // 8, 16 -- lane 0 adds left + right at every level of the pairwise tree over
 // its warp's 32 slots, the other lanes add the same two values commuted, which
 // gives the same bits. Warps: ((W0 + W1) + (W2 + W3)) + ((W4 + W5) + (W6 + W7)).
-// One barrier; stage is used once per block.
-template <int N>
+// One barrier: __syncthreads, or with kSlotWarps barrier 1 over warps 0 .. 7
+// only (the tma cut's loader warp is warp 8). stage must not be written again
+// before every thread has read it (the cut alternates two per row).
+template <int N, bool kSlotWarps = false>
 __device__ __forceinline__ void block_tree_sum(float (&v)[N], float (*stage)[N]) {
 #pragma unroll
   for (int lane_mask = 1; lane_mask <= 16; lane_mask <<= 1) {
@@ -90,7 +100,8 @@ __device__ __forceinline__ void block_tree_sum(float (&v)[N], float (*stage)[N])
 #pragma unroll
     for (int q = 0; q < N; ++q) stage[threadIdx.x / 32][q] = v[q];
   }
-  __syncthreads();
+  if constexpr (kSlotWarps) slot_warps_sync();
+  else __syncthreads();
 #pragma unroll
   for (int q = 0; q < N; ++q) {
     v[q] = ((stage[0][q] + stage[1][q]) + (stage[2][q] + stage[3][q])) +
@@ -175,7 +186,18 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---------------------------------------------------------------------------
-// cut: one fused launch, a row per block, its candidates held on chip.
+// cut: one fused launch, persistent blocks, a ring of candidate rows on chip.
+//
+// Items are (row, candidate) pairs: block b takes rows b, b + G, b + 2G, ...
+// (G = gridDim.x) and, per row, candidates c = 0 .. C-1; item n of the block
+// goes to ring entry n % ring (one candidate row, hidden * 2 bytes, chunk j at
+// entry[j]). A row's C entries stay until its mix is done, so ring >= C; the
+// rest stream the next rows in while this one is reduced and mixed.
+
+constexpr int kRingMax = 32;         // ring entries, tma loader (mbarriers per entry)
+constexpr int kRingMaxCpAsync = 16;  // ring entries, cp.async loader (wait_group counts <= 15)
+constexpr int kLoaderThread = kThreads;      // tma loader: thread 256, lane 0 of warp 8
+constexpr int kTmaThreads = kThreads + 32;   // 8 slot warps + the loader warp
 
 __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
@@ -188,10 +210,19 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
-// Waits until at most `pending` of this thread's newest commit groups are in
-// flight (a constant after unrolling; anything else waits for all).
+// Waits until at most `pending` (0 .. 15) of this thread's newest commit groups
+// are in flight; anything larger waits for all.
 __device__ __forceinline__ void cp_async_wait_pending(int pending) {
   switch (pending) {
+    case 15: cp_async_wait<15>(); break;
+    case 14: cp_async_wait<14>(); break;
+    case 13: cp_async_wait<13>(); break;
+    case 12: cp_async_wait<12>(); break;
+    case 11: cp_async_wait<11>(); break;
+    case 10: cp_async_wait<10>(); break;
+    case 9: cp_async_wait<9>(); break;
+    case 8: cp_async_wait<8>(); break;
+    case 7: cp_async_wait<7>(); break;
     case 6: cp_async_wait<6>(); break;
     case 5: cp_async_wait<5>(); break;
     case 4: cp_async_wait<4>(); break;
@@ -202,6 +233,64 @@ __device__ __forceinline__ void cp_async_wait_pending(int pending) {
   }
 }
 
+// mbarriers (shared::cta) and the 1D bulk copy global -> shared (TMA, sm_90).
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_fence_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(smem_u32(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t ns;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(ns));
+  return ns;
+}
+// Until the phase of `parity` has completed (acquire: the bytes a bulk copy
+// delivered on it are visible). A wait of more than ~4 s (a call takes
+// milliseconds) is a broken ring: trap (a launch error) rather than hang the
+// device. The clock is read only every 65536 failed tries.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t tries = 0;
+  uint64_t since = 0;
+  while (!mbar_try_wait(bar, parity)) {
+    if ((++tries & 0xffffu) == 0) {
+      const uint64_t now = global_ns();
+      if (since == 0) since = now;
+      else if (now - since > 4000000000ull) __trap();
+    }
+  }
+}
+__device__ __forceinline__ void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes,
+                                              uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          smem_u32(smem_dst)),
+      "l"(gmem_src), "r"(bytes), "r"(smem_u32(bar))
+      : "memory");
+}
 __device__ __forceinline__ uint32_t as_bits(bf16x2 h) {
   uint32_t bits;
   memcpy(&bits, &h, sizeof bits);
@@ -237,111 +326,251 @@ __device__ __forceinline__ void mix_chunk(float p, const uint4 x, float (&acc)[k
   for (int e = 0; e < kChunk; ++e) acc[e] = __fmaf_rn(p, f[e], acc[e]);
 }
 
-// C = nb + 1 candidates. Thread t owns chunks j = t + 256 k, k < kCutChunks, j < chunks.
-// Dynamic shared memory: staged[c][j], c < C - 2, 16 bytes each.
-template <int C>
-__global__ void __launch_bounds__(kThreads, kCutMinBlocksPerSm)
-    attnres_fused_kernel(const bf16* __restrict__ snap, const bf16* __restrict__ partial,
-                         const float* __restrict__ sw, float* __restrict__ scores,
-                         bf16* __restrict__ out, int64_t hidden, int64_t snap_blocks, float eps) {
-  constexpr int kNb = C - 1;
-  constexpr int kStaged = C - kCutRegCands;  // candidates 0 .. kStaged-1 in shared memory
-  static_assert(C >= kCutRegCands && C <= kMaxCands, "attnres cut: C outside 2 .. 9");
-  extern __shared__ uint4 staged[];
-  __shared__ float stage[kWarps][2 * C];
-
-  const int64_t row = blockIdx.x;
-  const int t = threadIdx.x;
-  const int64_t chunks = hidden / kChunk;
-
-  // 1. Candidates 0 .. kStaged-1 into shared memory, one commit group each.
-#pragma unroll
-  for (int c = 0; c < kStaged; ++c) {
-    const uint4* src = reinterpret_cast<const uint4*>(candidate(snap, partial, row, c, kNb, snap_blocks, hidden));
-#pragma unroll
-    for (int k = 0; k < kCutChunks; ++k) {
-      const int64_t j = t + int64_t(k) * kThreads;
-      if (j < chunks) cp_async16(&staged[c * chunks + j], src + j);
-    }
-    cp_async_commit();
-  }
-  // 2. The last kCutRegCands candidates into registers (streaming loads).
-  uint4 held[kCutRegCands][kCutChunks];
-#pragma unroll
-  for (int r = 0; r < kCutRegCands; ++r) {
-    const uint4* src = reinterpret_cast<const uint4*>(
-        candidate(snap, partial, row, kStaged + r, kNb, snap_blocks, hidden));
-#pragma unroll
-    for (int k = 0; k < kCutChunks; ++k) {
-      const int64_t j = t + int64_t(k) * kThreads;
-      held[r][k] = j < chunks ? __ldcs(src + j) : make_uint4(0u, 0u, 0u, 0u);
-    }
-  }
-  // 3. sw of my chunks (shared by every row: L2-resident).
-  float4 w[kCutChunks][2];
+// sw of slot t's chunks j = t + 256 k (zeros past the end): every row uses them.
+__device__ __forceinline__ void load_sw(const float* __restrict__ sw, int t, int chunks,
+                                        float4 (&w)[kCutChunks][2]) {
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
   for (int k = 0; k < kCutChunks; ++k) {
-    const int64_t j = t + int64_t(k) * kThreads;
-    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const int j = t + k * kThreads;
     w[k][0] = j < chunks ? __ldg(reinterpret_cast<const float4*>(sw) + 2 * j) : zero;
     w[k][1] = j < chunks ? __ldg(reinterpret_cast<const float4*>(sw) + 2 * j + 1) : zero;
   }
+}
 
-  // 4. Slot t's sums: v[c] sum of squares, v[C + c] dot with sw of candidate c.
-  float v[2 * C];
+// Slot t's chunks of one candidate row on chip (x[j] = chunk j), ascending j,
+// into its two sums: the loads first, then the one fma chain per sum.
+__device__ __forceinline__ void accumulate_entry(const uint4* x, int t, int chunks,
+                                                 const float4 (&w)[kCutChunks][2], float& ss, float& dot) {
+  uint4 u[kCutChunks];
 #pragma unroll
-  for (int q = 0; q < 2 * C; ++q) v[q] = 0.0f;
-#pragma unroll
-  for (int c = 0; c < kStaged; ++c) {
-    cp_async_wait_pending(kStaged - 1 - c);  // candidate c's group has landed
-#pragma unroll
-    for (int k = 0; k < kCutChunks; ++k) {
-      const int64_t j = t + int64_t(k) * kThreads;
-      if (j < chunks) accumulate_chunk(staged[c * chunks + j], w[k], v[c], v[C + c]);
-    }
+  for (int k = 0; k < kCutChunks; ++k) {
+    const int j = t + k * kThreads;
+    if (j < chunks) u[k] = x[j];
   }
 #pragma unroll
-  for (int r = 0; r < kCutRegCands; ++r) {
-    const int c = kStaged + r;
-#pragma unroll
-    for (int k = 0; k < kCutChunks; ++k) {
-      const int64_t j = t + int64_t(k) * kThreads;
-      if (j < chunks) accumulate_chunk(held[r][k], w[k], v[c], v[C + c]);
-    }
+  for (int k = 0; k < kCutChunks; ++k) {
+    const int j = t + k * kThreads;
+    if (j < chunks) accumulate_chunk(u[k], w[k], ss, dot);
   }
+}
 
-  // 5. The tree, the scores (thread 0 writes them), the softmax: the same bits in every thread.
-  block_tree_sum(v, stage);
-  const float hidden_f = static_cast<float>(hidden);
-  float s[C], p[C];
+// acc of slot t's chunks += p * this candidate (one more fma per element; the
+// caller goes c ascending).
+__device__ __forceinline__ void mix_entry(float p, const uint4* x, int t, int chunks,
+                                          float (&acc)[kCutChunks][kChunk]) {
+#pragma unroll
+  for (int k = 0; k < kCutChunks; ++k) {
+    const int j = t + k * kThreads;
+    if (j < chunks) mix_chunk(p, x[j], acc[k]);
+  }
+}
+
+__device__ __forceinline__ void store_row(const float (&acc)[kCutChunks][kChunk], uint4* dst, int t,
+                                          int chunks) {
+#pragma unroll
+  for (int k = 0; k < kCutChunks; ++k) {
+    const int j = t + k * kThreads;
+    if (j >= chunks) continue;
+    uint4 o;
+    o.x = as_bits(__floats2bfloat162_rn(acc[k][0], acc[k][1]));
+    o.y = as_bits(__floats2bfloat162_rn(acc[k][2], acc[k][3]));
+    o.z = as_bits(__floats2bfloat162_rn(acc[k][4], acc[k][5]));
+    o.w = as_bits(__floats2bfloat162_rn(acc[k][6], acc[k][7]));
+    dst[j] = o;
+  }
+}
+
+// After the tree: the scores (thread 0 writes them) and the softmax, the same
+// bits in every thread.
+template <int C>
+__device__ __forceinline__ void scores_softmax(const float (&v)[2 * C], float* __restrict__ scores, int64_t row,
+                                               float hidden_f, float eps, float (&p)[C]) {
+  float s[C];
 #pragma unroll
   for (int c = 0; c < C; ++c) s[c] = score_of(v[c], v[C + c], hidden_f, eps);
-  if (t == 0) {
+  if (threadIdx.x == 0) {
 #pragma unroll
     for (int c = 0; c < C; ++c) scores[row * C + c] = s[c];
   }
   softmax(s, C, p);
+}
 
-  // 6. Mix my chunks, c ascending, and store them.
-  uint4* dst = reinterpret_cast<uint4*>(out + row * hidden);
-#pragma unroll
-  for (int k = 0; k < kCutChunks; ++k) {
-    const int64_t j = t + int64_t(k) * kThreads;
-    if (j >= chunks) continue;
-    float acc[kChunk];
-#pragma unroll
-    for (int e = 0; e < kChunk; ++e) acc[e] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kStaged; ++c) mix_chunk(p[c], staged[c * chunks + j], acc);
-#pragma unroll
-    for (int r = 0; r < kCutRegCands; ++r) mix_chunk(p[kStaged + r], held[r][k], acc);
-    uint4 o;
-    o.x = as_bits(__floats2bfloat162_rn(acc[0], acc[1]));
-    o.y = as_bits(__floats2bfloat162_rn(acc[2], acc[3]));
-    o.z = as_bits(__floats2bfloat162_rn(acc[4], acc[5]));
-    o.w = as_bits(__floats2bfloat162_rn(acc[6], acc[7]));
-    dst[j] = o;
+// Ring entry of candidate c of a row whose candidate 0 sits at q0 (ring >= C).
+__device__ __forceinline__ int entry_of(int q0, int c, int ring) {
+  const int q = q0 + c;
+  return q < ring ? q : q - ring;
+}
+
+// tma loader. Threads 0 .. 255 are the slots; thread 256 (warp 8) issues one
+// bulk copy per item, in item order: entry q's `full` barrier (count 1 + the
+// bytes) completes when the row has landed, its `empty` barrier (count 8, one
+// arrive per slot warp after it mixed the entry) when it may be refilled.
+// Round r of entry q is phase r of both barriers (parity r & 1).
+template <int C>
+__global__ void __launch_bounds__(kTmaThreads, 1)
+    attnres_ring_tma_kernel(const bf16* __restrict__ snap, const bf16* __restrict__ partial,
+                            const float* __restrict__ sw, float* __restrict__ scores, bf16* __restrict__ out,
+                            int64_t rows, int64_t hidden, int64_t snap_blocks, float eps, int ring) {
+  constexpr int kNb = C - 1;
+  static_assert(C >= 2 && C <= kMaxCands, "attnres cut: C outside 2 .. 9");
+  extern __shared__ uint4 entries[];  // ring x chunks
+  __shared__ uint64_t full[kRingMax], empty[kRingMax];
+  __shared__ float stage[2][kWarps][2 * C];  // alternate rows: a fast warp may start the next tree
+
+  const int t = threadIdx.x;
+  const int chunks = int(hidden / kChunk);
+  const int64_t first = blockIdx.x, step = gridDim.x;
+  const int64_t my_rows = (rows - 1 - first) / step + 1;  // grid <= rows: at least one
+
+  if (t == 0) {
+    for (int q = 0; q < ring; ++q) {
+      mbar_init(&full[q], 1);
+      mbar_init(&empty[q], kWarps);
+    }
+    mbar_fence_init();
   }
+  __syncthreads();
+
+  if (t >= kThreads) {
+    if (t == kLoaderThread) {
+      const uint32_t bytes = uint32_t(hidden) * 2u;
+      int q = 0;
+      uint32_t parity = 0;  // of the round being filled
+      bool refill = false;  // round >= 1: wait until round - 1 was mixed
+      for (int64_t i = 0; i < my_rows; ++i) {
+        const int64_t row = first + i * step;
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          if (refill) mbar_wait(&empty[q], parity ^ 1u);
+          mbar_arrive_expect_tx(&full[q], bytes);
+          bulk_copy_g2s(entries + size_t(q) * chunks, candidate(snap, partial, row, c, kNb, snap_blocks, hidden),
+                        bytes, &full[q]);
+          if (++q == ring) {
+            q = 0;
+            parity ^= 1u;
+            refill = true;
+          }
+        }
+      }
+    }
+    return;  // the loader warp takes no part in the slot barrier
+  }
+
+  float4 w[kCutChunks][2];
+  load_sw(sw, t, chunks, w);
+  const float hidden_f = static_cast<float>(hidden);
+  int q0 = 0;            // entry of the row's candidate 0
+  uint32_t parity0 = 0;  // its round's parity
+  for (int64_t i = 0; i < my_rows; ++i) {
+    const int64_t row = first + i * step;
+    float v[2 * C];  // slot t's sums: v[c] sum of squares, v[C + c] dot with sw of candidate c
+#pragma unroll
+    for (int q = 0; q < 2 * C; ++q) v[q] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int q = entry_of(q0, c, ring);
+      mbar_wait(&full[q], q0 + c < ring ? parity0 : parity0 ^ 1u);
+      accumulate_entry(entries + size_t(q) * chunks, t, chunks, w, v[c], v[C + c]);
+    }
+    block_tree_sum<2 * C, true>(v, stage[i & 1]);
+    float p[C];
+    scores_softmax<C>(v, scores, row, hidden_f, eps, p);
+
+    float acc[kCutChunks][kChunk];
+#pragma unroll
+    for (int k = 0; k < kCutChunks; ++k)
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) acc[k][e] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int q = entry_of(q0, c, ring);
+      mix_entry(p[c], entries + size_t(q) * chunks, t, chunks, acc);
+      __syncwarp();
+      if (t % 32 == 0) mbar_arrive(&empty[q]);  // this warp is done with entry q
+    }
+    store_row(acc, reinterpret_cast<uint4*>(out + row * hidden), t, chunks);
+    q0 += C;
+    if (q0 >= ring) {
+      q0 -= ring;
+      parity0 ^= 1u;
+    }
+  }
+}
+
+// cp.async loader: no loader warp and no mbarriers. Every thread copies only
+// its own chunks (cp.async, one commit group per item, an empty group past the
+// block's last item) and reads back only those, so the ring needs no barrier
+// between threads: item n + ring is issued into entry n's place right after
+// this thread mixed item n. When item n = i C + c is reduced, ring + i C groups
+// were committed, so waiting until ring - 1 - c are pending lands it.
+template <int C>
+__global__ void __launch_bounds__(kThreads, 1)
+    attnres_ring_cp_async_kernel(const bf16* __restrict__ snap, const bf16* __restrict__ partial,
+                                 const float* __restrict__ sw, float* __restrict__ scores,
+                                 bf16* __restrict__ out, int64_t rows, int64_t hidden, int64_t snap_blocks,
+                                 float eps, int ring) {
+  constexpr int kNb = C - 1;
+  static_assert(C >= 2 && C <= kMaxCands, "attnres cut: C outside 2 .. 9");
+  extern __shared__ uint4 entries[];  // ring x chunks
+  __shared__ float stage[2][kWarps][2 * C];
+
+  const int t = threadIdx.x;
+  const int chunks = int(hidden / kChunk);
+  const int64_t first = blockIdx.x, step = gridDim.x;
+  const int64_t my_rows = (rows - 1 - first) / step + 1;
+  const int64_t items = my_rows * C;
+
+  auto issue = [&](int64_t n, int q) {
+    if (n < items) {
+      const int64_t row = first + (n / C) * step;
+      const uint4* src =
+          reinterpret_cast<const uint4*>(candidate(snap, partial, row, int(n % C), kNb, snap_blocks, hidden));
+      uint4* dst = entries + size_t(q) * chunks;
+#pragma unroll
+      for (int k = 0; k < kCutChunks; ++k) {
+        const int j = t + k * kThreads;
+        if (j < chunks) cp_async16(dst + j, src + j);
+      }
+    }
+    cp_async_commit();
+  };
+  for (int q = 0; q < ring; ++q) issue(q, q);
+
+  float4 w[kCutChunks][2];
+  load_sw(sw, t, chunks, w);
+  const float hidden_f = static_cast<float>(hidden);
+  int q0 = 0;
+  for (int64_t i = 0; i < my_rows; ++i) {
+    const int64_t row = first + i * step;
+    float v[2 * C];
+#pragma unroll
+    for (int q = 0; q < 2 * C; ++q) v[q] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      cp_async_wait_pending(ring - 1 - c);
+      accumulate_entry(entries + size_t(entry_of(q0, c, ring)) * chunks, t, chunks, w, v[c], v[C + c]);
+    }
+    block_tree_sum<2 * C, false>(v, stage[i & 1]);
+    float p[C];
+    scores_softmax<C>(v, scores, row, hidden_f, eps, p);
+
+    float acc[kCutChunks][kChunk];
+#pragma unroll
+    for (int k = 0; k < kCutChunks; ++k)
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) acc[k][e] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int q = entry_of(q0, c, ring);
+      mix_entry(p[c], entries + size_t(q) * chunks, t, chunks, acc);
+      issue(i * C + c + ring, q);
+    }
+    store_row(acc, reinterpret_cast<uint4*>(out + row * hidden), t, chunks);
+    q0 += C;
+    if (q0 >= ring) q0 -= ring;
+  }
+  cp_async_wait<0>();  // the empty tail groups
 }
 
 // ---------------------------------------------------------------------------
@@ -382,20 +611,53 @@ bool check_call(const std::string& who, const bf16* snap, const bf16* partial, c
   return true;
 }
 
-template <int C>
-void launch_fused(const bf16* snap, const bf16* partial, const float* sw, float* scores, bf16* out,
-                  const AttnResShape& sh, float eps, cudaStream_t stream) {
-  const int64_t chunks = sh.hidden / kChunk;
-  const size_t smem = size_t(C - kCutRegCands) * size_t(chunks) * sizeof(uint4);
+// The persistent grid and the ring for one call: one block per SM (at most one
+// per row), as many ring entries (candidate rows of hidden * 2 bytes) as the
+// block's shared memory holds, at most `cap` and at least C.
+struct RingLaunch {
+  unsigned grid = 0;
+  int ring = 0;
+  size_t smem = 0;
+};
+
+template <class Kernel>
+RingLaunch ring_launch(Kernel* kernel, const AttnResShape& sh, int cap) {
+  int dev = 0, sms = 0, optin = 0;
+  PB_CUDA(cudaGetDevice(&dev));
+  PB_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  PB_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  cudaFuncAttributes attr{};
+  PB_CUDA(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel)));
+  const size_t entry = size_t(sh.hidden) * sizeof(bf16);
+  const size_t room = size_t(optin) > attr.sharedSizeBytes ? size_t(optin) - attr.sharedSizeBytes : 0;
+  RingLaunch l;
+  l.ring = int(std::min<size_t>(size_t(cap), room / entry));
+  PB_CHECK(l.ring >= sh.nb + 1, "attnres_cut: shared memory holds fewer than nb + 1 candidate rows (" +
+                                    std::to_string(l.ring) + ")");
+  l.smem = size_t(l.ring) * entry;
+  l.grid = unsigned(std::min<int64_t>(sh.rows, std::max(sms, 1)));
   // Opt in above the 48 KB default (every call: cheap, and right on any device),
-  // and prefer the largest shared-memory carveout so two blocks share an SM.
-  PB_CUDA(cudaFuncSetAttribute(attnres_fused_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               int(smem)));
-  PB_CUDA(cudaFuncSetAttribute(attnres_fused_kernel<C>,
+  // and take the largest shared-memory carveout.
+  PB_CUDA(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(l.smem)));
+  PB_CUDA(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                cudaFuncAttributePreferredSharedMemoryCarveout,
                                int(cudaSharedmemCarveoutMaxShared)));
-  attnres_fused_kernel<C><<<unsigned(sh.rows), kThreads, smem, stream>>>(
-      snap, partial, sw, scores, out, sh.hidden, sh.snap_blocks, eps);
+  return l;
+}
+
+template <int C>
+void launch_ring(AttnResLoader loader, const bf16* snap, const bf16* partial, const float* sw, float* scores,
+                 bf16* out, const AttnResShape& sh, float eps, cudaStream_t stream) {
+  if (loader == AttnResLoader::tma) {
+    const RingLaunch l = ring_launch(attnres_ring_tma_kernel<C>, sh, kRingMax);
+    attnres_ring_tma_kernel<C><<<l.grid, kTmaThreads, l.smem, stream>>>(snap, partial, sw, scores, out, sh.rows,
+                                                                        sh.hidden, sh.snap_blocks, eps, l.ring);
+  } else {
+    const RingLaunch l = ring_launch(attnres_ring_cp_async_kernel<C>, sh, kRingMaxCpAsync);
+    attnres_ring_cp_async_kernel<C><<<l.grid, kThreads, l.smem, stream>>>(
+        snap, partial, sw, scores, out, sh.rows, sh.hidden, sh.snap_blocks, eps, l.ring);
+  }
   PB_CUDA_LAUNCH();
 }
 
@@ -416,20 +678,20 @@ void attnres_baseline(const bf16* snap, const bf16* partial, const float* sw, fl
 }
 
 void attnres_cut(const bf16* snap, const bf16* partial, const float* sw, float* scores, bf16* out,
-                 const AttnResShape& sh, float eps, cudaStream_t stream) {
+                 const AttnResShape& sh, float eps, cudaStream_t stream, AttnResLoader loader) {
   if (!check_call("attnres_cut", snap, partial, sw, scores, out, sh, eps)) return;
   PB_CHECK(sh.hidden <= kAttnResCutMaxHidden, "attnres_cut: hidden must be <= 8192");
   PB_CHECK(aligned16(snap) && aligned16(partial) && aligned16(sw) && aligned16(out),
            "attnres_cut: snap, partial, sw and out must be 16-byte aligned");
   switch (sh.nb + 1) {
-    case 2: launch_fused<2>(snap, partial, sw, scores, out, sh, eps, stream); break;
-    case 3: launch_fused<3>(snap, partial, sw, scores, out, sh, eps, stream); break;
-    case 4: launch_fused<4>(snap, partial, sw, scores, out, sh, eps, stream); break;
-    case 5: launch_fused<5>(snap, partial, sw, scores, out, sh, eps, stream); break;
-    case 6: launch_fused<6>(snap, partial, sw, scores, out, sh, eps, stream); break;
-    case 7: launch_fused<7>(snap, partial, sw, scores, out, sh, eps, stream); break;
-    case 8: launch_fused<8>(snap, partial, sw, scores, out, sh, eps, stream); break;
-    default: launch_fused<9>(snap, partial, sw, scores, out, sh, eps, stream); break;
+    case 2: launch_ring<2>(loader, snap, partial, sw, scores, out, sh, eps, stream); break;
+    case 3: launch_ring<3>(loader, snap, partial, sw, scores, out, sh, eps, stream); break;
+    case 4: launch_ring<4>(loader, snap, partial, sw, scores, out, sh, eps, stream); break;
+    case 5: launch_ring<5>(loader, snap, partial, sw, scores, out, sh, eps, stream); break;
+    case 6: launch_ring<6>(loader, snap, partial, sw, scores, out, sh, eps, stream); break;
+    case 7: launch_ring<7>(loader, snap, partial, sw, scores, out, sh, eps, stream); break;
+    case 8: launch_ring<8>(loader, snap, partial, sw, scores, out, sh, eps, stream); break;
+    default: launch_ring<9>(loader, snap, partial, sw, scores, out, sh, eps, stream); break;
   }
 }
 

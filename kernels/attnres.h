@@ -40,19 +40,30 @@
 //             thread t is slot t and walks its chunks element by element.
 //             mix: grid (rows, ceil(hidden / 256)), one element per thread,
 //             each thread recomputes the softmax from the row's C scores.
-//   cut       one fused launch, a 256-thread block per row; thread t is slot t
-//             and holds its chunks (16-byte loads) of all C candidates on chip:
-//             candidates 0 .. C-3 in shared memory (cp.async, (C-2) * hidden * 2
-//             bytes, 100 KB at C = 9 and hidden 7168, so two blocks fit an SM),
-//             the last two in registers. Each thread reads back only what it
-//             loaded itself, so the row is read from HBM once; scores, softmax
-//             and mix follow in the same block, which also writes the scores.
+//   cut       one fused launch of persistent blocks, one per SM (at most one
+//             per row): block b takes rows b, b + G, b + 2G, ... (G blocks).
+//             Thread t is slot t; it reads its chunks of all C candidates of a
+//             row from a ring of candidate rows in shared memory (16-byte
+//             reads, entry = one candidate row of hidden * 2 bytes, as many
+//             entries as fit, 16 at hidden 7168 and 14 at 8192, at least C), so
+//             each row is read from HBM once, and the next rows stream in while
+//             this one is reduced and mixed. Per row: the sums of candidate c as
+//             soon as it has landed, the same tree (one barrier), the scores
+//             (thread 0 writes them) and softmax in every thread, then the mix c
+//             outer (per element still one fma chain, c ascending), releasing
+//             each entry once mixed; 16-byte stores. Two loaders, the same bits:
+//             tma (the cut) -- a ninth warp issues one bulk copy per candidate
+//             row (cp.async.bulk, sm_90) completing on the entry's mbarrier;
+//             cp_async (kept for A/B) -- every thread copies only its own
+//             chunks (cp.async, a commit group per candidate row) and reads back
+//             only those, no loader warp and no mbarrier.
 //
 // Contract (PB_CHECK in the launchers): rows >= 0 (0 launches nothing),
 // 1 <= nb <= 8, snap_blocks >= nb, hidden % 8 == 0 and hidden >= 8, eps >= 0,
-// rows <= INT_MAX; cut only: hidden <= 8192 (4 chunks per slot) and snap,
-// partial, sw, out 16-byte aligned. out and scores overlap no input and not
-// each other (no in-place call).
+// rows <= INT_MAX; cut only: hidden <= 8192 (4 chunks per slot), snap,
+// partial, sw, out 16-byte aligned, and a device whose block shared memory
+// holds nb + 1 candidate rows (H100/H200: 227 KB). out and scores overlap no
+// input and not each other (no in-place call).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -82,9 +93,11 @@ constexpr int64_t kAttnResCutMaxHidden = 8192;  // 4 chunks of 8 per slot
 void attnres_baseline(const __nv_bfloat16* snap, const __nv_bfloat16* partial, const float* sw,
                       float* scores, __nv_bfloat16* out, const AttnResShape& shape, float eps,
                       cudaStream_t stream);
+// How the cut brings candidate rows on chip (attnres.h, "cut"); the same results.
+enum class AttnResLoader { tma, cp_async };
 void attnres_cut(const __nv_bfloat16* snap, const __nv_bfloat16* partial, const float* sw,
                  float* scores, __nv_bfloat16* out, const AttnResShape& shape, float eps,
-                 cudaStream_t stream);
+                 cudaStream_t stream, AttnResLoader loader = AttnResLoader::tma);
 // The one dispatch point on the cut switch.
 void attnres(Variant v, const __nv_bfloat16* snap, const __nv_bfloat16* partial, const float* sw,
              float* scores, __nv_bfloat16* out, const AttnResShape& shape, float eps,

@@ -6,7 +6,8 @@
 // several seeds, a mixture of scales per candidate (and the snapshot blocks
 // past nb filled with NaN, so reading one shows). Outputs are poisoned before
 // each run and guarded on both sides; the launch counts are taken from a
-// captured graph.
+// captured graph. The cut's cp_async loader is held to the same bits, and
+// row counts around multiples of the SM count drive its persistent loop.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -162,6 +163,22 @@ void check_case(const Case& k) {
   check_same(got[0], want, "baseline vs ref");
   check_same(got[1], want, "cut vs ref");
   check_same(got[1], got[0], "cut vs baseline");
+
+  // The cut's other loader (cp.async, kept for A/B): the same bits.
+  GuardedOutput<float> scores(n_scores);
+  GuardedOutput<bf16> out(n_out);
+  attnres_cut(d_snap.get(), d_partial.get(), d_sw.get(), scores.get(), out.get(), in.shape, kEps, nullptr,
+              AttnResLoader::cp_async);
+  const Outputs alt{scores.result<float>("scores (cp_async)", Variant::cut),
+                    out.result<uint16_t>("out (cp_async)", Variant::cut)};
+  check_same(alt, want, "cut (cp_async) vs ref");
+}
+
+int multiprocessors() {
+  int dev = 0, sms = 0;
+  PB_CUDA(cudaGetDevice(&dev));
+  PB_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
 }
 
 // Kernel nodes of one call captured into a graph.
@@ -212,6 +229,22 @@ TEST_CASE("attnres: the cut's edges of hidden (8, 2056, 8192) and snapshot strid
   check_case({17, 1024, 3, 3, 4});     // snap_blocks == nb
   check_case({17, 1024, 5, 11, 5});    // a wider stride than 8
   check_case({130, 7168, 8, 9, 6});
+}
+
+TEST_CASE("attnres: the cut's persistent blocks loop over many rows (ring wraps, uneven row counts)") {
+  // The cut runs one block per SM (at most one per row) over rows b, b + G, ...
+  // and a ring of 16 (hidden 7168), 14 (8192) or 32 (small hidden) candidate
+  // rows: row counts just around multiples of the SM count, and enough rows per
+  // block that the ring wraps many times with C not dividing the ring.
+  const int64_t sms = multiprocessors();
+  INFO("multiprocessors ", sms);
+  for (int64_t rows : {sms - 1, sms, sms + 1, 3 * sms + 5}) check_case({rows, 1024, 8, 8, 31});
+  check_case({6 * sms + 7, 7168, 8, 8, 32});   // ~6 rows per block, 54 items over 16 entries
+  check_case({6 * sms + 3, 7168, 1, 8, 33});   // C = 2
+  check_case({6 * sms + 1, 7168, 6, 8, 34});   // C = 7: ring 16 = 2 C + 2
+  check_case({5 * sms + 2, 8192, 8, 8, 35});   // ring 14
+  check_case({4 * sms + 9, 2056, 4, 8, 36});
+  for (int nb : {1, 2, 3, 5, 7, 8}) check_case({40 * sms + 11, 8, nb, 8, uint64_t(40 + nb)});  // 40+ rows per block
 }
 
 TEST_CASE("attnres: zero candidates (the norm falls back on eps)") {
