@@ -127,8 +127,9 @@ void MlaBlock::projections(const bf16* mixed, Variant land_v, Timeline& tl, cons
   tl.launch("rmsnorm", "rmsnorm.q_a",
             [&] { rmsnorm(q_a_.get(), w_.gain_q_a.get(), q_norm_.get(), {b_, m_.q_lora}, eps, s); });
   // The window is about to be overwritten: wait until the last call's readers
-  // are done with it ((seq - 1, 0) = seq·4096; at seq 0 the wait passes at once).
-  const std::vector<int> readers = window_readers(sched_, lane_.cp, lane_.rank);
+  // are done with it ((seq - 1, 0) = seq·4096; at seq 0 the wait passes at
+  // once). Readers under either schedule: the last call may have used the other.
+  const std::vector<int> readers = window_readers_any(lane_.cp, lane_.rank);
   if (!readers.empty())
     tl.launch("fabric", "fabric.wait_released", [&] {
       for (int r : readers)
@@ -167,7 +168,8 @@ void MlaBlock::attention_steps(Variant merge_v, Timeline& tl, const Blas& blas) 
       run_window(step.window, tl);
     }
   }
-  const std::vector<int> read = windows_read(sched_, lane_.cp, lane_.rank);
+  // Every window this rank may read under either schedule is released, read or not.
+  const std::vector<int> read = windows_read_any(lane_.cp, lane_.rank);
   if (!read.empty())
     tl.launch("fabric", "fabric.release_window", [&] {
       for (int k : read)

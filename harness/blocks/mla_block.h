@@ -18,7 +18,9 @@
 // sequence number, the same on every rank:
 //   window   k -> each reader of k's window, (seq, 0), after land.q_b
 //   released reader -> k, (seq, 0), after its last read of k's window;
-//            k waits for all its readers at (seq - 1) before land.kv_a
+//            k waits for all its readers at (seq - 1) before land.kv_a.
+//            Readers and windows read are taken over both schedules
+//            (schedule.h *_any), so consecutive calls may switch cut 3.
 //   returned helper -> owner, (seq, slot), after the helped FMHA wrote the slot
 //   consumed owner -> helper, (seq, 0), after merging that slot; return slabs
 //            alternate by seq parity, so a helper waits for (seq - 2) first

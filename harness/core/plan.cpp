@@ -164,8 +164,8 @@ class RankPlanner {
     land("q_a", b_, m_.q_lora);
     rmsnorm("q_a", b_, m_.q_lora);
     // The window (kv, q) is written in place in this rank's slab: first wait
-    // until last layer's readers released it.
-    const bool published = !window_readers(schedule(), cp_, rank_).empty();
+    // until the last call's readers (under either schedule) released it.
+    const bool published = !window_readers_any(cp_, rank_).empty();
     if (published) fabric("wait_released", 0);
     land("kv_a", b_, m_.kv_lora + m_.qk_rope);
     land("mla_gate", b_, heads * m_.v_head);
@@ -178,7 +178,7 @@ class RankPlanner {
       if (step.is_merge) merge(step.merge);
       else fmha(step.window);
     }
-    if (!windows_read(schedule(), cp_, rank_).empty()) fabric("release_window", 0);
+    if (!windows_read_any(cp_, rank_).empty()) fabric("release_window", 0);
     add("o_finalize", "o_finalize", cost::o_finalize(t_, heads, m_.v_head));
     elementwise("mul_sigmoid", b_ * heads * m_.v_head, 2, 6);
     gemm_land("mla_o", b_, h, heads * m_.v_head);

@@ -117,6 +117,22 @@ std::vector<int> window_readers(Schedule schedule, int cp, int k) {
   return readers;
 }
 
+namespace {
+std::vector<int> sorted_union(const std::vector<int>& a, const std::vector<int>& b) {
+  std::set<int> u(a.begin(), a.end());
+  u.insert(b.begin(), b.end());
+  return {u.begin(), u.end()};
+}
+}  // namespace
+
+std::vector<int> windows_read_any(int cp, int rank) {
+  return sorted_union(windows_read(Schedule::prefix, cp, rank), windows_read(Schedule::stripe, cp, rank));
+}
+
+std::vector<int> window_readers_any(int cp, int k) {
+  return sorted_union(window_readers(Schedule::prefix, cp, k), window_readers(Schedule::stripe, cp, k));
+}
+
 double expected_load(Schedule schedule, int cp, int rank) {
   if (schedule == Schedule::prefix) return rank + 0.5;
   return 0.5 + double(kept(cp, rank).size()) + double(helped(cp, rank).size());

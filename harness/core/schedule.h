@@ -81,6 +81,10 @@ std::vector<RankAttention> gang_attention(Schedule schedule, int cp);
 // and waits for its own readers before it overwrites its window next layer.
 std::vector<int> windows_read(Schedule schedule, int cp, int rank);
 std::vector<int> window_readers(Schedule schedule, int cp, int k);
+// The same over both schedules (their union): the doorbell sets a rank uses,
+// so that consecutive calls may switch schedules (A/B of cut 3 in one run).
+std::vector<int> windows_read_any(int cp, int rank);
+std::vector<int> window_readers_any(int cp, int k);
 
 // DESIGN.md §3's load: r + 1/2 (prefix); 1/2 + |kept| + |helped| (stripe).
 double expected_load(Schedule schedule, int cp, int rank);

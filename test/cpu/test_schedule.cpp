@@ -155,3 +155,15 @@ TEST_CASE("window readers mirror the windows read; prefix readers are the downst
           if (sched == Schedule::stripe) CHECK(s_reads_k == ((s > k && (s - k) % 2 == 1) || (k > s && (k - s) % 2 == 0)));
         }
 }
+
+TEST_CASE("the *_any sets are the union over both schedules and mirror each other") {
+  for (int cp = 1; cp <= 9; ++cp)
+    for (int s = 0; s < cp; ++s)
+      for (int k = 0; k < cp; ++k) {
+        const std::vector<int> read = windows_read_any(cp, s), readers = window_readers_any(cp, k);
+        const bool reads = std::find(read.begin(), read.end(), k) != read.end();
+        CHECK(reads == (std::find(readers.begin(), readers.end(), s) != readers.end()));
+        // Prefix: every upstream window; stripe adds the owners a rank helps.
+        CHECK(reads == (k < s || (k > s && (k - s) % 2 == 0)));
+      }
+}
