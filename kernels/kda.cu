@@ -29,6 +29,7 @@
 #include <string>
 
 #include "check.h"
+#include "kda_tiles.h"
 
 namespace pb {
 namespace {
@@ -91,9 +92,10 @@ __device__ __forceinline__ float sigmoid_f32(float x) { return 1.0f / (1.0f + ex
 // Swizzled tiles (byte offsets; row_bytes a multiple of 128)
 // ---------------------------------------------------------------------------
 
-__device__ __forceinline__ uint32_t swz(int row, int chunk, int row_bytes) {
-  return uint32_t(row * row_bytes + ((chunk ^ (row & 7)) << 4));
-}
+using kda_tiles::lane_k_then_rows;
+using kda_tiles::lane_rows_then_k;
+using kda_tiles::RowChunk;
+using kda_tiles::swz;
 // element (r, c) of a bf16 [rows][128] tile / f32 [rows][128] tile / f32 or bf16 [rows][64] tile
 __device__ __forceinline__ uint32_t at_h128(int r, int c) { return swz(r, c >> 3, 256) + ((c & 7) << 1); }
 __device__ __forceinline__ uint32_t at_f128(int r, int c) { return swz(r, c >> 2, 512) + ((c & 3) << 2); }
@@ -146,7 +148,8 @@ __global__ void __launch_bounds__(kThreads, 2) kda_prepare_kernel(const PrepPara
   unsigned char* sA = sQ;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t4 = lane & 3, lrow = lane & 7, lmat = lane >> 3;
+  const int g = lane >> 2, t4 = lane & 3;
+  const RowChunk pa = lane_rows_then_k(lane), pb = lane_k_then_rows(lane);  // ldmatrix lane patterns
   const int chunk = blockIdx.x, h = blockIdx.y;
   const int64_t t0 = int64_t(chunk) * kC;
   const int n = p.tokens - t0 < kC ? int(p.tokens - t0) : kC;
@@ -247,7 +250,7 @@ __global__ void __launch_bounds__(kThreads, 2) kda_prepare_kernel(const PrepPara
 #pragma unroll 2
       for (int ks = 0; ks < kD / 16; ++ks) {
         uint32_t aK[4], aQ[4];
-        const int arow = ra + lrow + (lmat & 1) * 8, achunk = 2 * ks + (lmat >> 1);
+        const int arow = ra + pa.row, achunk = 2 * ks + pa.chunk;
         ldmatrix_x4(smem_addr(sX + swz(arow, achunk, 256)), aK);
         ldmatrix_x4(smem_addr(sQ + swz(arow, achunk, 256)), aQ);
 #pragma unroll
@@ -372,7 +375,7 @@ __global__ void __launch_bounds__(kThreads, 2) kda_prepare_kernel(const PrepPara
 #pragma unroll
       for (int np = 0; np < 8; ++np) {
         uint32_t b[4];
-        ldmatrix_x4_trans(smem_addr(sBop + swz(16 * ks + lrow + (lmat & 1) * 8, 2 * np + (lmat >> 1), 256)), b);
+        ldmatrix_x4_trans(smem_addr(sBop + swz(16 * ks + pa.row, 2 * np + pa.chunk, 256)), b);
         mma_16816(acc[2 * np], a, b[0], b[1]);
         mma_16816(acc[2 * np + 1], a, b[2], b[3]);
       }
@@ -426,7 +429,8 @@ __global__ void __launch_bounds__(kThreads, 3) kda_state_kernel(const StateParam
   float* sGam = reinterpret_cast<float*>(smem + kStGam);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t4 = lane & 3, lrow = lane & 7, lmat = lane >> 3;
+  const int g = lane >> 2, t4 = lane & 3;
+  const RowChunk pa = lane_rows_then_k(lane), pb = lane_k_then_rows(lane);  // ldmatrix lane patterns
   const int head = blockIdx.x, slice = blockIdx.y;
   const bool is_m = p.package && slice >= kD / 32;
   const int row0 = (slice & 3) * 32;
@@ -504,8 +508,8 @@ __global__ void __launch_bounds__(kThreads, 3) kda_state_kernel(const StateParam
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
       uint32_t a[4], b[4];
-      const int arow = 16 * tb + lrow + (lmat & 1) * 8, achunk = 2 * ks + (lmat >> 1);
-      ldmatrix_x4(smem_addr(sS + swz(16 * dh + lrow + (lmat >> 1) * 8, 2 * ks + (lmat & 1), 256)), b);
+      const int arow = 16 * tb + pa.row, achunk = 2 * ks + pa.chunk;
+      ldmatrix_x4(smem_addr(sS + swz(16 * dh + pb.row, 2 * ks + pb.chunk, 256)), b);
       ldmatrix_x4(smem_addr(sW + swz(arow, achunk, 256)), a);
       mma_16816(pw[0], a, b[0], b[1]);
       mma_16816(pw[1], a, b[2], b[3]);
@@ -532,9 +536,9 @@ __global__ void __launch_bounds__(kThreads, 3) kda_state_kernel(const StateParam
     if (with_o) {
       for (int I = 0; I <= tb; ++I) {
         uint32_t a[4], b[4];
-        ldmatrix_x4(smem_addr(sAqk + swz(16 * tb + lrow + (lmat & 1) * 8, 2 * I + (lmat >> 1), 128)), a);
+        ldmatrix_x4(smem_addr(sAqk + swz(16 * tb + pa.row, 2 * I + pa.chunk, 128)), a);
         ldmatrix_x4_trans(
-            smem_addr(sU + uint32_t((16 * I + lrow + (lmat & 1) * 8) * kUPitchBytes + (2 * dh + (lmat >> 1)) * 16)), b);
+            smem_addr(sU + uint32_t((16 * I + pa.row) * kUPitchBytes + (2 * dh + pa.chunk) * 16)), b);
         mma_16816(acc_o[0], a, b[0], b[1]);
         mma_16816(acc_o[1], a, b[2], b[3]);
       }
@@ -565,12 +569,12 @@ __global__ void __launch_bounds__(kThreads, 3) kda_state_kernel(const StateParam
 #pragma unroll
     for (int ks = 0; ks < kC / 16; ++ks) {
       uint32_t b[4];
-      ldmatrix_x4_trans(smem_addr(sKh + swz(16 * ks + lrow + (lmat & 1) * 8, 2 * warp + (lmat >> 1), 256)), b);
+      ldmatrix_x4_trans(smem_addr(sKh + swz(16 * ks + pa.row, 2 * warp + pa.chunk, 256)), b);
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         uint32_t a[4];
         ldmatrix_x4_trans(
-            smem_addr(sU + uint32_t((16 * ks + lrow + (lmat >> 1) * 8) * kUPitchBytes + (2 * mt + (lmat & 1)) * 16)), a);
+            smem_addr(sU + uint32_t((16 * ks + pb.row) * kUPitchBytes + (2 * mt + pb.chunk) * 16)), a);
         mma_16816(s[mt][0], a, b[0], b[1]);
         mma_16816(s[mt][1], a, b[2], b[3]);
       }
