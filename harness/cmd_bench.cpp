@@ -1,4 +1,4 @@
-// `prefill-bench kernels` and `prefill-bench fmha`: single-process benchmarks
+// `prefill-bench kernels`, `prefill-bench fmha` and `prefill-bench kda`: single-process benchmarks
 // on the first visible GPU, written to one results file each.
 #include <cuda_runtime_api.h>
 
@@ -54,6 +54,12 @@ int cmd_fmha(const Gang& gang, const FmhaBenchOptions& options) {
   return run_bench_command(gang, "fmha", options.command_line, options.output, options.overwrite,
                            "with sampled rows outside the floors of fmha.h",
                            [&](RunResult& result) { return run_fmha_bench(options, result); });
+}
+
+int cmd_kda(const Gang& gang, const KdaBenchOptions& options) {
+  return run_bench_command(gang, "kda", options.command_line, options.output, options.overwrite,
+                           "outside the floors of kda.h",
+                           [&](RunResult& result) { return run_kda_bench(options, result); });
 }
 
 }  // namespace pb

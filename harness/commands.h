@@ -9,6 +9,7 @@
 #include "compare.h"
 #include "fmha_bench.h"
 #include "gang.h"
+#include "kda_bench.h"
 #include "kernels_bench.h"
 #include "scenario.h"
 
@@ -32,5 +33,6 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args);
 int cmd_compare(const Gang& gang, const CompareOptions& options);
 int cmd_kernels(const Gang& gang, const KernelsBenchOptions& options);
 int cmd_fmha(const Gang& gang, const FmhaBenchOptions& options);
+int cmd_kda(const Gang& gang, const KdaBenchOptions& options);
 
 }  // namespace pb

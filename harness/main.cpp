@@ -7,6 +7,7 @@
 //   prefill-bench compare  --baseline B.h5 run.h5 --max-regression 3%
 //   prefill-bench kernels                  the cut kernels' benchmark
 //   prefill-bench fmha                     the FMHA engines' benchmark
+//   prefill-bench kda                      the KDA core's benchmark
 //   prefill-bench verify   scenario.yaml   bit-identity / floor gates
 //   prefill-bench ranks    scenario.yaml   the scenario's rank count (scripts)
 #include <CLI/CLI.hpp>
@@ -92,6 +93,15 @@ int main(int argc, char** argv) {
   fmha->add_option("--output,-o", fopt.output, "results file (default runs/fmha-bench-<time>.h5)");
   fmha->add_flag("--overwrite", fopt.overwrite, "replace an existing results file");
 
+  pb::KdaBenchOptions dopt;
+  CLI::App* kda = app.add_subcommand("kda", "the KDA core at K3 widths (96 heads, d 128, chunk 64)");
+  kda->add_option("--tokens", dopt.tokens, "segment lengths (default 4096 16384)");
+  kda->add_option("--heads", dopt.heads, "heads (default 96)");
+  kda->add_option("--reps", dopt.reps, "timed repetitions, median reported (default 20)");
+  kda->add_option("--warmup", dopt.warmup, "untimed repetitions first (default 3)");
+  kda->add_option("--output,-o", dopt.output, "results file (default runs/kda-bench-<time>.h5)");
+  kda->add_flag("--overwrite", dopt.overwrite, "replace an existing results file");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -116,6 +126,10 @@ int main(int argc, char** argv) {
     if (*fmha) {
       fopt.command_line = command_line;
       return pb::cmd_fmha(gang, fopt);
+    }
+    if (*kda) {
+      dopt.command_line = command_line;
+      return pb::cmd_kda(gang, dopt);
     }
     if (*ranks) {
       std::printf("%d\n", pb::load_scenario_on_gang(gang, ranks_args).cp);

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The KDA core on a device: build prefill-bench and test_kda, run the GPU test
+# (float64 reference checks), then `prefill-bench kda` (K3 widths, 4096 and
+# 16384 tokens, GEMM ceiling in the same run). Logs and kda.h5 go to $OUT; the
+# benchmark's table is printed last.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+OUT=${OUT:-$here/../gpu-out}
+mkdir -p "$OUT"
+source "$here/env.sh"
+if ! pb_build prefill-bench test_kda >"$OUT/build.log" 2>&1; then
+  grep -E "error" -A3 "$OUT/build.log" | head -40
+  echo "gpu-kda: build failed"
+  exit 1
+fi
+rc=0
+timeout 180 "$PB_BUILD/test_kda" >"$OUT/test_kda.log" 2>&1 || rc=$?
+grep -E "rel-L2|ERROR|FAILED|error" "$OUT/test_kda.log" | head -40
+tail -4 "$OUT/test_kda.log"
+echo "test_kda exit $rc"
+timeout 240 "$PB_BUILD/prefill-bench" kda --output "$OUT/kda.h5" --overwrite >"$OUT/kda.log" 2>&1
+brc=$?
+cat "$OUT/kda.log"
+echo "prefill-bench kda exit $brc"
+exit $((rc != 0 ? rc : brc))

@@ -1,0 +1,201 @@
+// The KDA kernels' shared-memory addressing (kernels/kda_tiles.h), emulated on
+// the host: tiles are written through the kernels' layouts (swizzled rows of
+// 128 or 256 bytes, the 80-byte pitch of the U tile), read back by an emulated
+// ldmatrix.x4 (plain and .trans) at the lanes' addresses the kernels compute,
+// and the registers are decoded by the mma.m16n8k16 fragment layout (PTX ISA):
+//   A: reg0 (g, 2t..2t+1), reg1 (g+8, 2t..), reg2 (g, 2t+8..), reg3 (g+8, 2t+8..)
+//   B: reg0 (k 2t..2t+1, n g), reg1 (k 2t+8..2t+9, n g)
+// Each use in kda.cu must yield exactly the intended 16x16 A block or 16x8 B
+// tiles. Also: every ldmatrix phase (8 rows) hits 8 distinct bank groups.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <vector>
+
+#include "kda_tiles.h"
+
+namespace {
+
+using pb::kda_tiles::lane_k_then_rows;
+using pb::kda_tiles::lane_rows_then_k;
+using pb::kda_tiles::RowChunk;
+using pb::kda_tiles::swz;
+
+using Layout = std::function<uint32_t(int row, int chunk)>;  // byte offset of a 16-byte chunk
+
+uint16_t tag(int r, int c) { return uint16_t((r << 8) | c); }
+
+// A [rows][cols] tile of tags written through `layout`.
+std::vector<uint8_t> make_tile(int rows, int cols, const Layout& layout, size_t bytes) {
+  std::vector<uint8_t> img(bytes, 0xee);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const uint32_t off = layout(r, c / 8) + uint32_t(c % 8) * 2;
+      REQUIRE(off + 2 <= bytes);
+      const uint16_t t = tag(r, c);
+      img[off] = uint8_t(t & 0xff);
+      img[off + 1] = uint8_t(t >> 8);
+    }
+  return img;
+}
+
+uint16_t load16(const std::vector<uint8_t>& img, uint32_t off) { return uint16_t(img[off] | (img[off + 1] << 8)); }
+
+// regs[lane][i]: two 16-bit halves (lo = lower column), as ldmatrix.x4 returns them.
+struct Regs {
+  uint16_t lo[32][4], hi[32][4];
+};
+
+Regs ldmatrix_x4(const std::vector<uint8_t>& img, const uint32_t (&addr)[32], bool trans) {
+  Regs r{};
+  for (int m = 0; m < 4; ++m) {
+    // matrix m, row j at addr[8m + j], 8 elements
+    uint16_t M[8][8];
+    for (int j = 0; j < 8; ++j) {
+      CHECK(addr[8 * m + j] % 16 == 0);
+      for (int e = 0; e < 8; ++e) M[j][e] = load16(img, addr[8 * m + j] + 2 * e);
+    }
+    for (int l = 0; l < 32; ++l) {
+      const int row = l / 4, col = 2 * (l % 4);
+      r.lo[l][m] = trans ? M[col][row] : M[row][col];
+      r.hi[l][m] = trans ? M[col + 1][row] : M[row][col + 1];
+    }
+  }
+  // bank groups: the 8 addresses of each matrix fall in distinct 16-byte bank groups
+  for (int m = 0; m < 4; ++m) {
+    std::set<uint32_t> groups;
+    for (int j = 0; j < 8; ++j) groups.insert((addr[8 * m + j] / 16) % 8);
+    CHECK(groups.size() == 8);
+  }
+  return r;
+}
+
+// The 16x16 A operand the registers hold.
+void decode_a(const Regs& r, uint16_t (&A)[16][16]) {
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    const int rows[4] = {g, g + 8, g, g + 8}, cols[4] = {2 * t, 2 * t, 2 * t + 8, 2 * t + 8};
+    for (int q = 0; q < 4; ++q) {
+      A[rows[q]][cols[q]] = r.lo[l][q];
+      A[rows[q]][cols[q] + 1] = r.hi[l][q];
+    }
+  }
+}
+
+// The 16x8 B operand held by registers (q0, q1).
+void decode_b(const Regs& r, int q0, uint16_t (&B)[16][8]) {
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    B[2 * t][g] = r.lo[l][q0];
+    B[2 * t + 1][g] = r.hi[l][q0];
+    B[2 * t + 8][g] = r.lo[l][q0 + 1];
+    B[2 * t + 9][g] = r.hi[l][q0 + 1];
+  }
+}
+
+Layout swizzled(int row_bytes) {
+  return [row_bytes](int row, int chunk) { return swz(row, chunk, row_bytes); };
+}
+Layout pitched(int pitch_bytes) {
+  return [pitch_bytes](int row, int chunk) { return uint32_t(row * pitch_bytes + chunk * 16); };
+}
+
+// addr[lane] = layout(row0 + p.row, chunk0 + p.chunk) for the lane pattern p.
+template <class Pattern>
+void lane_addresses(const Layout& layout, int row0, int chunk0, Pattern pattern, uint32_t (&addr)[32]) {
+  for (int l = 0; l < 32; ++l) {
+    const RowChunk p = pattern(l);
+    addr[l] = layout(row0 + p.row, chunk0 + p.chunk);
+  }
+}
+
+TEST_CASE("swizzle is a permutation of each row's chunks") {
+  for (int rb : {128, 256, 512}) {
+    for (int r = 0; r < 64; ++r) {
+      std::set<uint32_t> seen;
+      for (int c = 0; c < rb / 16; ++c) {
+        const uint32_t off = swz(r, c, rb);
+        CHECK(off >= uint32_t(r * rb));
+        CHECK(off < uint32_t((r + 1) * rb));
+        seen.insert(off);
+      }
+      CHECK(seen.size() == size_t(rb / 16));
+    }
+  }
+}
+
+TEST_CASE("A operand, row-major tile, plain ldmatrix (W, Qg, qe, ke, Aqk)") {
+  for (int rb : {256, 128}) {
+    const int cols = rb / 2;
+    const Layout lay = swizzled(rb);
+    const auto img = make_tile(64, cols, lay, size_t(64 * rb));
+    for (int rblk = 0; rblk < 4; ++rblk)
+      for (int ks = 0; ks < cols / 16; ++ks) {
+        uint32_t addr[32];
+        lane_addresses(lay, 16 * rblk, 2 * ks, lane_rows_then_k, addr);
+        uint16_t A[16][16];
+        decode_a(ldmatrix_x4(img, addr, false), A);
+        for (int i = 0; i < 16; ++i)
+          for (int j = 0; j < 16; ++j) CHECK(A[i][j] == tag(16 * rblk + i, 16 * ks + j));
+      }
+  }
+}
+
+TEST_CASE("B operand stored [n][k], plain ldmatrix (S0 in W S0^T, Qg S0^T)") {
+  const Layout lay = swizzled(256);
+  const auto img = make_tile(32, 128, lay, 32 * 256);
+  for (int dh = 0; dh < 2; ++dh)
+    for (int ks = 0; ks < 8; ++ks) {
+      uint32_t addr[32];
+      lane_addresses(lay, 16 * dh, 2 * ks, lane_k_then_rows, addr);
+      const Regs r = ldmatrix_x4(img, addr, false);
+      for (int nt = 0; nt < 2; ++nt) {
+        uint16_t B[16][8];
+        decode_b(r, 2 * nt, B);
+        for (int k = 0; k < 16; ++k)
+          for (int n = 0; n < 8; ++n) CHECK(B[k][n] == tag(16 * dh + 8 * nt + n, 16 * ks + k));
+      }
+    }
+}
+
+TEST_CASE("B operand stored [k][n], ldmatrix.trans (kg, v, K-hat swizzled; U pitched)") {
+  struct Use {
+    Layout lay;
+    int cols;
+    size_t bytes;
+  };
+  const Use uses[] = {{swizzled(256), 128, 64 * 256}, {pitched(80), 32, 64 * 80}};
+  for (const Use& u : uses) {
+    const auto img = make_tile(64, u.cols, u.lay, u.bytes);
+    for (int ks = 0; ks < 4; ++ks)
+      for (int np = 0; np < u.cols / 16; ++np) {
+        uint32_t addr[32];
+        lane_addresses(u.lay, 16 * ks, 2 * np, lane_rows_then_k, addr);
+        const Regs r = ldmatrix_x4(img, addr, true);
+        for (int nt = 0; nt < 2; ++nt) {
+          uint16_t B[16][8];
+          decode_b(r, 2 * nt, B);
+          for (int k = 0; k < 16; ++k)
+            for (int n = 0; n < 8; ++n) CHECK(B[k][n] == tag(16 * ks + k, 16 * np + 8 * nt + n));
+        }
+      }
+  }
+}
+
+TEST_CASE("A operand stored [k][m], ldmatrix.trans (U^T in the state update)") {
+  const Layout lay = pitched(80);
+  const auto img = make_tile(64, 32, lay, 64 * 80);
+  for (int ks = 0; ks < 4; ++ks)
+    for (int mt = 0; mt < 2; ++mt) {
+      uint32_t addr[32];
+      lane_addresses(lay, 16 * ks, 2 * mt, lane_k_then_rows, addr);
+      uint16_t A[16][16];
+      decode_a(ldmatrix_x4(img, addr, true), A);
+      for (int m = 0; m < 16; ++m)
+        for (int k = 0; k < 16; ++k) CHECK(A[m][k] == tag(16 * ks + k, 16 * mt + m));
+    }
+}
+
+}  // namespace

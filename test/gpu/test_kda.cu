@@ -1,0 +1,345 @@
+// The KDA core on the device (kda.h) against the float64 reference (kda_ref.h)
+// on random inputs (never zeros; strong and weak decays both present):
+//   - the forward (o and the final state) vs the sequential recurrence: 2 heads at
+//     T = 1, 63, 65, 200 (with and without S_in), and 96 heads at T = 256;
+//   - two chunked segments, the second fed the first's final state, equal one
+//     pass over the concatenation;
+//   - the package: S_in·M + D equals the sequential state; M, D equal kda_package;
+//     kda_fold of 3 packages equals the sequential state over the concatenation.
+// Floors (kda.h): rel-L2 ≤ kKdaRelL2Floor (1.5e-2) and max |x − ref| ≤ kKdaMaxAbsFloor
+// (3e-2) · max |ref|, for o, S, M and D alike. The row-stride gaps of q hold NaN,
+// so a read outside a head's columns poisons the result.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gemm.h"
+#include "gpu_test.h"
+#include "kda.h"
+#include "kda_ref.h"
+
+namespace pb::test {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kD = kKdaHeadDim;
+
+struct Close {
+  double rel_l2 = 0, max_abs = 0, max_ref = 0;
+  bool finite = true;
+  bool ok() const { return finite && rel_l2 <= kKdaRelL2Floor && max_abs <= kKdaMaxAbsFloor * max_ref; }
+  std::string text() const {
+    return "rel-L2 " + std::to_string(rel_l2) + " max-abs " + std::to_string(max_abs) + " (max |ref| " +
+           std::to_string(max_ref) + ")" + (finite ? "" : " NON-FINITE");
+  }
+};
+
+template <class G>
+Close compare(const std::vector<G>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  Close c;
+  double d2 = 0, r2 = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double gv = double(got[i]), d = gv - want[i];
+    c.finite = c.finite && std::isfinite(gv);
+    d2 += d * d;
+    r2 += want[i] * want[i];
+    c.max_abs = std::max(c.max_abs, std::fabs(d));
+    c.max_ref = std::max(c.max_ref, std::fabs(want[i]));
+  }
+  c.rel_l2 = std::sqrt(d2) / std::max(std::sqrt(r2), 1e-300);
+  return c;
+}
+
+std::vector<double> bf16_to_double(const std::vector<uint16_t>& x) {
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = ref::bf16_to_f32(x[i]);
+  return y;
+}
+
+// Inputs of `tokens` tokens and `heads` heads, host (bf16 bits / f32) and device.
+struct Inputs {
+  int64_t tokens = 0;
+  int heads = 0;
+  int64_t q_ld = 0, width = 0;
+  std::vector<uint16_t> q, k, v, g, beta;  // q [T, q_ld] (gap NaN), others packed
+  std::vector<float> A_log, dt_bias;
+  DeviceBuffer<bf16> dq, dk, dv, dg, dbeta;
+  DeviceBuffer<float> dA, ddt;
+
+  Inputs(int64_t T, int H, uint64_t seed) : tokens(T), heads(H), q_ld(int64_t(H) * kD + 8), width(int64_t(H) * kD) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> u1(-1.0f, 1.0f), ug(-6.0f, 6.0f), ub(-3.0f, 3.0f);
+    auto bits = [](float x) { return ref::f32_to_bf16_rn(x); };
+    q.assign(size_t(T * q_ld), uint16_t(0x7fc0));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < width; ++c) q[size_t(t * q_ld + c)] = bits(u1(rng));
+    k.resize(size_t(T * width));
+    v.resize(size_t(T * width));
+    g.resize(size_t(T * width));
+    beta.resize(size_t(T * H));
+    for (auto& x : k) x = bits(u1(rng));
+    for (auto& x : v) x = bits(u1(rng));
+    for (auto& x : g) x = bits(ug(rng));
+    for (auto& x : beta) x = bits(ub(rng));
+    A_log.resize(size_t(H));
+    dt_bias.resize(size_t(width));
+    for (auto& x : A_log) x = 0.5f * u1(rng);
+    for (auto& x : dt_bias) x = u1(rng);
+    dq = DeviceBuffer<bf16>(q.size());
+    dk = DeviceBuffer<bf16>(k.size());
+    dv = DeviceBuffer<bf16>(v.size());
+    dg = DeviceBuffer<bf16>(g.size());
+    dbeta = DeviceBuffer<bf16>(beta.size());
+    dA = DeviceBuffer<float>(A_log.size());
+    ddt = DeviceBuffer<float>(dt_bias.size());
+    dq.upload(q);
+    dk.upload(k);
+    dv.upload(v);
+    dg.upload(g);
+    dbeta.upload(beta);
+    dA.upload(A_log);
+    ddt.upload(dt_bias);
+  }
+
+  // Device view of tokens [t0, ...).
+  KdaInputs view(int64_t t0) const {
+    KdaInputs in;
+    in.q = dq.get() + t0 * q_ld;
+    in.k = dk.get() + t0 * width;
+    in.v = dv.get() + t0 * width;
+    in.g = dg.get() + t0 * width;
+    in.beta_pre = dbeta.get() + t0 * heads;
+    in.q_ld = q_ld;
+    in.k_ld = in.v_ld = in.g_ld = width;
+    in.beta_ld = heads;
+    in.A_log = dA.get();
+    in.dt_bias = ddt.get();
+    return in;
+  }
+};
+
+// The reference's inputs of tokens [t0, t0 + n) (gates, norms in double).
+struct RefInputs {
+  std::vector<double> q, k, v, la, beta;
+  ref::KdaShape shape;
+};
+
+RefInputs ref_inputs(const Inputs& in, int64_t t0, int64_t n) {
+  RefInputs r;
+  const int H = in.heads;
+  const int64_t W = in.width;
+  r.shape = ref::KdaShape{n, H, kD, kD};
+  std::vector<float> qf(size_t(n * W)), kf(size_t(n * W)), gf(size_t(n * W)), bf(size_t(n * H));
+  r.v.resize(size_t(n * W));
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t c = 0; c < W; ++c) {
+      const size_t i = size_t(t * W + c), src = size_t((t0 + t) * W + c);
+      qf[i] = ref::bf16_to_f32(in.q[size_t((t0 + t) * in.q_ld + c)]);
+      kf[i] = ref::bf16_to_f32(in.k[src]);
+      gf[i] = ref::bf16_to_f32(in.g[src]);
+      r.v[i] = ref::bf16_to_f32(in.v[src]);
+    }
+    for (int h = 0; h < H; ++h) bf[size_t(t * H + h)] = ref::bf16_to_f32(in.beta[size_t((t0 + t) * H + h)]);
+  }
+  r.q.resize(qf.size());
+  r.k.resize(kf.size());
+  r.la.resize(gf.size());
+  r.beta.resize(bf.size());
+  ref::kda_l2norm(qf.data(), n * H, kD, r.q.data());
+  ref::kda_l2norm(kf.data(), n * H, kD, r.k.data());
+  ref::kda_gates(gf.data(), bf.data(), in.A_log.data(), in.dt_bias.data(), n, H, kD, r.la.data(), r.beta.data());
+  return r;
+}
+
+std::vector<float> random_state(int H, uint64_t seed, float scale) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> s(size_t(H) * kD * kD);
+  for (auto& x : s) x = u(rng);
+  return s;
+}
+
+std::vector<double> to_double(const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); }
+
+struct GpuRun {
+  std::vector<uint16_t> o;
+  std::vector<float> S;
+};
+
+// kda_forward over tokens [t0, t0 + n) from S_in (empty = null).
+GpuRun gpu_forward(const Inputs& in, int64_t t0, int64_t n, const std::vector<float>& S_in) {
+  const int H = in.heads;
+  KdaWorkspace ws(std::max<int64_t>(n, 1), H);
+  DeviceBuffer<bf16> o(size_t(std::max<int64_t>(n, 1) * in.width));
+  DeviceBuffer<float> s_in(size_t(H) * kD * kD), s_out(size_t(H) * kD * kD);
+  o.poison();
+  s_out.poison();
+  if (!S_in.empty()) s_in.upload(S_in);
+  kda_forward(in.view(t0), n, H, ws, S_in.empty() ? nullptr : s_in.get(), o.get(), in.width, s_out.get(), nullptr);
+  PB_CUDA(cudaDeviceSynchronize());
+  GpuRun r;
+  r.o = o.download<uint16_t>();
+  r.o.resize(size_t(n * in.width));
+  r.S = s_out.download();
+  return r;
+}
+
+void check_close(const Close& c, const std::string& what) {
+  INFO(what << ": " << c.text());
+  CHECK(c.ok());
+  MESSAGE(what << ": " << c.text());
+}
+
+TEST_CASE("kda forward vs the sequential recurrence") {
+  struct Case {
+    int64_t tokens;
+    int heads;
+    bool s_in;
+  };
+  const Case cases[] = {{1, 2, false}, {63, 2, true}, {65, 2, false}, {200, 2, true}, {200, 3, false}, {256, 96, true}};
+  uint64_t seed = 11;
+  for (const Case& c : cases) {
+    const std::string tag = "T " + std::to_string(c.tokens) + " H " + std::to_string(c.heads) +
+                            (c.s_in ? " with S_in" : " from zero");
+    const Inputs in(c.tokens, c.heads, seed++);
+    const RefInputs r = ref_inputs(in, 0, c.tokens);
+    const std::vector<float> S_in = c.s_in ? random_state(c.heads, seed++, 0.5f) : std::vector<float>{};
+    const std::vector<double> S_in_d = to_double(S_in);
+    std::vector<double> o_ref(size_t(c.tokens * in.width)), S_ref(size_t(c.heads) * kD * kD);
+    ref::kda_sequential(r.q.data(), r.k.data(), r.v.data(), r.la.data(), r.beta.data(), r.shape,
+                        ref::kda_default_scale(kD), c.s_in ? S_in_d.data() : nullptr, o_ref.data(), S_ref.data());
+    const GpuRun g = gpu_forward(in, 0, c.tokens, S_in);
+    check_close(compare(bf16_to_double(g.o), o_ref), tag + " o");
+    check_close(compare(g.S, S_ref), tag + " S");
+  }
+}
+
+TEST_CASE("kda two segments threaded through S equal one pass") {
+  const int H = 4;
+  const int64_t T1 = 130, T2 = 70, T = T1 + T2;
+  const Inputs in(T, H, 101);
+  const std::vector<float> S0 = random_state(H, 102, 0.5f);
+  const GpuRun whole = gpu_forward(in, 0, T, S0);
+  const GpuRun first = gpu_forward(in, 0, T1, S0);
+  const GpuRun second = gpu_forward(in, T1, T2, first.S);
+
+  const RefInputs r = ref_inputs(in, 0, T);
+  const std::vector<double> S0_d = to_double(S0);
+  std::vector<double> o_ref(size_t(T * in.width)), S_ref(size_t(H) * kD * kD);
+  ref::kda_sequential(r.q.data(), r.k.data(), r.v.data(), r.la.data(), r.beta.data(), r.shape,
+                      ref::kda_default_scale(kD), S0_d.data(), o_ref.data(), S_ref.data());
+  std::vector<uint16_t> o_split = first.o;
+  o_split.insert(o_split.end(), second.o.begin(), second.o.end());
+  check_close(compare(bf16_to_double(o_split), o_ref), "split o vs reference");
+  check_close(compare(second.S, S_ref), "split S vs reference");
+  check_close(compare(bf16_to_double(o_split), bf16_to_double(whole.o)), "split o vs one pass");
+  check_close(compare(second.S, to_double(whole.S)), "split S vs one pass");
+}
+
+struct Package {
+  std::vector<float> M, D;
+};
+
+Package gpu_package(const Inputs& in, int64_t t0, int64_t n) {
+  const int H = in.heads;
+  KdaWorkspace ws(n, H);
+  DeviceBuffer<float> M(size_t(H) * kD * kD), D(size_t(H) * kD * kD);
+  M.poison();
+  D.poison();
+  kda_prepare(in.view(t0), n, H, ws, nullptr);
+  kda_package(ws, n, M.get(), D.get(), nullptr);
+  PB_CUDA(cudaDeviceSynchronize());
+  return Package{M.download(), D.download()};
+}
+
+TEST_CASE("kda package: S_in M + D equals the sequential state") {
+  const int H = 3;
+  const int64_t T = 150;
+  const Inputs in(T, H, 201);
+  const Package pk = gpu_package(in, 0, T);
+  const RefInputs r = ref_inputs(in, 0, T);
+  std::vector<double> M_ref(size_t(H) * kD * kD), D_ref(size_t(H) * kD * kD);
+  ref::kda_package(r.k.data(), r.v.data(), r.la.data(), r.beta.data(), r.shape, kKdaChunkLen, M_ref.data(),
+                   D_ref.data());
+  check_close(compare(pk.M, M_ref), "M vs ref::kda_package");
+  check_close(compare(pk.D, D_ref), "D vs ref::kda_package");
+
+  const std::vector<float> S_in = random_state(H, 202, 0.5f);
+  const std::vector<double> S_in_d = to_double(S_in);
+  std::vector<double> S_ref(size_t(H) * kD * kD);
+  ref::kda_sequential(r.q.data(), r.k.data(), r.v.data(), r.la.data(), r.beta.data(), r.shape,
+                      ref::kda_default_scale(kD), S_in_d.data(), nullptr, S_ref.data());
+  std::vector<double> S_pk(S_ref.size());
+  for (int h = 0; h < H; ++h)
+    for (int j = 0; j < kD; ++j)
+      for (int c = 0; c < kD; ++c) {
+        double acc = pk.D[(size_t(h) * kD + j) * kD + c];
+        for (int a = 0; a < kD; ++a)
+          acc += double(S_in[(size_t(h) * kD + j) * kD + a]) * double(pk.M[(size_t(h) * kD + a) * kD + c]);
+        S_pk[(size_t(h) * kD + j) * kD + c] = acc;
+      }
+  check_close(compare(S_pk, S_ref), "S_in M + D vs sequential");
+}
+
+TEST_CASE("kda fold of 3 packages equals the sequential state") {
+  const int H = 2;
+  const int64_t lens[3] = {100, 64, 77}, T = 241;
+  const Inputs in(T, H, 301);
+  std::vector<Package> pk;
+  int64_t t0 = 0;
+  for (int64_t n : lens) {
+    pk.push_back(gpu_package(in, t0, n));
+    t0 += n;
+  }
+  std::vector<DeviceBuffer<float>> dM, dD;
+  std::vector<const float*> pM, pD;
+  for (const Package& p : pk) {
+    dM.emplace_back(p.M.size());
+    dD.emplace_back(p.D.size());
+    dM.back().upload(p.M);
+    dD.back().upload(p.D);
+  }
+  for (size_t i = 0; i < pk.size(); ++i) {
+    pM.push_back(dM[i].get());
+    pD.push_back(dD[i].get());
+  }
+  DeviceBuffer<float> S(size_t(H) * kD * kD), scratch(size_t(H) * kD * kD);
+  S.poison();
+  Blas blas;
+  kda_fold(blas, pM.data(), pD.data(), 3, H, S.get(), scratch.get(), nullptr);
+  PB_CUDA(cudaDeviceSynchronize());
+
+  const RefInputs r = ref_inputs(in, 0, T);
+  std::vector<double> S_ref(size_t(H) * kD * kD);
+  ref::kda_sequential(r.q.data(), r.k.data(), r.v.data(), r.la.data(), r.beta.data(), r.shape,
+                      ref::kda_default_scale(kD), nullptr, nullptr, S_ref.data());
+  check_close(compare(S.download(), S_ref), "fold of 3 packages vs sequential");
+
+  // The forward of the third segment from the fold of the first two equals the tail of one pass.
+  kda_fold(blas, pM.data(), pD.data(), 2, H, S.get(), scratch.get(), nullptr);
+  PB_CUDA(cudaDeviceSynchronize());
+  const GpuRun tail = gpu_forward(in, lens[0] + lens[1], lens[2], S.download());
+  std::vector<double> o_ref(size_t(T * in.width));
+  ref::kda_sequential(r.q.data(), r.k.data(), r.v.data(), r.la.data(), r.beta.data(), r.shape,
+                      ref::kda_default_scale(kD), nullptr, o_ref.data(), nullptr);
+  const std::vector<double> o_tail(o_ref.begin() + (lens[0] + lens[1]) * in.width, o_ref.end());
+  check_close(compare(bf16_to_double(tail.o), o_tail), "forward from the fold vs sequential tail");
+}
+
+TEST_CASE("kda launcher contract") {
+  KdaWorkspace ws(64, 1);
+  KdaInputs bad;
+  CHECK_THROWS_AS(kda_prepare(bad, 10, 1, ws, nullptr), pb::Error);
+  CHECK_THROWS_AS(kda_prepare(bad, 65, 1, ws, nullptr), pb::Error);
+  CHECK_THROWS_AS(kda_prepare(bad, 10, 2, ws, nullptr), pb::Error);
+}
+
+}  // namespace
+}  // namespace pb::test
