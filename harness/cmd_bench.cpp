@@ -1,4 +1,4 @@
-// `prefill-bench kernels` and `prefill-bench fmha`: single-process benchmarks
+// `prefill-bench kernels`, `prefill-bench fmha` and `prefill-bench moe`: single-process benchmarks
 // on the first visible GPU, written to one results file each.
 #include <cuda_runtime_api.h>
 
@@ -54,6 +54,12 @@ int cmd_fmha(const Gang& gang, const FmhaBenchOptions& options) {
   return run_bench_command(gang, "fmha", options.command_line, options.output, options.overwrite,
                            "with sampled rows outside the floors of fmha.h",
                            [&](RunResult& result) { return run_fmha_bench(options, result); });
+}
+
+int cmd_moe(const Gang& gang, const MoeBenchOptions& options) {
+  return run_bench_command(gang, "moe", options.command_line, options.output, options.overwrite,
+                           "failed validation (expert GEMM floor, cut bit identity, plan names or argmax)",
+                           [&](RunResult& result) { return run_moe_bench(options, result); });
 }
 
 }  // namespace pb

@@ -10,6 +10,7 @@
 #include "fmha_bench.h"
 #include "gang.h"
 #include "kernels_bench.h"
+#include "moe_bench.h"
 #include "scenario.h"
 
 namespace pb {
@@ -32,5 +33,6 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args);
 int cmd_compare(const Gang& gang, const CompareOptions& options);
 int cmd_kernels(const Gang& gang, const KernelsBenchOptions& options);
 int cmd_fmha(const Gang& gang, const FmhaBenchOptions& options);
+int cmd_moe(const Gang& gang, const MoeBenchOptions& options);
 
 }  // namespace pb

@@ -7,6 +7,7 @@
 //   prefill-bench compare  --baseline B.h5 run.h5 --max-regression 3%
 //   prefill-bench kernels                  the cut kernels' benchmark
 //   prefill-bench fmha                     the FMHA engines' benchmark
+//   prefill-bench moe                      the MoE block, dense FFN and first token
 //   prefill-bench verify   scenario.yaml   bit-identity / floor gates
 //   prefill-bench ranks    scenario.yaml   the scenario's rank count (scripts)
 #include <CLI/CLI.hpp>
@@ -92,6 +93,17 @@ int main(int argc, char** argv) {
   fmha->add_option("--output,-o", fopt.output, "results file (default runs/fmha-bench-<time>.h5)");
   fmha->add_flag("--overwrite", fopt.overwrite, "replace an existing results file");
 
+  pb::MoeBenchOptions mopt;
+  CLI::App* moe = app.add_subcommand("moe", "expert GEMMs (grouped vs loop), MoE block, dense FFN, first token at K3");
+  moe->add_option("--tokens", mopt.tokens, "T, the segment's live rows (default 16384)");
+  moe->add_option("--bucket", mopt.bucket, "b, rows of norms / dense GEMMs / landings (default 16896)");
+  moe->add_option("--reps", mopt.reps, "expert GEMM repetitions, median reported (default 20)");
+  moe->add_option("--block-reps", mopt.block_reps, "block repetitions, per-launch medians (default 10)");
+  moe->add_option("--warmup", mopt.warmup, "untimed expert GEMM repetitions first (default 3)");
+  moe->add_option("--seed", mopt.seed, "synthetic weights, inputs and router (default 1234)");
+  moe->add_option("--output,-o", mopt.output, "results file (default runs/moe-bench-<time>.h5)");
+  moe->add_flag("--overwrite", mopt.overwrite, "replace an existing results file");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -116,6 +128,10 @@ int main(int argc, char** argv) {
     if (*fmha) {
       fopt.command_line = command_line;
       return pb::cmd_fmha(gang, fopt);
+    }
+    if (*moe) {
+      mopt.command_line = command_line;
+      return pb::cmd_moe(gang, mopt);
     }
     if (*ranks) {
       std::printf("%d\n", pb::load_scenario_on_gang(gang, ranks_args).cp);

@@ -71,6 +71,7 @@ TEST_CASE("layer structure: 69 KDA and 24 MLA layers, one dense FFN, 186 AttnRes
   CHECK(count(p, "gemm.wfu") == 24);
   CHECK(count(p, "gemm.dense_gate_up") == 1);
   CHECK(count(p, "moe_gemm.gate_up") == 92);
+  CHECK(count(p, "moe.plan") == 92);
   CHECK(count(p, "attnres.fused") == 186);  // the AttnRes cut: one launch per call
   CHECK(count(p, "attnres.snapshot") == 8);  // layers 0, 12, ..., 84
   CHECK(count(p, "gemm.lm_head") == 1);
