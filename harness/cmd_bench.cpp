@@ -1,4 +1,4 @@
-// `prefill-bench kernels`, `prefill-bench fmha` and `prefill-bench kda`: single-process benchmarks
+// `prefill-bench kernels`, `fmha`, `kda` and `moe`: single-process benchmarks
 // on the first visible GPU, written to one results file each.
 #include <cuda_runtime_api.h>
 
@@ -60,6 +60,12 @@ int cmd_kda(const Gang& gang, const KdaBenchOptions& options) {
   return run_bench_command(gang, "kda", options.command_line, options.output, options.overwrite,
                            "outside the floors of kda.h",
                            [&](RunResult& result) { return run_kda_bench(options, result); });
+}
+
+int cmd_moe(const Gang& gang, const MoeBenchOptions& options) {
+  return run_bench_command(gang, "moe", options.command_line, options.output, options.overwrite,
+                           "failed validation (expert GEMM floor, cut bit identity, plan names or argmax)",
+                           [&](RunResult& result) { return run_moe_bench(options, result); });
 }
 
 }  // namespace pb

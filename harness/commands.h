@@ -11,6 +11,7 @@
 #include "gang.h"
 #include "kda_bench.h"
 #include "kernels_bench.h"
+#include "moe_bench.h"
 #include "scenario.h"
 
 namespace pb {
@@ -34,5 +35,6 @@ int cmd_compare(const Gang& gang, const CompareOptions& options);
 int cmd_kernels(const Gang& gang, const KernelsBenchOptions& options);
 int cmd_fmha(const Gang& gang, const FmhaBenchOptions& options);
 int cmd_kda(const Gang& gang, const KdaBenchOptions& options);
+int cmd_moe(const Gang& gang, const MoeBenchOptions& options);
 
 }  // namespace pb

@@ -8,6 +8,7 @@
 //   prefill-bench kernels                  the cut kernels' benchmark
 //   prefill-bench fmha                     the FMHA engines' benchmark
 //   prefill-bench kda                      the KDA core's benchmark
+//   prefill-bench moe                      the MoE block, dense FFN and first token
 //   prefill-bench verify   scenario.yaml   bit-identity / floor gates
 //   prefill-bench ranks    scenario.yaml   the scenario's rank count (scripts)
 #include <CLI/CLI.hpp>
@@ -101,6 +102,16 @@ int main(int argc, char** argv) {
   kda->add_option("--warmup", dopt.warmup, "untimed repetitions first (default 3)");
   kda->add_option("--output,-o", dopt.output, "results file (default runs/kda-bench-<time>.h5)");
   kda->add_flag("--overwrite", dopt.overwrite, "replace an existing results file");
+  pb::MoeBenchOptions mopt;
+  CLI::App* moe = app.add_subcommand("moe", "expert GEMMs (grouped vs loop), MoE block, dense FFN, first token at K3");
+  moe->add_option("--tokens", mopt.tokens, "T, the segment's live rows (default 16384)");
+  moe->add_option("--bucket", mopt.bucket, "b, rows of norms / dense GEMMs / landings (default 16896)");
+  moe->add_option("--reps", mopt.reps, "expert GEMM repetitions, median reported (default 20)");
+  moe->add_option("--block-reps", mopt.block_reps, "block repetitions, per-launch medians (default 10)");
+  moe->add_option("--warmup", mopt.warmup, "untimed expert GEMM repetitions first (default 3)");
+  moe->add_option("--seed", mopt.seed, "synthetic weights, inputs and router (default 1234)");
+  moe->add_option("--output,-o", mopt.output, "results file (default runs/moe-bench-<time>.h5)");
+  moe->add_flag("--overwrite", mopt.overwrite, "replace an existing results file");
 
   try {
     app.parse(argc, argv);
@@ -130,6 +141,10 @@ int main(int argc, char** argv) {
     if (*kda) {
       dopt.command_line = command_line;
       return pb::cmd_kda(gang, dopt);
+    }
+    if (*moe) {
+      mopt.command_line = command_line;
+      return pb::cmd_moe(gang, mopt);
     }
     if (*ranks) {
       std::printf("%d\n", pb::load_scenario_on_gang(gang, ranks_args).cp);

@@ -1,6 +1,7 @@
 #include "cost.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace pb {
 
@@ -135,6 +136,12 @@ Cost attnres_fused(int64_t rows, int64_t hidden, int64_t candidates) {
 Cost router_topk(int64_t tokens, int64_t experts, int64_t top_k) {
   return memory(double(tokens) * experts * kF32 + double(tokens) * top_k * (kF32 + 4),
                 double(tokens) * experts * 8);
+}
+
+Cost moe_plan(int64_t tokens, int64_t top_k, int64_t experts) {
+  const double assignments = double(tokens) * top_k;
+  const double tiles = std::ceil(assignments / 1024);
+  return memory(4.0 * assignments * 4 + 2.0 * tiles * experts * 4 + (2.0 * experts + 1) * 4);
 }
 
 Cost moe_permute(int64_t tokens, int64_t top_k, int64_t width) {

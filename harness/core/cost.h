@@ -57,6 +57,9 @@ Cost attnres_mix(int64_t rows, int64_t hidden, int64_t candidates);
 Cost attnres_fused(int64_t rows, int64_t hidden, int64_t candidates);
 // MoE routing pieces.
 Cost router_topk(int64_t tokens, int64_t experts, int64_t top_k);
+// moe_permute_plan: ids read twice (tile histograms, scatter), perm_src and
+// perm_dst written, the [tiles, E] workspace written and read, counts/offsets.
+Cost moe_plan(int64_t tokens, int64_t top_k, int64_t experts);
 Cost moe_permute(int64_t tokens, int64_t top_k, int64_t width);
 Cost moe_weight(int64_t rows, int64_t width);
 Cost moe_combine(int64_t tokens, int64_t top_k, int64_t width);

@@ -224,6 +224,9 @@ class RankPlanner {
     rmsnorm("moe_in", b_, h);
     gemm("router", b_, m_.experts, h);
     add("moe", "moe.topk", cost::router_topk(t_, m_.experts, k));
+    // The permutation plan (three integer launches) and the async copy of the
+    // per-expert counts to the host, which sizes the grouped GEMMs below.
+    add("moe", "moe.plan", cost::moe_plan(t_, k, m_.experts));
     gemm_land("lat_down", b_, lat, h);
     add("moe", "moe.permute", cost::moe_permute(t_, k, lat));
     add("moe_gemm", "moe_gemm.gate_up", cost::gemm(routed_rows, 2 * inter, lat, s_.split_k));

@@ -65,12 +65,27 @@ TEST_CASE("a GEMM's FLOPs and a roofline on the H200 profile") {
   CHECK(roofline_us(l.cost, h200) == doctest::Approx(l.cost.bytes / 4.25e6));
 }
 
+TEST_CASE("MoE FFN: the launch order the MoE block records (harness/blocks/moe_block.h)") {
+  RankPlan p = plan_rank(k3(1, 16384), CutSet::none(), 0);
+  size_t i = 0;
+  while (i < p.launches.size() && !(p.launches[i].layer == 1 && p.launches[i].kernel == "rmsnorm.moe_in")) ++i;
+  const std::vector<std::string> want = {
+      "rmsnorm.moe_in", "gemm.router", "moe.topk", "moe.plan", "gemm.lat_down", "land.lat_down", "moe.permute",
+      "moe_gemm.gate_up", "land.expert_gate", "land.expert_up", "situ", "moe.weight", "moe_gemm.down",
+      "land.expert_down", "moe.combine", "rmsnorm.routed_latent", "gemm.lat_up", "land.lat_up", "gemm.shared",
+      "land.shared_gate", "land.shared_up", "situ", "gemm.shared_down", "land.shared_down", "add2"};
+  REQUIRE(i + want.size() <= p.launches.size());
+  for (size_t j = 0; j < want.size(); ++j) CHECK(p.launches[i + j].kernel == want[j]);
+  CHECK(first(p, "moe.plan").cost.bytes > 0);
+}
+
 TEST_CASE("layer structure: 69 KDA and 24 MLA layers, one dense FFN, 186 AttnRes calls") {
   RankPlan p = plan_rank(k3(1, 16384), CutSet::all(), 0);
   CHECK(count(p, "kda.forward") == 69);
   CHECK(count(p, "gemm.wfu") == 24);
   CHECK(count(p, "gemm.dense_gate_up") == 1);
   CHECK(count(p, "moe_gemm.gate_up") == 92);
+  CHECK(count(p, "moe.plan") == 92);
   CHECK(count(p, "attnres.fused") == 186);  // the AttnRes cut: one launch per call
   CHECK(count(p, "attnres.snapshot") == 8);  // layers 0, 12, ..., 84
   CHECK(count(p, "gemm.lm_head") == 1);

@@ -1,0 +1,60 @@
+// Small pieces every block shares: the cut switches as kernel variants, the
+// synthetic weight fill, and the "GEMM -> land" pair under plan's names.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "cuts.h"
+#include "device_buffer.h"
+#include "gemm.h"
+#include "land.h"
+#include "random_fill.h"
+#include "timeline.h"
+#include "variant.h"
+
+namespace pb {
+
+inline Variant land_variant(const CutSet& cuts) { return cuts[Cut::land] ? Variant::cut : Variant::baseline; }
+inline Variant elementwise_variant(const CutSet& cuts) {
+  return cuts[Cut::elementwise] ? Variant::cut : Variant::baseline;
+}
+
+// A synthetic weight [rows, fan_in] bf16, uniform in +-sqrt(3 / fan_in): unit
+// variance in, unit variance out (the router's logits come out ~N(0, 1) on
+// unit-RMS rows, as the synthetic router bias assumes, moe_route.h).
+inline DeviceBuffer<__nv_bfloat16> synthetic_weight(int64_t rows, int64_t fan_in, uint64_t seed,
+                                                    cudaStream_t stream) {
+  DeviceBuffer<__nv_bfloat16> w(size_t(rows * fan_in));
+  fill_uniform_bf16(w.get(), rows * fan_in, seed, std::sqrt(3.0f / float(fan_in)), stream);
+  return w;
+}
+
+// "gemm.<what>" (x [m, k] · w [n, k]ᵀ -> f32 partial [m, n]) then "land.<what>"
+// (the whole partial -> bf16 [m, n]), split_k = 1.
+inline void gemm_land(Timeline& tl, const Blas& blas, Variant land_v, const std::string& what,
+                      const __nv_bfloat16* x, const __nv_bfloat16* w, float* partial, __nv_bfloat16* out,
+                      int64_t m, int64_t n, int64_t k) {
+  cudaStream_t st = tl.stream();
+  tl.launch("gemm", "gemm." + what, [&] {
+    GemmDims d;
+    d.m = m;
+    d.n = n;
+    d.k = k;
+    gemm_f32out(blas, x, w, partial, d, st);
+  });
+  tl.launch("land", "land." + what, [&] { land(land_v, partial, out, LandShape{m, 1, n, 0, n}, st); });
+}
+
+// "land.<what>": columns [off, off + n) of a partial [rows, nt] -> bf16 [rows, n].
+inline void land_band(Timeline& tl, Variant land_v, const std::string& what, const float* partial,
+                      __nv_bfloat16* out, int64_t rows, int64_t nt, int64_t off, int64_t n) {
+  cudaStream_t st = tl.stream();
+  tl.launch("land", "land." + what, [&] { land(land_v, partial, out, LandShape{rows, 1, nt, off, n}, st); });
+}
+
+}  // namespace pb

@@ -1,0 +1,47 @@
+#include "dense_ffn.h"
+
+#include <algorithm>
+
+#include "block_common.h"
+#include "check.h"
+#include "elementwise.h"
+#include "rmsnorm.h"
+
+namespace pb {
+
+DenseFfn::DenseFfn(const ModelShape& m, int64_t bucket, uint64_t seed, cudaStream_t stream) : m_(m), b_(bucket) {
+  PB_CHECK(bucket >= 1, "DenseFfn: bucket must be positive");
+  const int64_t h = m.hidden, I = m.dense_inter, b = bucket;
+  wgu_ = synthetic_weight(2 * I, h, seed * 1000003ull + 21, stream);
+  wdn_ = synthetic_weight(h, I, seed * 1000003ull + 22, stream);
+  normed_ = DeviceBuffer<__nv_bfloat16>(size_t(b * h));
+  gate_ = DeviceBuffer<__nv_bfloat16>(size_t(b * I));
+  up_ = DeviceBuffer<__nv_bfloat16>(size_t(b * I));
+  act_ = DeviceBuffer<__nv_bfloat16>(size_t(b * I));
+  partial_ = DeviceBuffer<float>(size_t(std::max(b * 2 * I, b * h)));
+  PB_CUDA(cudaStreamSynchronize(stream));
+}
+
+void DenseFfn::run(Timeline& tl, const Blas& blas, const CutSet& cuts, const __nv_bfloat16* x,
+                   __nv_bfloat16* out) {
+  PB_CHECK(x != nullptr && out != nullptr && x != out, "DenseFfn::run: x and out must be distinct buffers");
+  const int64_t h = m_.hidden, I = m_.dense_inter, b = b_;
+  const Variant lv = land_variant(cuts), ev = elementwise_variant(cuts);
+  cudaStream_t st = tl.stream();
+  float* partial = partial_.get();
+  tl.launch("rmsnorm", "rmsnorm.dense_in",
+            [&] { rmsnorm(x, nullptr, normed_.get(), {b, h, 0, 0}, float(m_.rms_eps), st); });
+  tl.launch("gemm", "gemm.dense_gate_up", [&] {
+    GemmDims d;
+    d.m = b;
+    d.n = 2 * I;
+    d.k = h;
+    gemm_f32out(blas, normed_.get(), wgu_.get(), partial, d, st);
+  });
+  land_band(tl, lv, "dense_gate", partial, gate_.get(), b, 2 * I, 0, I);
+  land_band(tl, lv, "dense_up", partial, up_.get(), b, 2 * I, I, I);
+  tl.launch("elementwise", "situ", [&] { situ(ev, gate_.get(), up_.get(), act_.get(), b * I, st); });
+  gemm_land(tl, blas, lv, "dense_down", act_.get(), wdn_.get(), partial, out, b, h, I);
+}
+
+}  // namespace pb

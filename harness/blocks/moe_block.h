@@ -1,0 +1,101 @@
+// The MoE FFN of layers 1..92 (DESIGN.md §2.1 "MoE FFN"), on one rank.
+//
+//   x   [b, h] bf16   mixed2 (the AttnRes output before the FFN)
+//   out [b, h] bf16   mlp_out = routed + shared (the layer adds the residual:
+//                     hidden = add2(prefix2, mlp_out) is the layer's launch, not this block's)
+//
+// Norms, dense GEMMs, landings and elementwise run on the b bucket rows; the
+// router top-k, the permutation and the expert GEMMs on the T live rows
+// (T <= max_tokens <= b). Launches, in plan.cpp's moe_ffn() order and names:
+//   rmsnorm.moe_in; gemm.router -> logits f32 [b, E]; moe.topk (T rows);
+//   moe.plan (moe_permute_plan + the async copy of counts to the host);
+//   gemm.lat_down + land.lat_down -> latent [b, lat]; moe.permute -> xp [T k, lat];
+//   moe_gemm.gate_up (the host waits for the counts here) -> f32 [V, 2 I];
+//   land.expert_gate, land.expert_up -> [V, I] each; situ; moe.weight (in place);
+//   moe_gemm.down -> f32 [V, lat]; land.expert_down; moe.combine -> routed_latent
+//   [T, lat] (rows T..b-1 zeroed in the same span); rmsnorm.routed_latent;
+//   gemm.lat_up + land.lat_up -> routed [b, h]; gemm.shared -> f32 [b, 2 S];
+//   land.shared_gate, land.shared_up; situ; gemm.shared_down + land.shared_down
+//   -> shared [b, h]; add2 -> out.
+// V = valid assignments = T k (router_topk never drops one). The cut switches
+// pick the land (cut 1) and situ / add2 (cut 5) variants; everything else is
+// the same launch either way, so cut on and off give the same bits.
+//
+// Weights: one seeded synthetic set (block_common.h's synthetic_weight), shared
+// by every MoE layer; the RMSNorm gains are 1 (gamma = nullptr). Expert weights
+// are [E, 2 I, lat] (gate rows 0..I-1, up rows I..2I-1) and [E, lat, I]: at K3
+// 9.9 + 4.9 GB bf16. The router bias is synthetic_router_bias(E, seed): a
+// skewed, reproducible expert load (max/mean ~3 at T = 16384, E = 224, k = 16).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cuts.h"
+#include "device_buffer.h"
+#include "gemm.h"
+#include "model.h"
+#include "moe_gemm.h"
+#include "moe_route.h"
+#include "timeline.h"
+
+namespace pb {
+
+struct MoeWeights {
+  DeviceBuffer<__nv_bfloat16> router;          // [E, h]
+  DeviceBuffer<float> router_bias;             // [E]
+  DeviceBuffer<__nv_bfloat16> lat_down;        // [lat, h]
+  DeviceBuffer<__nv_bfloat16> expert_gate_up;  // [E, 2 I, lat]
+  DeviceBuffer<__nv_bfloat16> expert_down;     // [E, lat, I]
+  DeviceBuffer<__nv_bfloat16> lat_up;          // [h, lat]
+  DeviceBuffer<__nv_bfloat16> shared_gate_up;  // [2 S, h]
+  DeviceBuffer<__nv_bfloat16> shared_down;     // [h, S]
+};
+
+// Allocates and fills the weight set on `stream` (seeded: same seed, same bits).
+MoeWeights make_moe_weights(const ModelShape& m, uint64_t seed, cudaStream_t stream);
+
+class MoeBlock {
+ public:
+  // Buffers for b = bucket rows and up to max_tokens live rows; weights filled
+  // on `stream`. Asks cuBLAS once whether the grouped engine takes f32 C.
+  MoeBlock(const ModelShape& m, int64_t bucket, int64_t max_tokens, uint64_t seed, const Blas& blas,
+           cudaStream_t stream);
+
+  // Every launch through tl (on tl.stream()); x and out are [b, h], distinct.
+  void run(Timeline& tl, const Blas& blas, const CutSet& cuts, MoeGemmEngine engine, const __nv_bfloat16* x,
+           int64_t tokens, __nv_bfloat16* out);
+
+  // The engine run() uses for `requested`: grouped falls back to the loop when
+  // this cuBLAS has no grouped bf16 -> f32 GEMM (grouped_gemm_supported).
+  MoeGemmEngine engine_for(MoeGemmEngine requested) const;
+
+  const ModelShape& shape() const { return m_; }
+  int64_t bucket() const { return b_; }
+  const MoeWeights& weights() const { return w_; }
+  // After run() and a stream sync: the last run's routing.
+  const float* logits() const { return logits_.get(); }       // [b, E]
+  const int32_t* ids() const { return ids_.get(); }            // [T, k]
+  const float* topk_weights() const { return topw_.get(); }   // [T, k]
+  const std::vector<int32_t>& counts() const { return counts_; }  // [E], host
+  double load_imbalance() const;                               // max / mean of counts()
+
+ private:
+  ModelShape m_;
+  int64_t b_, max_tokens_;
+  MoeWeights w_;
+  bool grouped_f32_ = false;
+  // activations (bf16 unless said)
+  DeviceBuffer<__nv_bfloat16> normed_, latent_, xp_, gate_, up_, act_, yd_, routed_latent_, routed_norm_,
+      routed_, sh_gate_, sh_up_, sh_act_, shared_;
+  DeviceBuffer<float> partial_, logits_, topw_;
+  DeviceBuffer<int32_t> ids_, plan_counts_, plan_offsets_, perm_src_, perm_dst_, plan_ws_;
+  MoeGroupSizes sizes_;
+  MoeGemm gemm_gate_up_, gemm_down_;
+  std::vector<int32_t> counts_;
+};
+
+}  // namespace pb

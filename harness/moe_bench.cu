@@ -1,0 +1,445 @@
+// The `moe` benchmark (moe_bench.h). Timing: CUDA events on the work stream
+// (time_launches for the expert GEMMs; the blocks' Timeline for per-launch
+// spans), warm-ups first, medians reported. The expert weights (15 GB at K3)
+// and the activations are far past L2, so nothing is rotated. Costs (bytes,
+// FLOPs) come from the one cost model through plan: each block launch takes
+// the cost of the plan launch with its name at its position.
+//
+// Expert GEMM floor, per element of a sampled row (f32 out, f32 accumulate
+// over k <= 3584 products of bf16 values, each exact in f32):
+//   |y - ref| <= 2e-4 * sum_i |x_i w_i|    (ref in float64; k * 2^-24 = 2.1e-4
+//                                            bounds any f32 summation order)
+#include "moe_bench.h"
+
+#include <cuda_bf16.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "argmax.h"
+#include "check.h"
+#include "cost.h"
+#include "dense_ffn.h"
+#include "device_buffer.h"
+#include "first_token.h"
+#include "gemm.h"
+#include "model.h"
+#include "moe_block.h"
+#include "moe_gemm.h"
+#include "moe_route.h"
+#include "plan.h"
+#include "plan_match.h"
+#include "random_fill.h"
+#include "ref_math.h"
+#include "scenario.h"
+#include "timeline.h"
+#include "timing.h"
+
+namespace pb {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr double kExpertGemmFloor = 2e-4;
+
+struct Ceilings {
+  double gemm_tflops = 0, copy_tbps = 0;
+};
+
+BenchRow make_row(const std::string& family, const std::string& kernel, const std::string& variant,
+                  const std::string& shape, double median_us, double min_us, double max_us, int reps,
+                  const Cost& c, const Ceilings& ceil) {
+  BenchRow r;
+  r.family = family;
+  r.kernel = kernel;
+  r.variant = variant;
+  r.shape = shape;
+  r.median_us = median_us;
+  r.min_us = min_us;
+  r.max_us = max_us;
+  r.reps = reps;
+  r.bytes = c.bytes;
+  r.flops = c.flops;
+  r.tbps = median_us > 0 ? c.bytes / (median_us * 1e6) : 0;
+  r.tflops = median_us > 0 ? c.flops / (median_us * 1e6) : 0;
+  r.fraction = c.unit == Unit::tensor ? r.tflops / ceil.gemm_tflops : r.tbps / ceil.copy_tbps;
+  r.speedup = 1;
+  return r;
+}
+
+// ---- expert GEMMs ----
+
+struct Routing {
+  std::vector<int32_t> counts;   // [E]
+  std::vector<int64_t> offsets;  // [E + 1], exclusive scan
+};
+
+// The skewed synthetic router (moe_route.h) on T tokens: top-k and the plan on
+// the device, counts back to the host.
+Routing synthetic_routing(const ModelShape& m, int64_t tokens, uint64_t seed, cudaStream_t st) {
+  const MoeRouteShape rs{tokens, int(m.experts), int(m.top_k)};
+  const int64_t a = tokens * m.top_k;
+  DeviceBuffer<float> logits{size_t(tokens * m.experts)}, bias{size_t(m.experts)}, weights{size_t(a)};
+  DeviceBuffer<int32_t> ids{size_t(a)}, counts{size_t(m.experts)}, offsets{size_t(m.experts + 1)},
+      src{size_t(a)}, dst{size_t(a)};
+  const size_t ws_bytes = moe_permute_plan_workspace_bytes(rs);
+  DeviceBuffer<int32_t> ws(std::max<size_t>(1, (ws_bytes + 3) / 4));
+  logits.upload(synthetic_router_logits(tokens, int(m.experts), seed));
+  bias.upload(synthetic_router_bias(int(m.experts), seed));
+  router_topk(logits.get(), bias.get(), ids.get(), weights.get(), rs, st);
+  moe_permute_plan(ids.get(), MoePlan{counts.get(), offsets.get(), src.get(), dst.get()}, ws.get(), ws.bytes(), rs,
+                   st);
+  PB_CUDA(cudaStreamSynchronize(st));
+  Routing r;
+  r.counts = counts.download();
+  r.offsets.assign(1, 0);
+  for (int32_t c : r.counts) r.offsets.push_back(r.offsets.back() + c);
+  return r;
+}
+
+struct SampledRows {
+  std::vector<float> values;  // the sampled rows of y, in sampling order
+  int64_t wrong = 0;          // rows outside the floor
+  double worst = 0;           // max over elements of |y - ref| / (sum |x w|)
+};
+
+// The first and last row of the hottest, the coldest non-empty, the first and
+// the last non-empty expert, against float64.
+SampledRows check_expert_gemm(const float* y, const bf16* x, const bf16* w, const Routing& r, int64_t n,
+                              int64_t k) {
+  const int E = int(r.counts.size());
+  std::vector<int> experts;
+  int hot = -1, cold = -1, first = -1, last = -1;
+  for (int e = 0; e < E; ++e) {
+    if (r.counts[e] == 0) continue;
+    if (hot < 0 || r.counts[e] > r.counts[hot]) hot = e;
+    if (cold < 0 || r.counts[e] < r.counts[cold]) cold = e;
+    if (first < 0) first = e;
+    last = e;
+  }
+  for (int e : {hot, cold, first, last})
+    if (e >= 0 && std::find(experts.begin(), experts.end(), e) == experts.end()) experts.push_back(e);
+  SampledRows out;
+  std::vector<uint16_t> we(static_cast<size_t>(n * k)), xr(static_cast<size_t>(k));
+  std::vector<float> yr(static_cast<size_t>(n));
+  for (int e : experts) {
+    PB_CUDA(cudaMemcpy(we.data(), w + int64_t(e) * n * k, we.size() * 2, cudaMemcpyDeviceToHost));
+    for (int64_t row : {r.offsets[e], r.offsets[e + 1] - 1}) {
+      PB_CUDA(cudaMemcpy(xr.data(), x + row * k, size_t(k) * 2, cudaMemcpyDeviceToHost));
+      PB_CUDA(cudaMemcpy(yr.data(), y + row * n, size_t(n) * 4, cudaMemcpyDeviceToHost));
+      bool ok = true;
+      for (int64_t c = 0; c < n; ++c) {
+        double ref = 0, mag = 0;
+        for (int64_t i = 0; i < k; ++i) {
+          const double p = double(ref::bf16_to_f32(xr[i])) * ref::bf16_to_f32(we[size_t(c * k + i)]);
+          ref += p;
+          mag += std::fabs(p);
+        }
+        const double err = std::fabs(double(yr[c]) - ref);
+        if (!(err <= kExpertGemmFloor * mag)) ok = false;  // NaN fails too
+        if (mag > 0) out.worst = std::max(out.worst, err / mag);
+      }
+      out.wrong += ok ? 0 : 1;
+      out.values.insert(out.values.end(), yr.begin(), yr.end());
+    }
+  }
+  return out;
+}
+
+struct ExpertCase {
+  const char* name;   // "gate_up" | "down"
+  const bf16* x;      // [V, k]
+  const bf16* w;      // [E, n, k]
+  int64_t n, k;
+};
+
+int bench_expert_gemms(const ModelShape& m, const MoeBenchOptions& o, const MoeWeights& w, const Ceilings& ceil,
+                       const Blas& blas, cudaStream_t st, RunResult& result) {
+  const Routing r = synthetic_routing(m, o.tokens, o.seed, st);
+  const int E = int(m.experts);
+  const int64_t V = r.offsets.back(), lat = m.moe_latent, I = m.expert_inter;
+  const double imbalance = moe_load_imbalance(r.counts.data(), E);
+  const double mean = double(V) / E;
+  int empty = 0;
+  for (int32_t c : r.counts) empty += c == 0;
+  result.numbers["moe_load_imbalance"] = imbalance;
+  result.numbers["moe_tokens_per_expert_mean"] = mean;
+  result.numbers["moe_tokens_per_expert_max"] = *std::max_element(r.counts.begin(), r.counts.end());
+  result.numbers["moe_tokens_per_expert_min"] = *std::min_element(r.counts.begin(), r.counts.end());
+  std::printf("\nexpert GEMMs: T = %lld, top-%lld of %d experts, V = %lld rows; tokens per expert mean %.1f, "
+              "max %d, min %d, empty %d; load imbalance max/mean %.3f\n",
+              (long long)o.tokens, (long long)m.top_k, E, (long long)V, mean,
+              *std::max_element(r.counts.begin(), r.counts.end()), *std::min_element(r.counts.begin(), r.counts.end()),
+              empty, imbalance);
+
+  DeviceBuffer<bf16> xp{size_t(V * lat)}, act{size_t(V * I)};
+  DeviceBuffer<float> y{size_t(V * std::max(2 * I, lat))};
+  fill_uniform_bf16(xp.get(), V * lat, o.seed + 41, 1.0f, st);
+  fill_uniform_bf16(act.get(), V * I, o.seed + 42, 1.0f, st);
+  const ExpertCase cases[] = {{"gate_up", xp.get(), w.expert_gate_up.get(), 2 * I, lat},
+                              {"down", act.get(), w.expert_down.get(), lat, I}};
+  std::vector<MoeGemmEngine> engines;
+  if (grouped_gemm_supported(blas, MoeGemmOut::f32)) engines.push_back(MoeGemmEngine::grouped);
+  else std::printf("grouped engine: this cuBLAS has no cublasGemmGroupedBatchedEx for bf16 -> f32; loop only\n");
+  engines.push_back(MoeGemmEngine::loop);
+
+  MoeGemm gemm(E);
+  int failed = 0;
+  std::printf("%-18s %-8s %10s %10s %9s %7s %8s %6s %10s\n", "case", "engine", "median_us", "min_us", "TFLOP/s",
+              "frac", "speedup", "wrong", "worst_err");
+  double both_us[2] = {0, 0};  // per engine index: gate_up + down
+  for (const ExpertCase& c : cases) {
+    const MoeGemmShape shape{E, c.n, c.k, 0, 0};
+    const Cost cost{double(V) * c.k * 2 + double(E) * c.n * c.k * 2 + double(V) * c.n * 4,
+                    moe_gemm_flops(r.counts.data(), E, c.n, c.k), Unit::tensor};
+    std::vector<Timing> times;
+    std::vector<SampledRows> samples;
+    for (MoeGemmEngine e : engines) {
+      const Timing t = time_launches(
+          [&](int, cudaStream_t s) { gemm.run(e, blas, r.counts.data(), c.x, c.w, y.get(), MoeGemmOut::f32, shape, s); },
+          1, o.warmup, o.reps, st);
+      y.poison(st);
+      gemm.run(e, blas, r.counts.data(), c.x, c.w, y.get(), MoeGemmOut::f32, shape, st);
+      PB_CUDA(cudaStreamSynchronize(st));
+      times.push_back(t);
+      samples.push_back(check_expert_gemm(y.get(), c.x, c.w, r, c.n, c.k));
+    }
+    const double loop_us = times.back().median_us;
+    for (size_t i = 0; i < engines.size(); ++i) {
+      const Timing& t = times[i];
+      BenchRow row = make_row("moe_gemm", std::string("moe_gemm.") + c.name, moe_gemm_engine_name(engines[i]),
+                              fmt::format("{}e V{} n{} k{} imb{:.2f}", E, V, c.n, c.k, imbalance), t.median_us,
+                              t.min_us, t.max_us, t.reps, cost, ceil);
+      row.speedup = loop_us / t.median_us;
+      failed += samples[i].wrong != 0;
+      std::printf("%-18s %-8s %10.1f %10.1f %9.1f %7.3f %8.2f %6lld %10.2e\n", row.kernel.c_str(),
+                  row.variant.c_str(), row.median_us, row.min_us, row.tflops, row.fraction, row.speedup,
+                  (long long)samples[i].wrong, samples[i].worst);
+      result.bench.push_back(row);
+      both_us[engines[i] == MoeGemmEngine::grouped ? 0 : 1] += t.median_us;
+    }
+    if (engines.size() == 2) {
+      const bool same = samples[0].values.size() == samples[1].values.size() &&
+                        std::equal(samples[0].values.begin(), samples[0].values.end(), samples[1].values.begin(),
+                                   [](float a, float b) { return std::memcmp(&a, &b, 4) == 0; });
+      std::printf("  %s: grouped and loop sampled rows %s\n", c.name,
+                  same ? "bit-identical" : "differ in bits (both within the floor: see wrong)");
+      result.text[std::string("moe_gemm_") + c.name + "_grouped_vs_loop"] = same ? "bit-identical" : "within floor";
+    }
+  }
+  const double flops = moe_gemm_flops(r.counts.data(), E, 2 * I, lat) + moe_gemm_flops(r.counts.data(), E, lat, I);
+  for (size_t i = 0; i < engines.size(); ++i) {
+    const double us = both_us[engines[i] == MoeGemmEngine::grouped ? 0 : 1];
+    const double tflops = flops / (us * 1e6);
+    result.numbers[std::string("moe_gemm_") + moe_gemm_engine_name(engines[i]) + "_tflops"] = tflops;
+    result.numbers[std::string("moe_gemm_") + moe_gemm_engine_name(engines[i]) + "_fraction"] =
+        tflops / ceil.gemm_tflops;
+    std::printf("expert GEMMs (gate_up + down), %-7s: %.1f us, %.1f TFLOP/s, %.3f of the GEMM ceiling\n",
+                moe_gemm_engine_name(engines[i]), us, tflops, tflops / ceil.gemm_tflops);
+  }
+  return failed;
+}
+
+// ---- blocks ----
+
+BlockTimes time_block(Timeline& tl, const std::function<void()>& run_once, int warmup, int reps) {
+  for (int i = 0; i < warmup; ++i) {
+    run_once();
+    tl.collect();
+  }
+  std::vector<std::vector<TimedLaunch>> all;
+  for (int i = 0; i < reps; ++i) {
+    run_once();
+    all.push_back(tl.collect());
+  }
+  return median_block_times(all);
+}
+
+template <class T>
+std::vector<T> download_n(const T* p, int64_t n) {
+  std::vector<T> h(static_cast<size_t>(n));
+  PB_CUDA(cudaMemcpy(h.data(), p, size_t(n) * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// One block timed under cut sets none and all; launch lists checked against
+// the plan; `output()` downloaded after each, compared bit for bit. Prints the
+// per-launch table of the `all` run; returns the number of failed checks.
+struct BlockBench {
+  std::string name;      // "moe_block", "dense_ffn", "first_token"
+  int32_t plan_layer;    // where plan has this block
+  std::string first_kernel;
+  std::function<void(Timeline&, const CutSet&)> run;
+  std::function<std::vector<uint16_t>()> output;
+};
+
+int bench_block(const BlockBench& b, const RankPlan& plan, const MoeBenchOptions& o, const Ceilings& ceil,
+                cudaStream_t st, RunResult& result) {
+  int failed = 0;
+  std::vector<uint16_t> outs[2];
+  const CutSet sets[2] = {CutSet::none(), CutSet::all()};
+  const char* names[2] = {"none", "all"};
+  std::printf("\n%s (cuts none vs all)\n", b.name.c_str());
+  BlockTimes times[2];
+  for (int v = 0; v < 2; ++v) {
+    Timeline tl(st, true);
+    times[v] = time_block(tl, [&] { b.run(tl, sets[v]); }, 1, o.block_reps);
+    outs[v] = b.output();
+  }
+  const std::vector<Launch> want = plan_slice(plan, b.plan_layer, b.first_kernel, times[1].launches.size());
+  const std::string diff = launch_list_difference(times[1].launches, want);
+  if (!diff.empty()) {
+    ++failed;
+    std::printf("  launch list differs from plan: %s\n", diff.c_str());
+  }
+  const bool same = outs[0] == outs[1];
+  if (!same) {
+    ++failed;
+    std::printf("  cut none and all outputs differ\n");
+  }
+  result.text[b.name + "_cuts_bit_identical"] = same ? "yes" : "no";
+  std::printf("%-26s %10s %10s %9s %9s %7s\n", "launch", "none_us", "all_us", "TB/s", "TFLOP/s", "frac");
+  for (size_t i = 0; i < times[1].launches.size(); ++i) {
+    const TimedLaunch& l = times[1].launches[i];
+    const Cost c = i < want.size() && diff.empty() ? want[i].cost : Cost{};
+    for (int v = 0; v < 2; ++v) {
+      const double us = times[v].launches[i].ms * 1e3;
+      BenchRow row = make_row(l.family, l.kernel, std::string(b.name) + "." + names[v], fmt::format("#{}", i), us,
+                              us, us, o.block_reps, c, ceil);
+      result.bench.push_back(row);
+    }
+    const BenchRow& r = result.bench.back();
+    std::printf("%-26s %10.1f %10.1f %9.3f %9.1f %7.3f\n", l.kernel.c_str(), times[0].launches[i].ms * 1e3,
+                r.median_us, r.tbps, r.tflops, r.fraction);
+  }
+  for (int v = 0; v < 2; ++v) {
+    const double us = times[v].total_ms * 1e3;
+    BenchRow row = make_row(b.name, b.name + ".total", names[v], fmt::format("{} launches", times[v].launches.size()),
+                            us, us, us, o.block_reps, Cost{}, ceil);
+    row.speedup = times[0].total_ms / times[v].total_ms;
+    result.bench.push_back(row);
+    result.numbers[b.name + "_" + names[v] + "_ms"] = times[v].total_ms;
+  }
+  std::printf("%-26s %10.1f %10.1f   (ms: %.3f -> %.3f, x%.3f)%s\n", "total", times[0].total_ms * 1e3,
+              times[1].total_ms * 1e3, times[0].total_ms, times[1].total_ms, times[0].total_ms / times[1].total_ms,
+              same ? "" : "  OUTPUTS DIFFER");
+  return failed;
+}
+
+double number(const RunResult& r, const std::string& key) {
+  auto it = r.numbers.find(key);
+  return it == r.numbers.end() ? -1 : it->second;
+}
+
+// The short table, last.
+void print_summary(const RunResult& r, int failed) {
+  std::printf("\nsummary (GEMM ceiling %.1f TFLOP/s, copy %.3f TB/s)\n", number(r, "gemm_tflops"),
+              number(r, "copy_tbps"));
+  std::printf("  expert GEMMs grouped  %7.1f TFLOP/s  %.3f of ceiling (bar 0.60)\n",
+              number(r, "moe_gemm_grouped_tflops"), number(r, "moe_gemm_grouped_fraction"));
+  std::printf("  expert GEMMs loop     %7.1f TFLOP/s  %.3f of ceiling\n", number(r, "moe_gemm_loop_tflops"),
+              number(r, "moe_gemm_loop_fraction"));
+  std::printf("  load imbalance        %.3f max/mean (mean %.1f tokens per expert); block router %.3f\n",
+              number(r, "moe_load_imbalance"), number(r, "moe_tokens_per_expert_mean"),
+              number(r, "moe_block_load_imbalance"));
+  std::printf("  MoE block             none %.3f ms, all %.3f ms, all+loop %.3f ms\n", number(r, "moe_block_none_ms"),
+              number(r, "moe_block_all_ms"), number(r, "moe_block_all_loop_ms"));
+  std::printf("  dense FFN             none %.3f ms, all %.3f ms\n", number(r, "dense_ffn_none_ms"),
+              number(r, "dense_ffn_all_ms"));
+  std::printf("  lm head + argmax      none %.3f ms, all %.3f ms, token %d\n", number(r, "first_token_none_ms"),
+              number(r, "first_token_all_ms"), int(number(r, "first_token")));
+  std::printf("  failed checks         %d\n", failed);
+}
+
+Scenario bench_scenario(const MoeBenchOptions& o) {
+  return parse_scenario("name: moe-bench\nmodel: {preset: k3}\ncp: 1\ncontext: " + std::to_string(o.tokens) +
+                            "\nbucket: " + std::to_string(o.bucket) + "\n",
+                        "moe-bench");
+}
+
+}  // namespace
+
+int run_moe_bench(const MoeBenchOptions& o, RunResult& result) {
+  PB_CHECK(o.tokens >= 1 && o.tokens <= o.bucket, "moe bench: need 1 <= tokens <= bucket");
+  PB_CHECK(o.reps >= 1 && o.block_reps >= 1 && o.warmup >= 0, "moe bench: reps must be positive");
+  const Scenario s = bench_scenario(o);
+  const ModelShape& m = s.model;
+  const RankPlan plan = plan_rank(s, CutSet::all(), 0);
+  cudaStream_t st;
+  PB_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  Ceilings ceil;
+  ceil.gemm_tflops = measure_gemm_tflops(st);
+  ceil.copy_tbps = measure_copy_tbps(st);
+  result.numbers["gemm_tflops"] = ceil.gemm_tflops;
+  result.numbers["copy_tbps"] = ceil.copy_tbps;
+  result.text["ceiling"] = "cuBLAS bf16 GEMM 8192^3 f32 out, median of 20; device copy 2 GiB, median of 20";
+  result.text["scenario_yaml"] = s.text;
+  std::printf("ceilings: GEMM %.1f TFLOP/s (cuBLAS bf16 8192^3), copy %.3f TB/s\n", ceil.gemm_tflops,
+              ceil.copy_tbps);
+  Blas blas;
+  int failed = 0;
+
+  MoeBlock moe(m, o.bucket, o.tokens, o.seed, blas, st);
+  std::printf("MoE weights: %.2f GB (experts %.2f GB)\n",
+              double(moe.weights().router.bytes() + moe.weights().lat_down.bytes() +
+                     moe.weights().expert_gate_up.bytes() + moe.weights().expert_down.bytes() +
+                     moe.weights().lat_up.bytes() + moe.weights().shared_gate_up.bytes() +
+                     moe.weights().shared_down.bytes()) / 1e9,
+              double(moe.weights().expert_gate_up.bytes() + moe.weights().expert_down.bytes()) / 1e9);
+  failed += bench_expert_gemms(m, o, moe.weights(), ceil, blas, st, result);
+
+  const int64_t b = o.bucket, h = m.hidden;
+  DeviceBuffer<bf16> x{size_t(b * h)}, out{size_t(b * h)};
+  fill_uniform_bf16(x.get(), b * h, o.seed + 51, 1.0f, st);
+  const MoeGemmEngine engine = moe.engine_for(MoeGemmEngine::grouped);
+  result.text["moe_block_engine"] = moe_gemm_engine_name(engine);
+  BlockBench moe_bench{"moe_block", 1, "rmsnorm.moe_in",
+                       [&](Timeline& tl, const CutSet& cuts) { moe.run(tl, blas, cuts, engine, x.get(), o.tokens, out.get()); },
+                       [&] { return download_n(reinterpret_cast<const uint16_t*>(out.get()), b * h); }};
+  failed += bench_block(moe_bench, plan, o, ceil, st, result);
+  result.numbers["moe_block_load_imbalance"] = moe.load_imbalance();
+  std::printf("MoE block engine %s; its router's load imbalance max/mean %.3f\n", moe_gemm_engine_name(engine),
+              moe.load_imbalance());
+  if (engine == MoeGemmEngine::grouped) {  // the whole block with the per-expert loop, for the record
+    Timeline tl(st, true);
+    const BlockTimes t = time_block(
+        tl, [&] { moe.run(tl, blas, CutSet::all(), MoeGemmEngine::loop, x.get(), o.tokens, out.get()); }, 1,
+        o.block_reps);
+    result.numbers["moe_block_all_loop_ms"] = t.total_ms;
+    BenchRow row = make_row("moe_block", "moe_block.total", "all+loop", "per-expert loop", t.total_ms * 1e3,
+                            t.total_ms * 1e3, t.total_ms * 1e3, o.block_reps, Cost{}, ceil);
+    result.bench.push_back(row);
+    std::printf("MoE block (cuts all) with the per-expert loop: %.3f ms\n", t.total_ms);
+  }
+  {
+    DenseFfn dense(m, o.bucket, o.seed, st);
+    DeviceBuffer<bf16> dout{size_t(b * h)};
+    BlockBench dense_bench{"dense_ffn", 0, "rmsnorm.dense_in",
+                           [&](Timeline& tl, const CutSet& cuts) { dense.run(tl, blas, cuts, x.get(), dout.get()); },
+                           [&] { return download_n(reinterpret_cast<const uint16_t*>(dout.get()), b * h); }};
+    failed += bench_block(dense_bench, plan, o, ceil, st, result);
+  }
+
+  FirstToken first(m, o.seed, st);
+  const bf16* last_row = out.get() + (o.tokens - 1) * h;
+  BlockBench token_bench{"first_token", -1, "rmsnorm.final",
+                         [&](Timeline& tl, const CutSet& cuts) { first.run(tl, blas, cuts, last_row); },
+                         [&] { return download_n(reinterpret_cast<const uint16_t*>(first.logits()), m.vocab); }};
+  failed += bench_block(token_bench, plan, o, ceil, st, result);
+  const std::vector<uint16_t> logits = token_bench.output();
+  const int32_t token = first.token(), want = ref::argmax_bf16(logits.data(), m.vocab);
+  result.numbers["first_token"] = token;
+  std::printf("first token: %d (reference argmax %d)%s\n", token, want, token == want ? "" : "  WRONG");
+  failed += token != want;
+
+  PB_CUDA(cudaStreamDestroy(st));
+  print_summary(result, failed);
+  return failed;
+}
+
+}  // namespace pb

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The device call for issue 6: build prefill-bench and the MoE / FFN / first
+# token GPU tests, run the tests, then `prefill-bench moe`. Logs go to $OUT;
+# the short table comes last. About 3-5 minutes on one H200 (the K3 expert
+# weights, 15 GB, are allocated and filled once).
+# Usage: scripts/gpu-moe.sh
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+OUT=${OUT:-$here/../gpu-out}
+mkdir -p "$OUT"
+source "$here/env.sh"
+tests=(test_moe_route test_moe_gemm test_moe_block)
+if ! pb_build prefill-bench "${tests[@]}" >"$OUT/build.log" 2>&1; then
+  grep -E "error" -A3 "$OUT/build.log" | head -40
+  echo "gpu-moe: build failed"
+  exit 1
+fi
+status=0
+for t in "${tests[@]}"; do
+  "$PB_BUILD/$t" >"$OUT/$t.log" 2>&1
+  rc=$?
+  ((rc != 0)) && status=1
+  echo "== $t: exit $rc"
+  tail -4 "$OUT/$t.log"
+done
+"$PB_BUILD/prefill-bench" moe --output "$OUT/moe.h5" --overwrite >"$OUT/moe.log" 2>&1
+rc=$?
+((rc != 0)) && status=1
+echo "== prefill-bench moe: exit $rc (full log: moe.log)"
+tail -n 150 "$OUT/moe.log"  # the per-launch tables, then the summary last
+exit $status
