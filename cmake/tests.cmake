@@ -113,3 +113,11 @@ if(PB_PYTHON)
 else()
   message(STATUS "no python3 with h5py and matplotlib: the plot tests are not registered (scripts/setup.sh installs them)")
 endif()
+
+# `prefill-bench lane` end to end on 2 ranks (serialized turns, tiny model): it
+# runs, checks its launch list against plan's, and writes a results file.
+add_test(NAME mpi_gpu.lane_smoke_cp2
+  COMMAND ${PB_MPIRUN} -np 2 $<TARGET_FILE:prefill-bench> lane ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp2.yaml
+          --set serialize_ranks=true --output ${CMAKE_BINARY_DIR}/test-out/lane-smoke-cp2.h5 --overwrite)
+set_tests_properties(mpi_gpu.lane_smoke_cp2 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 3 TIMEOUT 120
+  ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "wrote .*lane-smoke-cp2.h5")

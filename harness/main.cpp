@@ -3,6 +3,7 @@
 //
 //   prefill-bench plan     scenario.yaml   analytic superstep per rank (no GPU)
 //   prefill-bench run      scenario.yaml   measured superstep, HDF5 results
+//   prefill-bench lane     scenario.yaml   one MLA layer across the CP gang (FMHA loads, waits)
 //   prefill-bench compare  A.h5 [B.h5]     per-family A/B, TTFT, outputs verdict
 //   prefill-bench compare  --baseline B.h5 run.h5 --max-regression 3%
 //   prefill-bench kernels                  the cut kernels' benchmark
@@ -53,12 +54,15 @@ int main(int argc, char** argv) {
   CLI::App app{"prefill-bench: the K3 CP prefill superstep with switchable cuts"};
   app.require_subcommand(1);
 
-  pb::ScenarioArgs plan_args, run_args;
+  pb::ScenarioArgs plan_args, run_args, lane_args;
   CLI::App* plan = app.add_subcommand("plan", "analytic superstep per rank: launches, bytes, FLOPs, roofline");
   add_scenario_options(plan, plan_args);
   plan->add_option("--profile", plan_args.profile, "GPU profile for the roofline: h200, h100, gb300");
   CLI::App* run = app.add_subcommand("run", "measured superstep on the GPUs (one rank per GPU)");
   add_scenario_options(run, run_args);
+  CLI::App* lane = app.add_subcommand(
+      "lane", "one MLA layer across the CP gang: per-rank FMHA time vs the schedule, waits, fabric bytes");
+  add_scenario_options(lane, lane_args);
 
   pb::ScenarioArgs ranks_args;
   CLI::App* ranks = app.add_subcommand("ranks", "print the scenario's rank count (cp), for launch scripts");
@@ -129,6 +133,10 @@ int main(int argc, char** argv) {
     if (*run) {
       run_args.command_line = command_line;
       return pb::cmd_run(gang, run_args);
+    }
+    if (*lane) {
+      lane_args.command_line = command_line;
+      return pb::cmd_lane(gang, lane_args);
     }
     if (*kernels) {
       kopt.command_line = command_line;

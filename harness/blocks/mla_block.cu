@@ -76,13 +76,12 @@ MlaBlock::MlaBlock(const ModelShape& m, const MlaWeights& w, const MlaLane& lane
                  L.qk_dim == m.d_qk() && L.v_dim == m.v_head,
              "MlaBlock: the fabric's slab layout does not match the model and bucket");
   }
-  // Keys of every segment k <= rank: the prefix schedule's set, a superset of the stripe's.
-  key_index_.assign(lane_.cp, -1);
-  for (int k = 0; k <= lane_.rank; ++k) {
-    key_index_[k] = int(keys_.size());
-    const int64_t tk = lane_.segments[k].len;
-    keys_.emplace_back(size_t(tk * q_width));
-    kvb_.emplace_back(size_t(tk * heads * (m.qk_nope + m.v_head)));
+  int64_t longest = 0;
+  for (const Segment& seg : lane_.segments) longest = std::max(longest, seg.len);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t tk = i == 0 ? t : longest;
+    keys_[i] = DeviceBuffer<bf16>(size_t(tk * q_width));
+    kvb_[i] = DeviceBuffer<bf16>(size_t(tk * heads * (m.qk_nope + m.v_head)));
   }
 }
 
@@ -95,25 +94,31 @@ MlaBlock::Window MlaBlock::window_of(int rank) const {
 }
 
 void MlaBlock::run(const bf16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl, const Blas& blas) {
-  PB_CHECK(seq >= 0, "MlaBlock::run: negative sequence number");
-  seq_ = seq;
-  sched_ = cuts[Cut::stripe] ? Schedule::stripe : Schedule::prefix;
-  const Variant land_v = variant(cuts, Cut::land);
-  projections(mixed, land_v, tl, blas);
-  attention_steps(variant(cuts, Cut::lse_merge), tl, blas);
+  project(mixed, seq, cuts, tl, blas);
+  attend(tl, blas);
+  finish(tl, blas);
+}
+
+void MlaBlock::finish(Timeline& tl, const Blas& blas) {
   const int64_t v_width = m_.heads * m_.v_head, t = live_rows();
   cudaStream_t s = tl.stream();
   tl.launch("o_finalize", "o_finalize", [&] { o_finalize(o_acc_.get(), attn_.get(), t * v_width, s); });
   tl.launch("elementwise", "mul_sigmoid", [&] {
-    mul_sigmoid(variant(cuts, Cut::elementwise), attn_.get(), gate_.get(), gated_.get(), b_ * v_width, s);
+    mul_sigmoid(variant(cuts_, Cut::elementwise), attn_.get(), gate_.get(), gated_.get(), b_ * v_width, s);
   });
   tl.launch("gemm", "gemm.mla_o",
             [&] { gemm_f32out(blas, gated_.get(), w_.w_o.get(), partial_.get(), {b_, m_.hidden, v_width}, s); });
-  tl.launch("land", "land.mla_o",
-            [&] { land(land_v, partial_.get(), attn_out_.get(), {b_, 1, m_.hidden, 0, m_.hidden}, s); });
+  tl.launch("land", "land.mla_o", [&] {
+    land(variant(cuts_, Cut::land), partial_.get(), attn_out_.get(), {b_, 1, m_.hidden, 0, m_.hidden}, s);
+  });
 }
 
-void MlaBlock::projections(const bf16* mixed, Variant land_v, Timeline& tl, const Blas& blas) {
+void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl, const Blas& blas) {
+  PB_CHECK(seq >= 0, "MlaBlock: negative sequence number");
+  seq_ = seq;
+  cuts_ = cuts;
+  sched_ = cuts[Cut::stripe] ? Schedule::stripe : Schedule::prefix;
+  const Variant land_v = variant(cuts, Cut::land);
   cudaStream_t s = tl.stream();
   const int64_t fused = m_.mla_fused_width(), kv_width = m_.kv_lora + m_.qk_rope;
   const int64_t v_width = m_.heads * m_.v_head, q_width = m_.heads * m_.d_qk();
@@ -156,17 +161,19 @@ void MlaBlock::wait(int sender, Bell kind, uint64_t value, const std::string& wh
   lane_.fabric->wait(doorbell_index(lane_.cp, sender, kind), value, tl.stream(), {int(tl.layer()), int(seq_), what});
 }
 
-void MlaBlock::attention_steps(Variant merge_v, Timeline& tl, const Blas& blas) {
+void MlaBlock::attend(Timeline& tl, const Blas& blas) {
+  const Variant merge_v = variant(cuts_, Cut::lse_merge);
   const RankAttention a = rank_attention(sched_, lane_.cp, lane_.rank);
-  for (int k : a.key_segments) expand_keys(k, tl, blas);
+  expanded_.assign(lane_.cp, -1);
   bool first_merge = true;
   for (const auto& step : a.steps) {
     if (step.is_merge) {
       merge(step.merge, first_merge, merge_v, tl);
       first_merge = false;
-    } else {
-      run_window(step.window, tl);
+      continue;
     }
+    if (expanded_[step.window.k] < 0) expand_keys(step.window.k, tl, blas);
+    run_window(step.window, tl);
   }
   // Every window this rank may read under either schedule is released, read or not.
   const std::vector<int> read = windows_read_any(lane_.cp, lane_.rank);
@@ -184,8 +191,10 @@ void MlaBlock::expand_keys(int k, Timeline& tl, const Blas& blas) {
   const int64_t tk = lane_.segments[k].len, kv_width = m_.kv_lora + m_.qk_rope;
   const int64_t kvb_width = m_.heads * (m_.qk_nope + m_.v_head);
   const Window win = window_of(k);
-  const int i = key_index_[k];
-  PB_CHECK(i >= 0, "MlaBlock: the schedule asks for keys this rank did not allocate");
+  const int i = k == lane_.rank ? 0 : 1;
+  for (int& e : expanded_)
+    if (e == i) e = -1;  // the foreign buffer now holds segment k only
+  expanded_[k] = i;
   if (k != lane_.rank) {
     tl.launch("fabric", "fabric.wait_window",
               [&] { wait(k, Bell::window, doorbell_value(seq_, 0), "the window of rank " + std::to_string(k), tl); });
@@ -209,8 +218,8 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
   const int64_t tq = lane_.segments[w.q].len, tk = lane_.segments[w.k].len;
   const int64_t heads = m_.heads, d_qk = m_.d_qk(), kvb_width = heads * (m_.qk_nope + m_.v_head);
   const int slab = return_slab(seq_);
-  const int i = key_index_[w.k];
-  PB_CHECK(i >= 0, "MlaBlock: a window over keys this rank did not expand");
+  const int i = expanded_[w.k];
+  PB_CHECK(i >= 0, "MlaBlock: a window over keys not expanded in this call");
   FmhaTensors t{};
   t.q = window_of(w.q).q;
   t.q_token_stride = heads * d_qk;

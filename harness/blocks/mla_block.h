@@ -4,9 +4,10 @@
 //   rmsnorm.mla_in  gemm.wfu  land.q_a  rmsnorm.q_a
 //   [fabric.wait_released]  land.kv_a  land.mla_gate  rmsnorm.kv_latent
 //   gemm.q_b  land.q_b  [fabric.publish_window]
-//   per key segment k:    [fabric.wait_window]  gemm.kv_b  mla.expand_k
-//   per schedule step:    [fabric.wait_queries]  fmha.*  [fabric.publish_return]
-//                         [fabric.wait_return]  lse_merge  [fabric.release_return]
+//   per schedule step:    window: [fabric.wait_window  gemm.kv_b  mla.expand_k]
+//                                 (the keys, before their first window)
+//                                 [fabric.wait_queries]  fmha.*  [fabric.publish_return]
+//                         merge:  [fabric.wait_return]  lse_merge  [fabric.release_return]
 //   [fabric.release_window]  o_finalize  mul_sigmoid  gemm.mla_o  land.mla_o
 //
 // The window is written in place: land.kv_a lands [kv latent | rope] into the
@@ -74,6 +75,14 @@ class MlaBlock {
   // mixed [b, hidden] bf16 -> attn_out() [b, hidden] bf16. Rows >= T of
   // the attention output are zero, so every row of attn_out is defined.
   void run(const __nv_bfloat16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl, const Blas& blas);
+  // run() in three phases, for ranks of one GPU that take turns (scenario
+  // key serialize_ranks): projections up to the published window; the key
+  // expansions, FMHA windows and merges; o_finalize to attn_out. Taking turns
+  // phase by phase in rank order never deadlocks: a rank's attention needs
+  // only windows published in the first phase and returns from lower ranks.
+  void project(const __nv_bfloat16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl, const Blas& blas);
+  void attend(Timeline& tl, const Blas& blas);
+  void finish(Timeline& tl, const Blas& blas);
   const __nv_bfloat16* attn_out() const { return attn_out_.get(); }
   // The pre-o_proj attention [b, heads·v] (after o_finalize), for tests.
   const __nv_bfloat16* attention() const { return attn_.get(); }
@@ -85,8 +94,6 @@ class MlaBlock {
     __nv_bfloat16* q = nullptr;   // [seg, heads, nope + rope]
   };
   Window window_of(int rank) const;
-  void projections(const __nv_bfloat16* mixed, Variant land_v, Timeline& tl, const Blas& blas);
-  void attention_steps(Variant merge_v, Timeline& tl, const Blas& blas);
   void expand_keys(int k, Timeline& tl, const Blas& blas);
   void run_window(const FmhaWindow& w, Timeline& tl);
   void merge(const MergeStep& step, bool reset, Variant v, Timeline& tl);
@@ -95,6 +102,7 @@ class MlaBlock {
   ModelShape m_;
   const MlaWeights& w_;
   int64_t seq_ = 0;                      // this call's sequence number
+  CutSet cuts_;                          // this call's cut switches
   Schedule sched_ = Schedule::prefix;    // this call's schedule (cut 3)
   MlaLane lane_;
   FmhaEngine engine_;
@@ -103,8 +111,11 @@ class MlaBlock {
   DeviceBuffer<__nv_bfloat16> normed_, q_a_, q_norm_, gate_, attn_, gated_, attn_out_, o_win_;
   DeviceBuffer<float> partial_, lse_win_, o_acc_, lse_acc_;
   DeviceBuffer<__nv_bfloat16> local_kv_, local_q_;  // the window at cp 1
-  std::vector<int> key_index_;                      // rank -> index into keys_/kvb_, -1 if unused
-  std::vector<DeviceBuffer<__nv_bfloat16>> keys_, kvb_;
+  // Expanded keys: [0] the own segment's, [1] the foreign segment of the
+  // current window (reused: windows run in stream order); expanded_[k] =
+  // buffer holding segment k this call, -1 when not expanded yet.
+  std::vector<int> expanded_;
+  DeviceBuffer<__nv_bfloat16> keys_[2], kvb_[2];
 };
 
 }  // namespace pb

@@ -172,11 +172,18 @@ class RankPlanner {
     rmsnorm("kv_latent", b_, m_.kv_lora);
     gemm_land("q_b", b_, heads * m_.d_qk(), m_.q_lora);
     if (published) fabric("publish_window", 0);
+    // Keys are expanded right before the first window that uses them (one
+    // buffer for the own segment, one reused for foreign segments).
     const RankAttention attention = rank_attention(schedule(), cp_, rank_);
-    for (int k : attention.key_segments) expand_keys(k);
+    std::vector<bool> expanded(cp_, false);
     for (const auto& step : attention.steps) {
-      if (step.is_merge) merge(step.merge);
-      else fmha(step.window);
+      if (step.is_merge) {
+        merge(step.merge);
+        continue;
+      }
+      if (!expanded[step.window.k]) expand_keys(step.window.k);
+      expanded[step.window.k] = true;
+      fmha(step.window);
     }
     if (!windows_read_any(cp_, rank_).empty()) fabric("release_window", 0);
     add("o_finalize", "o_finalize", cost::o_finalize(t_, heads, m_.v_head));

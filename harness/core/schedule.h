@@ -13,9 +13,10 @@
 //                      uses slab i % 2). Merge order on the owner: kept
 //                      ascending, the own causal diagonal, then helpers by slot.
 //
-// A rank's launch order: expand the keys it needs (ascending), then its FMHA
-// windows in merge order, and in each return slot first the window it runs
-// for another owner, then the merge of what its own slot helper returned.
+// A rank's launch order: its FMHA windows in merge order (each segment's keys
+// are expanded right before the first window over them), and in each return
+// slot first the window it runs for another owner, then the merge of what its
+// own slot helper returned. key_segments lists the expansions, ascending.
 #pragma once
 
 #include <cstdint>
