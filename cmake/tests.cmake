@@ -44,7 +44,7 @@ set_tests_properties(mpi.rank_failure PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONME
 add_library(pb_mpi_gpu_test_main STATIC test/mpi_gpu/mpi_gpu_test_main.cpp)
 target_include_directories(pb_mpi_gpu_test_main PUBLIC test/mpi_gpu)
 target_link_libraries(pb_mpi_gpu_test_main PUBLIC pb_blocks doctest::doctest CUDA::cudart)
-foreach(name test_fabric test_mla_cp)
+foreach(name test_fabric test_mla_cp test_kda_cp)
   add_executable(${name} test/mpi_gpu/${name}.cpp)
   target_link_libraries(${name} PRIVATE pb_mpi_gpu_test_main)
   add_test(NAME mpi_gpu.${name} COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:${name}>)
@@ -52,9 +52,11 @@ foreach(name test_fabric test_mla_cp)
     ENVIRONMENT "${PB_MPI_ENV}")
 endforeach()
 # CP2 as well as CP4 against CP1.
-add_test(NAME mpi_gpu.test_mla_cp2 COMMAND ${PB_MPIRUN} -np 2 $<TARGET_FILE:test_mla_cp>)
-set_tests_properties(mpi_gpu.test_mla_cp2 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
-  ENVIRONMENT "${PB_MPI_ENV}")
+foreach(name test_mla_cp test_kda_cp)
+  add_test(NAME mpi_gpu.${name}2 COMMAND ${PB_MPIRUN} -np 2 $<TARGET_FILE:${name}>)
+  set_tests_properties(mpi_gpu.${name}2 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
+    ENVIRONMENT "${PB_MPI_ENV}")
+endforeach()
 # A doorbell nobody rings ends the job within its 2 s time-out, naming rank, layer and window.
 add_executable(fabric_timeout_probe test/mpi_gpu/fabric_timeout_probe.cpp)
 target_link_libraries(fabric_timeout_probe PRIVATE pb_blocks)

@@ -360,7 +360,11 @@ ConvBaselineScratch conv_baseline_scratch_from(void* base, const ConvShape& s) {
 
 void conv_silu_chunk_baseline(const float* p, const float* cw, const bf16* carry, bf16* y,
                               bf16* next, const ConvShape& s, const ConvBaselineScratch& scratch,
-                              Variant land_variant, cudaStream_t stream) {
+                              Variant land_variant, cudaStream_t stream, const ConvStep* step) {
+  const auto run = [step](const char* name, const std::function<void()>& work) {
+    if (step) (*step)(name, work);
+    else work();
+  };
   check_conv_contract(p, cw, carry, y, next, s);
   if (s.tokens == 0 || s.inner == 0) return;
   PB_CHECK(scratch.landed && scratch.windows, "conv_silu_chunk_baseline: null scratch");
@@ -374,7 +378,7 @@ void conv_silu_chunk_baseline(const float* p, const float* cw, const bf16* carry
   band.nt = s.ld;
   band.off = 0;
   band.n = s.inner;
-  land(land_variant, p, scratch.landed, band, stream);
+  run("land", [&] { land(land_variant, p, scratch.landed, band, stream); });
 
   // (2) Materialize every row's window: windows[t][j] = input at position t-3+j,
   // for t = 0..tokens. Per slot j, rows t >= 3-j come from landed row t-3+j
@@ -386,15 +390,19 @@ void conv_silu_chunk_baseline(const float* p, const float* cw, const bf16* carry
     const int64_t first_landed = kConvWindow - j;  // first row whose slot j is in the segment
     const int64_t from_carry = first_landed < window_rows ? first_landed : window_rows;
     if (from_carry > 0) {
-      PB_CUDA(cudaMemcpy2DAsync(scratch.windows + j * s.inner, window_pitch, carry + j * s.inner,
-                                row_bytes, row_bytes, size_t(from_carry), cudaMemcpyDeviceToDevice,
-                                stream));
+      run("window_copy", [&] {
+        PB_CUDA(cudaMemcpy2DAsync(scratch.windows + j * s.inner, window_pitch, carry + j * s.inner,
+                                  row_bytes, row_bytes, size_t(from_carry), cudaMemcpyDeviceToDevice,
+                                  stream));
+      });
     }
     const int64_t from_landed = window_rows - first_landed;
     if (from_landed > 0) {
-      PB_CUDA(cudaMemcpy2DAsync(scratch.windows + (first_landed * kConvWindow + j) * s.inner,
-                                window_pitch, scratch.landed, row_bytes, row_bytes,
-                                size_t(from_landed), cudaMemcpyDeviceToDevice, stream));
+      run("window_copy", [&] {
+        PB_CUDA(cudaMemcpy2DAsync(scratch.windows + (first_landed * kConvWindow + j) * s.inner,
+                                  window_pitch, scratch.landed, row_bytes, row_bytes,
+                                  size_t(from_landed), cudaMemcpyDeviceToDevice, stream));
+      });
     }
   }
 
@@ -402,14 +410,18 @@ void conv_silu_chunk_baseline(const float* p, const float* cw, const bf16* carry
   const int64_t elements = s.tokens * s.inner;
   const int64_t blocks = (elements + kDecodeThreads - 1) / kDecodeThreads;
   PB_CHECK(blocks <= INT_MAX, "conv_silu_chunk_baseline: grid too large");
-  conv_decode_batched_kernel<<<unsigned(blocks), kDecodeThreads, 0, stream>>>(
-      scratch.windows, scratch.landed, cw, y, s.tokens, s.inner);
-  PB_CUDA_LAUNCH();
+  run("decode", [&] {
+    conv_decode_batched_kernel<<<unsigned(blocks), kDecodeThreads, 0, stream>>>(
+        scratch.windows, scratch.landed, cw, y, s.tokens, s.inner);
+    PB_CUDA_LAUNCH();
+  });
 
   // (4) The last commit row's successor window is the next carry.
   if (s.commit_rows > 0) {
-    PB_CUDA(cudaMemcpyAsync(next, scratch.windows + s.commit_rows * kConvWindow * s.inner,
-                            window_pitch, cudaMemcpyDeviceToDevice, stream));
+    run("carry_copy", [&] {
+      PB_CUDA(cudaMemcpyAsync(next, scratch.windows + s.commit_rows * kConvWindow * s.inner,
+                              window_pitch, cudaMemcpyDeviceToDevice, stream));
+    });
   }
 }
 
@@ -443,11 +455,11 @@ void conv_silu_chunk_cut(const float* p, const float* cw, const bf16* carry, bf1
 
 void conv_silu_chunk(Variant v, const float* p, const float* cw, const bf16* carry, bf16* y,
                      bf16* next, const ConvShape& s, const ConvBaselineScratch& scratch,
-                     Variant land_variant, cudaStream_t stream) {
+                     Variant land_variant, cudaStream_t stream, const ConvStep* step) {
   if (v == Variant::cut) {
     conv_silu_chunk_cut(p, cw, carry, y, next, s, stream);
   } else {
-    conv_silu_chunk_baseline(p, cw, carry, y, next, s, scratch, land_variant, stream);
+    conv_silu_chunk_baseline(p, cw, carry, y, next, s, scratch, land_variant, stream, step);
   }
 }
 

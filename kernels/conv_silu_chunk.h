@@ -34,6 +34,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "ref_math.h"
 #include "variant.h"
@@ -63,10 +64,15 @@ size_t conv_baseline_scratch_bytes(const ConvShape& s);
 // bytes (base 256-byte aligned, as cudaMalloc returns).
 ConvBaselineScratch conv_baseline_scratch_from(void* base, const ConvShape& s);
 
+// The baseline is several launches; `step` (may be null) runs each one as
+// step(name, work) with name "land", "window_copy", "decode" or "carry_copy",
+// so a caller can time them one by one. Null runs them directly.
+using ConvStep = std::function<void(const char* name, const std::function<void()>& work)>;
+
 void conv_silu_chunk_baseline(const float* p, const float* cw, const __nv_bfloat16* carry,
                               __nv_bfloat16* y, __nv_bfloat16* next, const ConvShape& s,
                               const ConvBaselineScratch& scratch, Variant land_variant,
-                              cudaStream_t stream);
+                              cudaStream_t stream, const ConvStep* step = nullptr);
 
 void conv_silu_chunk_cut(const float* p, const float* cw, const __nv_bfloat16* carry,
                          __nv_bfloat16* y, __nv_bfloat16* next, const ConvShape& s,
@@ -77,7 +83,7 @@ void conv_silu_chunk_cut(const float* p, const float* cw, const __nv_bfloat16* c
 void conv_silu_chunk(Variant v, const float* p, const float* cw, const __nv_bfloat16* carry,
                      __nv_bfloat16* y, __nv_bfloat16* next, const ConvShape& s,
                      const ConvBaselineScratch& scratch, Variant land_variant,
-                     cudaStream_t stream);
+                     cudaStream_t stream, const ConvStep* step = nullptr);
 
 namespace ref {
 // Plain C++ reference of the contract above; bf16 as 16-bit patterns. next may

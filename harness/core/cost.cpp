@@ -117,6 +117,39 @@ Cost kda_package(int64_t tokens, int64_t heads, int64_t d, int64_t chunk) {
   return {bytes, chunks * per_chunk, Unit::tensor};
 }
 
+// Intra-chunk: K K^T, Q K^T (4 c^2 d), the solve (c^3), W and U (4 c^2 d); reads
+// q, k, v, gate pre-activation and beta, writes the chunk products (W, U, K^, Qg
+// bf16 [c, d] each, Aqk bf16 [c, c], the decay f32 [d]).
+Cost kda_prepare(int64_t tokens, int64_t heads, int64_t d, int64_t chunk) {
+  double chunks = double((tokens + chunk - 1) / chunk) * heads;
+  double c = double(chunk), dd = double(d);
+  double in = double(tokens) * heads * d * kBf16 * 4 + double(tokens) * heads * kBf16;
+  double out = chunks * (4 * c * dd * kBf16 + c * c * kBf16 + dd * kF32);
+  return {in + out, chunks * (8 * c * c * dd + c * c * c), Unit::tensor};
+}
+
+// The walk: Q S, W S, K^T U (6 c d^2) and Aqk U (2 c^2 d); reads the chunk
+// products and S_in, writes o.
+Cost kda_walk(int64_t tokens, int64_t heads, int64_t d, int64_t chunk) {
+  double chunks = double((tokens + chunk - 1) / chunk) * heads;
+  double c = double(chunk), dd = double(d);
+  double in = chunks * (4 * c * dd * kBf16 + c * c * kBf16 + dd * kF32) + double(heads) * d * d * kF32;
+  return {in + double(tokens) * heads * d * kBf16, chunks * (6 * c * dd * dd + 2 * c * c * dd), Unit::tensor};
+}
+
+Cost kda_package_walk(int64_t tokens, int64_t heads, int64_t d, int64_t chunk) {
+  double chunks = double((tokens + chunk - 1) / chunk) * heads;
+  double c = double(chunk), dd = double(d);
+  double in = chunks * (4 * c * dd * kBf16 + dd * kF32);
+  return {in + 2.0 * heads * d * d * kF32, chunks * 8 * c * dd * dd, Unit::tensor};
+}
+
+Cost kda_fold(int64_t upstream, int64_t heads, int64_t d) {
+  const double package = double(heads) * d * d * kF32;
+  const double steps = double(std::max<int64_t>(upstream - 1, 0));
+  return {package * 2 + steps * package * 4, steps * heads * 2.0 * d * d * d, Unit::fp32};
+}
+
 Cost attnres_scores(int64_t rows, int64_t hidden, int64_t candidates) {
   double n = double(rows) * hidden * candidates;
   return memory(n * kBf16 + hidden * kF32 + double(rows) * candidates * kF32, n * 4);

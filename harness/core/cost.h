@@ -50,6 +50,14 @@ Cost expand_k(int64_t tokens, int64_t heads, int64_t nope, int64_t rope);
 // KDA core, chunked WY form (chunk c, dk = dv = d). See cost.cpp for the count.
 Cost kda_forward(int64_t tokens, int64_t heads, int64_t d, int64_t chunk);
 Cost kda_package(int64_t tokens, int64_t heads, int64_t d, int64_t chunk);
+// kda_forward split the way the kernels run it (the sum equals kda_forward):
+// kda_prepare the state-independent intra-chunk part, kda_walk the state walk.
+Cost kda_prepare(int64_t tokens, int64_t heads, int64_t d, int64_t chunk);
+Cost kda_walk(int64_t tokens, int64_t heads, int64_t d, int64_t chunk);
+// The package walk over kda_prepare's products (its marginal cost: 8 c d^2 per chunk and head).
+Cost kda_package_walk(int64_t tokens, int64_t heads, int64_t d, int64_t chunk);
+// Rank r's fold of r upstream packages: S = D_0; r - 1 batched [d, d] x [d, d] GEMMs + adds.
+Cost kda_fold(int64_t upstream, int64_t heads, int64_t d);
 // AttnRes: scores read nb+1 candidates, mix reads them again.
 Cost attnres_scores(int64_t rows, int64_t hidden, int64_t candidates);
 Cost attnres_mix(int64_t rows, int64_t hidden, int64_t candidates);

@@ -107,16 +107,20 @@ class RankPlanner {
     gemm_land("kda_o", b_, h, inner);
   }
 
+  // The conv carry from the upstream rank's last 3 normed rows, through the
+  // q/k/v bands at 4 rows; halo slots alternate by KDA call parity.
   void conv_halo() {
     if (cp_ == 1) return;
     const int64_t halo_bytes = 3 * m_.hidden * 2;
     if (rank_ < cp_ - 1) {
-      add("fabric", "fabric.publish_halo", cost::copy(double(halo_bytes)));
+      fabric("wait_halo_free", 0);
+      add("fabric", "fabric.publish_halo", cost::copy(double(halo_bytes)), double(halo_bytes));
     }
     if (rank_ > 0) {
       fabric("wait_halo", halo_bytes);
       gemm("halo_qkv", 4, 3 * m_.kda_inner(), m_.hidden);
       for (const char* stream : {"q", "k", "v"}) land(std::string("halo_") + stream, 4, m_.kda_inner());
+      fabric("release_halo", 0);
     }
   }
 
@@ -142,18 +146,23 @@ class RankPlanner {
     add("conv", "conv.carry_copy", cost::copy(3.0 * inner * 2));
   }
 
+  // Prepare (state-independent), the package for downstream ranks, the fold
+  // of the upstream packages (read in place), then the walk from S_in.
   void kda_core() {
-    const int64_t heads = m_.kda_heads, d = m_.kda_head_dim;
+    const int64_t heads = m_.kda_heads, d = m_.kda_head_dim, c = m_.kda_chunk;
     const double package_bytes = 2.0 * heads * d * d * 4;
-    if (cp_ > 1 && rank_ < cp_ - 1) {
-      add("kda", "kda.package", cost::kda_package(t_, heads, d, m_.kda_chunk));
+    add("kda", "kda.prepare", cost::kda_prepare(t_, heads, d, c));
+    if (rank_ < cp_ - 1) {
+      fabric("wait_state_free", 0);
+      add("kda", "kda.package", cost::kda_package_walk(t_, heads, d, c));
       fabric("publish_state", 0);
     }
     if (rank_ > 0) {
       fabric("wait_state", package_bytes * rank_);
-      for (int j = 1; j < rank_; ++j) add("kda", "kda.fold", cost::gemm_f32_batched(heads, d, d, d));
+      add("kda", "kda.fold", cost::kda_fold(rank_, heads, d));
+      fabric("release_state", 0);
     }
-    add("kda", "kda.forward", cost::kda_forward(t_, heads, d, m_.kda_chunk));
+    add("kda", "kda.forward", cost::kda_walk(t_, heads, d, c));
   }
 
   // ---- MLA mixer (DESIGN §2.1 steps 1-6, §3) ----

@@ -1,5 +1,7 @@
 #include "slab_layout.h"
 
+#include "model.h"
+
 #include "check.h"
 
 namespace pb {
@@ -23,6 +25,10 @@ const char* bell_name(Bell kind) {
     case Bell::returned: return "returned";
     case Bell::consumed: return "consumed";
     case Bell::released: return "released";
+    case Bell::halo: return "halo";
+    case Bell::halo_read: return "halo_read";
+    case Bell::state: return "state";
+    case Bell::state_read: return "state_read";
   }
   return "?";
 }
@@ -73,6 +79,29 @@ SlabLayout slab_layout(int cp, int64_t seg, int heads, int kv_rank, int rope_dim
   return L;
 }
 
+SlabLayout slab_layout_with_kda(int cp, int64_t seg, int heads, int kv_rank, int rope_dim, int qk_dim, int v_dim,
+                                int64_t hidden, int kda_heads, int kda_dim) {
+  PB_CHECK(hidden >= 1 && kda_heads >= 1 && kda_dim >= 1, "slab_layout_with_kda: every shape must be positive");
+  SlabLayout L = slab_layout(cp, seg, heads, kv_rank, rope_dim, qk_dim, v_dim);
+  L.hidden = hidden;
+  L.kda_heads = kda_heads;
+  L.kda_dim = kda_dim;
+  int64_t cursor = L.total_bytes;
+  const int64_t package = int64_t(kda_heads) * kda_dim * kda_dim * 4;
+  for (int p = 0; p < 2; ++p) {
+    L.halo[p] = place(cursor, 4 * hidden * 2);
+    L.M[p] = place(cursor, package);
+    L.D[p] = place(cursor, package);
+  }
+  L.total_bytes = align_up(cursor);
+  return L;
+}
+
+SlabLayout model_slab_layout(const ModelShape& m, int cp, int64_t rows) {
+  return slab_layout_with_kda(cp, rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()), int(m.v_head),
+                              m.hidden, int(m.kda_heads), int(m.kda_head_dim));
+}
+
 std::vector<std::pair<std::string, Region>> SlabLayout::regions() const {
   std::vector<std::pair<std::string, Region>> out = {
       {"doorbells", doorbells}, {"kv", kv}, {"q", q}};
@@ -81,6 +110,13 @@ std::vector<std::pair<std::string, Region>> SlabLayout::regions() const {
       std::string tag = "[" + std::to_string(s) + "][" + std::to_string(i) + "]";
       out.push_back({"o" + tag, o[s][i]});
       out.push_back({"lse" + tag, lse[s][i]});
+    }
+  if (hidden > 0)
+    for (int p = 0; p < 2; ++p) {
+      const std::string tag = "[" + std::to_string(p) + "]";
+      out.push_back({"halo" + tag, halo[p]});
+      out.push_back({"M" + tag, M[p]});
+      out.push_back({"D" + tag, D[p]});
     }
   return out;
 }

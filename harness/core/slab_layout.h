@@ -10,6 +10,10 @@
 //   return slab s in {0, 1}, slot i in [0, (cp - 1) / 2):
 //     o        [seg, heads, v_dim] bf16    a helper's FMHA output for this rank's queries
 //     lse      [heads, seg]      f32       its log-sum-exp, natural log
+//   KDA (when the layout is given KDA shapes), parity p = seq % 2 of the KDA call:
+//     halo[p]    [4, hidden] bf16        the upstream rank's last 3 normed rows (row 3 unused)
+//     M[p], D[p] [kda_heads, d, d] f32   this rank's affine state package, read in place
+//                                        by every downstream rank's fold
 //
 // Every region starts on a kAlign-byte boundary. Both return slabs hold all
 // (cp - 1) / 2 slots (DESIGN.md's sizing) and alternate by the call's sequence
@@ -36,8 +40,12 @@ enum class Bell : int {
   returned = 1,  // sender (a helper) wrote (o, lse) into this rank's return slot
   consumed = 2,  // sender (an owner) merged its slot: this rank may overwrite it
   released = 3,  // sender read this rank's window for the last time this seq: it may be overwritten
+  halo = 4,       // sender (upstream) copied its halo rows for this KDA seq into this rank's slab
+  halo_read = 5,  // sender (downstream) projected the halo this rank sent it for this KDA seq
+  state = 6,      // sender (upstream) wrote its package for this KDA seq in its own slab
+  state_read = 7, // sender (downstream) folded this rank's package of this KDA seq
 };
-constexpr int kBellKinds = 4;
+constexpr int kBellKinds = 8;
 const char* bell_name(Bell kind);
 
 // Doorbell index on the receiving rank for flags stored by `sender`.
@@ -65,6 +73,9 @@ struct SlabLayout {
   Region window;             // kv.offset .. q.end()
   std::array<std::vector<Region>, 2> o, lse;  // [slab][slot]
   std::array<Region, 2> return_slab;          // the whole of slab s
+  int64_t hidden = 0;                         // KDA regions present when > 0
+  int kda_heads = 0, kda_dim = 0;
+  std::array<Region, 2> halo, M, D;           // [parity]
   int64_t total_bytes = 0;
 
   int n_doorbells() const { return cp * kBellKinds; }
@@ -76,6 +87,16 @@ struct SlabLayout {
 // (128 nope + 64 rope), v head dim 128.
 SlabLayout slab_layout(int cp, int64_t seg, int heads, int kv_rank = 512, int rope_dim = 64, int qk_dim = 192,
                        int v_dim = 128);
+// The same plus the KDA regions (halo rows, state packages).
+SlabLayout slab_layout_with_kda(int cp, int64_t seg, int heads, int kv_rank, int rope_dim, int qk_dim, int v_dim,
+                                int64_t hidden, int kda_heads, int kda_dim);
+
+// The whole CP lane's slab for a model: MLA window and returns, KDA halo and packages.
+struct ModelShape;
+SlabLayout model_slab_layout(const ModelShape& m, int cp, int64_t rows);
+
+// The parity slot of the KDA call with sequence number seq (halo, M, D).
+inline int kda_parity(int64_t seq) { return int(seq % 2); }
 
 // The return slab of the call with sequence number seq.
 inline int return_slab(int64_t seq) { return int(seq % 2); }

@@ -156,12 +156,15 @@ TEST_CASE("deep-rank FMHA pairs at cp8 128k: 7.5 under the baseline, 4.5 under t
   CHECK(count(stripe7, "lse_merge") == 24 * 8);  // every pair (7, k) merged once
 }
 
-TEST_CASE("cross-rank KDA: packages on all but the last rank, r - 1 folds on rank r") {
+TEST_CASE("cross-rank KDA: packages on all but the last rank, one fold of r packages on rank r") {
   Scenario s = k3(4, 65536);
   for (int r = 0; r < 4; ++r) {
     RankPlan p = plan_rank(s, CutSet::all(), r);
     CHECK(count(p, "kda.package") == (r < 3 ? 69 : 0));
-    CHECK(count(p, "kda.fold") == 69 * std::max(0, r - 1));
+    CHECK(count(p, "kda.fold") == (r > 0 ? 69 : 0));  // one launch folds all r upstream packages
+    CHECK(count(p, "kda.prepare") == 69);
+    CHECK(count(p, "fabric.publish_halo") == (r < 3 ? 69 : 0));
+    CHECK(count(p, "fabric.release_state") == (r > 0 ? 69 : 0));
     CHECK(count(p, "fabric.wait_halo") == (r > 0 ? 69 : 0));
     CHECK(count(p, "gemm.halo_qkv") == (r > 0 ? 69 : 0));
   }

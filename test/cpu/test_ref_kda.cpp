@@ -360,6 +360,12 @@ TEST_CASE("kda FLOP counts: dense-tile forward and package == cost.cpp's; exact 
   CHECK(ref::kda_package_flops(64, 1, 128, 128, 64) == 11796480.0);
   for (int64_t T : {1, 64, 100, 16384})
     CHECK(ref::kda_package_flops(T, 96, 128, 128, 64) == doctest::Approx(cost::kda_package(T, 96, 128, 64).flops));
+  // The plan's split: prepare + walk == the forward; package walk = 8 c d^2 per chunk and head.
+  for (int64_t T : {1, 64, 100, 16384}) {
+    CHECK(cost::kda_prepare(T, 96, 128, 64).flops + cost::kda_walk(T, 96, 128, 64).flops ==
+          doctest::Approx(cost::kda_forward(T, 96, 128, 64).flops));
+    CHECK(cost::kda_package_walk(T, 96, 128, 64).flops == doctest::Approx(double((T + 63) / 64) * 96 * 8 * 64 * 128 * 128));
+  }
 }
 
 }  // namespace pb

@@ -52,7 +52,7 @@ TEST_CASE("slab at cp 8, seg 16896, 96 heads: DESIGN.md's sizes") {
     }
   }
   CHECK(L.return_slab[0].end() <= L.return_slab[1].offset);
-  CHECK(L.total_bytes == 256 + 642318336 + 2 * 3 * int64_t(421724160));
+  CHECK(L.total_bytes == 8 * kBellKinds * 8 + 642318336 + 2 * 3 * int64_t(421724160));  // doorbells: 512 B, aligned
 }
 
 TEST_CASE("slab at cp 4, seg 16896: one slot per return slab") {
@@ -95,7 +95,8 @@ TEST_CASE("return slabs alternate by call; every slot the stripe uses exists in 
 TEST_CASE("doorbells: one flag per (kind, sender), values grow with seq then window") {
   const int cp = 8;
   std::vector<int> seen;
-  for (Bell kind : {Bell::window, Bell::returned, Bell::consumed, Bell::released})
+  for (Bell kind : {Bell::window, Bell::returned, Bell::consumed, Bell::released, Bell::halo, Bell::halo_read,
+                    Bell::state, Bell::state_read})
     for (int s = 0; s < cp; ++s) seen.push_back(doorbell_index(cp, s, kind));
   std::sort(seen.begin(), seen.end());
   for (int i = 0; i < cp * kBellKinds; ++i) CHECK(seen[i] == i);
@@ -110,4 +111,25 @@ TEST_CASE("doorbells: one flag per (kind, sender), values grow with seq then win
   CHECK(doorbell_seq(0) == -1);
   CHECK_THROWS(doorbell_value(0, 4096));
   CHECK_THROWS(doorbell_value(-1, 0));
+}
+
+TEST_CASE("the KDA regions: halo rows and both packages per parity, aligned, after the MLA regions") {
+  const SlabLayout L = slab_layout_with_kda(4, 100, 8, 512, 64, 192, 128, 7168, 96, 128);
+  const SlabLayout mla = slab_layout(4, 100, 8);
+  CHECK(L.total_bytes > mla.total_bytes);
+  int64_t end = 0;
+  for (const auto& [name, r] : L.regions()) {
+    CHECK(r.offset % kSlabAlign == 0);
+    CHECK(r.offset >= end);  // address order, no overlap
+    end = r.end();
+  }
+  CHECK(end <= L.total_bytes);
+  for (int p = 0; p < 2; ++p) {
+    CHECK(L.halo[p].bytes == 4 * 7168 * 2);
+    CHECK(L.M[p].bytes == 96LL * 128 * 128 * 4);
+    CHECK(L.D[p].bytes == L.M[p].bytes);
+    CHECK(L.halo[p].offset >= mla.total_bytes);
+  }
+  CHECK(kda_parity(4) == 0);
+  CHECK(kda_parity(5) == 1);
 }

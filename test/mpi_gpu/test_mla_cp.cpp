@@ -34,15 +34,7 @@ constexpr double kMlaCpRelL2Floor = 1e-2;
 
 using Bits = std::vector<uint16_t>;
 
-double rel_l2(const Bits& a, const Bits& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double x = ref::bf16_to_f32(a[i]), y = ref::bf16_to_f32(b[i]);
-    num += (x - y) * (x - y);
-    den += y * y;
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
+using test::rel_l2_bf16;
 
 // argmax over a fixed pseudo-random [1024, hidden] projection of one row.
 int probe_argmax(const uint16_t* row, int64_t hidden) {
@@ -116,8 +108,8 @@ void check_cp_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
   const Bits prefix_4 = run_block(block, local.get(), 3, cuts_with(false, true), tl, blas, &fab, m.hidden);
   const Bits stripe_again = run_block(block, local.get(), 4, cuts_with(true, true), tl, blas, &fab, m.hidden);
 
-  const double e_prefix = rel_l2(prefix, cp1_none), e_stripe = rel_l2(stripe, cp1_all);
-  const double e_between = rel_l2(stripe, prefix);
+  const double e_prefix = rel_l2_bf16(prefix, cp1_none), e_stripe = rel_l2_bf16(stripe, cp1_all);
+  const double e_between = rel_l2_bf16(stripe, prefix);
   CHECK(e_prefix <= kMlaCpRelL2Floor);
   CHECK(e_stripe <= kMlaCpRelL2Floor);
   CHECK(e_between <= kMlaCpRelL2Floor);
