@@ -4,10 +4,12 @@
 //
 //   expert GEMMs   T = 16384 tokens, top-16 of 224 experts through the skewed
 //                  synthetic router (moe_route.h): gate|up [V, 3584] x [6144, 3584]ᵀ
-//                  and down [V, 3072] x [3584, 3072]ᵀ, grouped vs per-expert loop,
-//                  TFLOP/s and fraction of the GEMM ceiling; load imbalance.
-//   MoE block      the whole block (moe_block.h) at bucket b, cuts none and all,
-//                  per-launch medians from the Timeline, names checked against plan.
+//                  (two bf16 bands, gate and up) and down [V, 3072] x [3584, 3072]ᵀ
+//                  (bf16 out), grouped vs per-expert loop, TFLOP/s and fraction
+//                  of the GEMM ceiling each and both; load imbalance.
+//   MoE block      the whole block (moe_block.h) at bucket b with each engine,
+//                  cuts none and all, per-launch medians from the Timeline,
+//                  names checked against plan.
 //   dense FFN      layer 0's block (dense_ffn.h), same.
 //   first token    rmsnorm + lm head + land + argmax (first_token.h), same.
 // Every case validates: the expert GEMMs on sampled rows against a float64

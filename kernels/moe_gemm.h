@@ -6,22 +6,33 @@
 //                                     owns rows [offsets[e], offsets[e] + counts[e])
 //   w [E, n, k] bf16, packed          expert e's weight w[e] [n, k] (PyTorch
 //                                     linear layout: out features x in features)
-//   y [V, n] f32 or bf16, row stride ldy
-//   y[r] = x[r] · w[e]ᵀ for every row r of expert e (f32 accumulate, beta 0)
+//   bands                             1 or 2: w[e]'s rows split into `bands` row
+//                                     bands of nb = n / bands rows each
+//   y[j] [V, nb] bf16, row stride ldy band j's output (gate|up: y[0] = gate rows
+//                                     0..I-1, y[1] = up rows I..2I-1, each a
+//                                     contiguous [V, I] tensor SiTU reads as is)
+//   y[j][r] = x[r] · w[e][j nb .. (j+1) nb)ᵀ for every row r of expert e:
+//   f32 accumulate, beta 0, and cuBLAS rounds the f32 accumulator to bf16 once
+//   (round to nearest even) - the same bits a land (cut 1) of an f32 partial
+//   would give for the same accumulator, without the f32 round trip.
 //
-// Engines:
-//   grouped  one cublasGemmGroupedBatchedEx: one group of size 1 per non-empty
-//            expert (m_e = counts[e] differs per expert), CUBLAS_COMPUTE_32F,
-//            bf16 A/B, f32 or bf16 C. The installed cuBLAS (13.x, CUDA 13.0
-//            here and on the device) declares it in cublas_api.h; its cuBLASLt
-//            has no grouped matmul in this release (cublasLt.h has none), so
-//            the cuBLAS API is the one that exists. Whether this cuBLAS takes a
-//            given C type is asked once per process (grouped_gemm_supported):
-//            a 16 x 16 x 16 probe call; NOT_SUPPORTED / INVALID_VALUE = no.
-//   loop     one cublasGemmEx per non-empty expert (gemm.h's call, same operand
-//            order), in expert order on the same stream.
+// Engines (both write bf16; neither needs a landing after it):
+//   grouped  ONE cublasGemmGroupedBatchedEx per call: one group per non-empty
+//            expert (m_e = counts[e] differs per expert), group size = bands
+//            (the bands of one expert share m, n, k and the strides), Atype =
+//            Btype = Ctype = CUDA_R_16BF, CUBLAS_COMPUTE_32F, alpha 1, beta 0.
+//            That type combination is one cuBLAS documents for the grouped API
+//            (docs.nvidia.com/cuda/cublas "cublasGemmGroupedBatchedEx"; cuBLAS
+//            12.5+, declared in this cuBLAS 13.1's cublas_api.h); bf16 A/B with
+//            f32 C is NOT in its table (the H200 run's probe refused it). This
+//            cuBLAS's cuBLASLt has no grouped matmul (cublasLt.h has none), so
+//            the cuBLAS API is the one that exists. Whether cuBLAS takes the
+//            call is still asked once per process (grouped_gemm_supported): a
+//            16 x 16 x 16 probe; NOT_SUPPORTED / INVALID_VALUE = no.
+//   loop     one cublasGemmEx per non-empty expert and band (gemm.h's
+//            gemm_bf16out, same operand order), in expert order on the stream.
 // Empty experts launch nothing in either engine; rows of y that belong to no
-// expert (>= V) are not written.
+// expert (>= V) and columns past nb of a padded ldy are not written.
 //
 // Group sizes live on the device (moe_permute_plan's counts). Both engines need
 // them on the host: MoeGroupSizes copies counts [E] into pinned memory once per
@@ -31,12 +42,14 @@
 // host-side offsets are the exclusive scan of those counts: the same numbers
 // as the device's offsets (moe_route.h).
 //
-// The grouped engine's pointer arrays (A, B, C per group) are built on the host
-// and copied to the device (cudaMemcpyAsync from pinned memory, same stream)
-// before the GEMM; a ring of staging slots, each guarded by an event recorded
-// after its GEMM, keeps the host from rewriting a slot the device still reads.
+// The grouped engine's pointer arrays (A, B, C per problem, problems in group
+// order: expert e's band 0, band 1, then the next non-empty expert) are built
+// on the host and copied to the device (cudaMemcpyAsync from pinned memory,
+// same stream) before the GEMM; a ring of staging slots, each guarded by an
+// event recorded after its GEMM, keeps the host from rewriting a slot the
+// device still reads.
 //
-// Row-major y = x·wᵀ is column-major yᵀ [n, m] = w [n, k] (op T) · xᵀ [k, m] (op N).
+// Row-major y = x·wᵀ is column-major yᵀ [nb, m] = w band [nb, k] (op T) · xᵀ [k, m] (op N).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -50,15 +63,16 @@
 namespace pb {
 
 enum class MoeGemmEngine { grouped, loop };
-enum class MoeGemmOut { f32, bf16 };
+
+constexpr int kMoeGemmMaxBands = 2;
 
 const char* moe_gemm_engine_name(MoeGemmEngine e);
 // "grouped" or "loop"; throws pb::Error naming the allowed values otherwise.
 MoeGemmEngine moe_gemm_engine_from_name(const char* name);
 
-// Whether this process's cuBLAS runs cublasGemmGroupedBatchedEx for bf16 A/B
-// with the given C type (asked once, then cached; needs a current device).
-bool grouped_gemm_supported(const Blas& blas, MoeGemmOut out);
+// Whether this process's cuBLAS runs cublasGemmGroupedBatchedEx with bf16
+// A/B/C and f32 compute (asked once, then cached; needs a current device).
+bool grouped_gemm_supported(const Blas& blas);
 
 // counts [E] int32 on the device -> pinned host copy.
 class MoeGroupSizes {
@@ -84,7 +98,8 @@ class MoeGroupSizes {
 struct MoeGemmShape {
   int experts = 0;      // E
   int64_t n = 0, k = 0;  // every expert's weight is [n, k]
-  int64_t ldx = 0, ldy = 0;  // 0 = packed (k, n)
+  int64_t ldx = 0, ldy = 0;  // 0 = packed (k, n / bands)
+  int bands = 1;             // 1 .. kMoeGemmMaxBands; n must divide evenly
 };
 
 // Runs one of the two engines. One object per call site: it owns the grouped
@@ -96,28 +111,28 @@ class MoeGemm {
   MoeGemm(const MoeGemm&) = delete;
   MoeGemm& operator=(const MoeGemm&) = delete;
 
-  // counts: host copy [E] (MoeGroupSizes::wait). y is f32* for MoeGemmOut::f32,
-  // __nv_bfloat16* for bf16. Launches on `stream`.
+  // counts: host copy [E] (MoeGroupSizes::wait). y: s.bands outputs, band j
+  // into y[j]. Launches on `stream`.
   void run(MoeGemmEngine engine, const Blas& blas, const int32_t* counts, const __nv_bfloat16* x,
-           const __nv_bfloat16* w, void* y, MoeGemmOut out, MoeGemmShape s, cudaStream_t stream);
+           const __nv_bfloat16* w, __nv_bfloat16* const* y, MoeGemmShape s, cudaStream_t stream);
 
  private:
   struct Slot {
-    void** host = nullptr;    // pinned [3 * E]: A, B, C pointers
-    void** device = nullptr;  // [3 * E]
+    void** host = nullptr;    // pinned [3 * P], P = kMoeGemmMaxBands * E: A, B, C pointers
+    void** device = nullptr;  // [3 * P]
     cudaEvent_t done = nullptr;
     bool used = false;
   };
   void run_grouped(const Blas& blas, const int32_t* counts, const __nv_bfloat16* x, const __nv_bfloat16* w,
-                   void* y, MoeGemmOut out, const MoeGemmShape& s, cudaStream_t stream);
+                   __nv_bfloat16* const* y, const MoeGemmShape& s, cudaStream_t stream);
   void run_loop(const Blas& blas, const int32_t* counts, const __nv_bfloat16* x, const __nv_bfloat16* w,
-                void* y, MoeGemmOut out, const MoeGemmShape& s, cudaStream_t stream);
+                __nv_bfloat16* const* y, const MoeGemmShape& s, cudaStream_t stream);
   int experts_;
   std::vector<Slot> slots_;
   size_t next_slot_ = 0;
 };
 
-// Σ over experts of 2·counts[e]·n·k.
+// Σ over experts of 2·counts[e]·n·k (n: all bands together).
 double moe_gemm_flops(const int32_t* counts, int experts, int64_t n, int64_t k);
 
 }  // namespace pb

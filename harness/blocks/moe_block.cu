@@ -49,7 +49,6 @@ MoeBlock::MoeBlock(const ModelShape& m, int64_t bucket, int64_t max_tokens, uint
                 S = m.shared_inter;
   const int64_t b = bucket, routed = max_tokens * k;
   check_moe_route_shape(route_shape(m, max_tokens));
-  grouped_f32_ = grouped_gemm_supported(blas, MoeGemmOut::f32);
   auto bf = [](int64_t n) { return DeviceBuffer<bf16>(size_t(n)); };
   normed_ = bf(b * h);
   latent_ = bf(b * lat);
@@ -65,8 +64,9 @@ MoeBlock::MoeBlock(const ModelShape& m, int64_t bucket, int64_t max_tokens, uint
   sh_up_ = bf(b * S);
   sh_act_ = bf(b * S);
   shared_ = bf(b * h);
-  // One f32 scratch for every partial: each is landed before the next GEMM writes.
-  const int64_t partial = std::max({b * lat, routed * 2 * I, routed * lat, b * h, b * 2 * S});
+  // One f32 scratch for every dense GEMM's partial: each is landed before the
+  // next GEMM writes. The expert GEMMs write bf16 directly (moe_gemm.h).
+  const int64_t partial = std::max({b * lat, b * h, b * 2 * S});
   partial_ = DeviceBuffer<float>(size_t(partial));
   logits_ = DeviceBuffer<float>(size_t(b * E));
   topw_ = DeviceBuffer<float>(size_t(routed));
@@ -81,10 +81,6 @@ MoeBlock::MoeBlock(const ModelShape& m, int64_t bucket, int64_t max_tokens, uint
   PB_CUDA(cudaStreamSynchronize(stream));
 }
 
-MoeGemmEngine MoeBlock::engine_for(MoeGemmEngine requested) const {
-  return requested == MoeGemmEngine::grouped && !grouped_f32_ ? MoeGemmEngine::loop : requested;
-}
-
 double MoeBlock::load_imbalance() const { return moe_load_imbalance(counts_.data(), int(m_.experts)); }
 
 void MoeBlock::run(Timeline& tl, const Blas& blas, const CutSet& cuts, MoeGemmEngine engine, const bf16* x,
@@ -96,7 +92,6 @@ void MoeBlock::run(Timeline& tl, const Blas& blas, const CutSet& cuts, MoeGemmEn
   const float eps = float(m_.rms_eps);
   const MoeRouteShape rs = route_shape(m_, tokens);
   const Variant lv = land_variant(cuts), ev = elementwise_variant(cuts);
-  const MoeGemmEngine eng = engine_for(engine);
   cudaStream_t st = tl.stream();
   float* partial = partial_.get();
   const MoePlan plan{plan_counts_.get(), plan_offsets_.get(), perm_src_.get(), perm_dst_.get()};
@@ -122,19 +117,18 @@ void MoeBlock::run(Timeline& tl, const Blas& blas, const CutSet& cuts, MoeGemmEn
     const int32_t* counts = sizes_.wait();
     counts_.assign(counts, counts + E);
     for (int32_t c : counts_) valid += c;
-    gemm_gate_up_.run(eng, blas, counts_.data(), xp_.get(), w_.expert_gate_up.get(), partial, MoeGemmOut::f32,
-                      MoeGemmShape{int(E), 2 * I, lat, 0, 0}, st);
+    bf16* const bands[2] = {gate_.get(), up_.get()};  // W_gu[e] rows 0..I-1 -> gate, I..2I-1 -> up
+    gemm_gate_up_.run(engine, blas, counts_.data(), xp_.get(), w_.expert_gate_up.get(), bands,
+                      MoeGemmShape{int(E), 2 * I, lat, 0, 0, 2}, st);
   });
-  land_band(tl, lv, "expert_gate", partial, gate_.get(), valid, 2 * I, 0, I);
-  land_band(tl, lv, "expert_up", partial, up_.get(), valid, 2 * I, I, I);
   tl.launch("elementwise", "situ", [&] { situ(ev, gate_.get(), up_.get(), act_.get(), valid * I, st); });
   tl.launch("moe", "moe.weight",
             [&] { moe_weight(act_.get(), perm_src_.get(), topw_.get(), act_.get(), rs, I, st); });
   tl.launch("moe_gemm", "moe_gemm.down", [&] {
-    gemm_down_.run(eng, blas, counts_.data(), act_.get(), w_.expert_down.get(), partial, MoeGemmOut::f32,
-                   MoeGemmShape{int(E), lat, I, 0, 0}, st);
+    bf16* const band[1] = {yd_.get()};
+    gemm_down_.run(engine, blas, counts_.data(), act_.get(), w_.expert_down.get(), band,
+                   MoeGemmShape{int(E), lat, I, 0, 0, 1}, st);
   });
-  land_band(tl, lv, "expert_down", partial, yd_.get(), valid, lat, 0, lat);
   tl.launch("moe", "moe.combine", [&] {
     moe_combine(yd_.get(), perm_dst_.get(), routed_latent_.get(), rs, lat, st);
     if (tokens < b)

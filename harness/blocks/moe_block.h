@@ -10,13 +10,15 @@
 //   rmsnorm.moe_in; gemm.router -> logits f32 [b, E]; moe.topk (T rows);
 //   moe.plan (moe_permute_plan + the async copy of counts to the host);
 //   gemm.lat_down + land.lat_down -> latent [b, lat]; moe.permute -> xp [T k, lat];
-//   moe_gemm.gate_up (the host waits for the counts here) -> f32 [V, 2 I];
-//   land.expert_gate, land.expert_up -> [V, I] each; situ; moe.weight (in place);
-//   moe_gemm.down -> f32 [V, lat]; land.expert_down; moe.combine -> routed_latent
+//   moe_gemm.gate_up (the host waits for the counts here) -> bf16 gate [V, I] and
+//   up [V, I] (one grouped call: two problems per expert); situ; moe.weight (in
+//   place); moe_gemm.down -> bf16 [V, lat]; moe.combine -> routed_latent
 //   [T, lat] (rows T..b-1 zeroed in the same span); rmsnorm.routed_latent;
 //   gemm.lat_up + land.lat_up -> routed [b, h]; gemm.shared -> f32 [b, 2 S];
 //   land.shared_gate, land.shared_up; situ; gemm.shared_down + land.shared_down
 //   -> shared [b, h]; add2 -> out.
+// The expert GEMMs write bf16 themselves (cuBLAS rounds its f32 accumulator
+// once, moe_gemm.h), so no landing follows them, with either engine.
 // V = valid assignments = T k (router_topk never drops one). The cut switches
 // pick the land (cut 1) and situ / add2 (cut 5) variants; everything else is
 // the same launch either way, so cut on and off give the same bits.
@@ -61,17 +63,15 @@ MoeWeights make_moe_weights(const ModelShape& m, uint64_t seed, cudaStream_t str
 class MoeBlock {
  public:
   // Buffers for b = bucket rows and up to max_tokens live rows; weights filled
-  // on `stream`. Asks cuBLAS once whether the grouped engine takes f32 C.
+  // on `stream`.
   MoeBlock(const ModelShape& m, int64_t bucket, int64_t max_tokens, uint64_t seed, const Blas& blas,
            cudaStream_t stream);
 
   // Every launch through tl (on tl.stream()); x and out are [b, h], distinct.
+  // `engine` runs both expert GEMMs (the scenario's moe_gemm key); grouped
+  // throws when this cuBLAS refuses it (grouped_gemm_supported), no fallback.
   void run(Timeline& tl, const Blas& blas, const CutSet& cuts, MoeGemmEngine engine, const __nv_bfloat16* x,
            int64_t tokens, __nv_bfloat16* out);
-
-  // The engine run() uses for `requested`: grouped falls back to the loop when
-  // this cuBLAS has no grouped bf16 -> f32 GEMM (grouped_gemm_supported).
-  MoeGemmEngine engine_for(MoeGemmEngine requested) const;
 
   const ModelShape& shape() const { return m_; }
   int64_t bucket() const { return b_; }
@@ -87,7 +87,6 @@ class MoeBlock {
   ModelShape m_;
   int64_t b_, max_tokens_;
   MoeWeights w_;
-  bool grouped_f32_ = false;
   // activations (bf16 unless said)
   DeviceBuffer<__nv_bfloat16> normed_, latent_, xp_, gate_, up_, act_, yd_, routed_latent_, routed_norm_,
       routed_, sh_gate_, sh_up_, sh_act_, shared_;

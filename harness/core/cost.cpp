@@ -188,6 +188,11 @@ Cost moe_combine(int64_t tokens, int64_t top_k, int64_t width) {
                 double(tokens) * top_k * width);
 }
 
+Cost moe_gemm(int64_t rows, int64_t experts, int64_t n, int64_t k) {
+  return {double(rows) * k * kBf16 + double(experts) * n * k * kBf16 + double(rows) * n * kBf16,
+          2.0 * rows * n * k, Unit::tensor};
+}
+
 Cost embed(int64_t rows, int64_t hidden) { return memory(2.0 * rows * hidden * kBf16 + rows * 4.0); }
 
 Cost argmax(int64_t n) { return memory(double(n) * kBf16, double(n)); }

@@ -245,13 +245,14 @@ class RankPlanner {
     add("moe", "moe.plan", cost::moe_plan(t_, k, m_.experts));
     gemm_land("lat_down", b_, lat, h);
     add("moe", "moe.permute", cost::moe_permute(t_, k, lat));
-    add("moe_gemm", "moe_gemm.gate_up", cost::gemm(routed_rows, 2 * inter, lat, s_.split_k));
-    land("expert_gate", routed_rows, inter);
-    land("expert_up", routed_rows, inter);
+    // The expert GEMMs write bf16 (gate and up as two bands, kernels/moe_gemm.h),
+    // so no landing follows them. Both engines (scenario key moe_gemm) record
+    // the same two spans: grouped = one cublasGemmGroupedBatchedEx each; loop =
+    // one cublasGemmEx per non-empty expert and band inside the same span.
+    add("moe_gemm", "moe_gemm.gate_up", cost::moe_gemm(routed_rows, m_.experts, 2 * inter, lat));
     situ(routed_rows * inter);
     add("moe", "moe.weight", cost::moe_weight(routed_rows, inter));
-    add("moe_gemm", "moe_gemm.down", cost::gemm(routed_rows, lat, inter, s_.split_k));
-    land("expert_down", routed_rows, lat);
+    add("moe_gemm", "moe_gemm.down", cost::moe_gemm(routed_rows, m_.experts, lat, inter));
     add("moe", "moe.combine", cost::moe_combine(t_, k, lat));
     rmsnorm("routed_latent", b_, lat);
     gemm_land("lat_up", b_, h, lat);

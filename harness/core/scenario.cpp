@@ -21,7 +21,7 @@ std::string join(const std::vector<std::string>& items) {
 }
 
 const std::vector<std::string> kTopKeys = {
-    "name", "model", "cp", "context", "bucket", "split_k", "fabric", "fmha", "gpu_profile",
+    "name", "model", "cp", "context", "bucket", "split_k", "fabric", "fmha", "moe_gemm", "gpu_profile",
     "serialize_ranks", "cuts", "variants", "warmup", "reps", "seed", "output", "debug"};
 const std::vector<std::string> kDebugKeys = {"delay_family", "delay_us"};
 const std::vector<std::string> kVariantKeys = {"name", "cuts"};
@@ -269,6 +269,7 @@ std::map<std::string, std::string> apply_sets(YAML::Node& root, const std::vecto
 
 std::vector<std::string> fabric_names() { return {"ipc", "nccl", "auto"}; }
 std::vector<std::string> fmha_engine_names() { return {"native", "cudnn", "auto"}; }
+std::vector<std::string> moe_gemm_engine_names() { return {"grouped", "loop"}; }
 
 CutSet parse_cut_list(const std::string& list, const std::string& where) {
   CutSet set;
@@ -337,6 +338,7 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
   if (root["split_k"]) s.split_k = int(get_int(at, root["split_k"], "split_k", 1, 16));
   if (root["fabric"]) s.fabric = get_choice(at, root["fabric"], "fabric", fabric_names());
   if (root["fmha"]) s.fmha = get_choice(at, root["fmha"], "fmha", fmha_engine_names());
+  if (root["moe_gemm"]) s.moe_gemm = get_choice(at, root["moe_gemm"], "moe_gemm", moe_gemm_engine_names());
   if (root["gpu_profile"]) s.gpu_profile = get_choice(at, root["gpu_profile"], "gpu_profile", gpu_profile_names());
   if (root["serialize_ranks"]) s.serialize_ranks = get_bool(at, root["serialize_ranks"], "serialize_ranks");
   if (root["warmup"]) s.warmup = int(get_int(at, root["warmup"], "warmup", 0, 1000));

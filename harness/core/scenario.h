@@ -8,6 +8,7 @@
 //   split_k: 1
 //   fabric: auto                           # ipc | nccl | auto
 //   fmha: auto                             # native | cudnn | auto
+//   moe_gemm: grouped                      # grouped | loop (the expert GEMMs' engine)
 //   serialize_ranks: false                 # ranks of one GPU take turns
 //   cuts: all                              # all | none | seed | [land, conv] | {land: on}
 //   variants: each-cut                     # or [{name: a, cuts: none}, ...]
@@ -64,6 +65,7 @@ struct Scenario {
   int split_k = 1;
   std::string fabric = "auto";
   std::string fmha = "auto";
+  std::string moe_gemm = "grouped";  // kernels/moe_gemm.h's engines
   std::string gpu_profile = "h200";
   bool serialize_ranks = false;
   std::vector<VariantSpec> variants;  // at least one
@@ -91,5 +93,6 @@ CutSet parse_cut_list(const std::string& list, const std::string& where);
 
 std::vector<std::string> fabric_names();
 std::vector<std::string> fmha_engine_names();
+std::vector<std::string> moe_gemm_engine_names();  // grouped, loop (moe_gemm_engine_from_name)
 
 }  // namespace pb

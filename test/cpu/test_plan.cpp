@@ -65,18 +65,34 @@ TEST_CASE("a GEMM's FLOPs and a roofline on the H200 profile") {
   CHECK(roofline_us(l.cost, h200) == doctest::Approx(l.cost.bytes / 4.25e6));
 }
 
-TEST_CASE("MoE FFN: the launch order the MoE block records (harness/blocks/moe_block.h)") {
-  RankPlan p = plan_rank(k3(1, 16384), CutSet::none(), 0);
-  size_t i = 0;
-  while (i < p.launches.size() && !(p.launches[i].layer == 1 && p.launches[i].kernel == "rmsnorm.moe_in")) ++i;
-  const std::vector<std::string> want = {
-      "rmsnorm.moe_in", "gemm.router", "moe.topk", "moe.plan", "gemm.lat_down", "land.lat_down", "moe.permute",
-      "moe_gemm.gate_up", "land.expert_gate", "land.expert_up", "situ", "moe.weight", "moe_gemm.down",
-      "land.expert_down", "moe.combine", "rmsnorm.routed_latent", "gemm.lat_up", "land.lat_up", "gemm.shared",
-      "land.shared_gate", "land.shared_up", "situ", "gemm.shared_down", "land.shared_down", "add2"};
-  REQUIRE(i + want.size() <= p.launches.size());
-  for (size_t j = 0; j < want.size(); ++j) CHECK(p.launches[i + j].kernel == want[j]);
-  CHECK(first(p, "moe.plan").cost.bytes > 0);
+TEST_CASE("MoE FFN: the launch order the MoE block records (harness/blocks/moe_block.h), either engine") {
+  for (const char* engine : {"grouped", "loop"}) {
+    INFO("moe_gemm: " << engine);
+    Scenario s = k3(1, 16384);
+    REQUIRE(s.moe_gemm == "grouped");  // the default
+    s.moe_gemm = engine;
+    RankPlan p = plan_rank(s, CutSet::none(), 0);
+    size_t i = 0;
+    while (i < p.launches.size() && !(p.launches[i].layer == 1 && p.launches[i].kernel == "rmsnorm.moe_in")) ++i;
+    // The expert GEMMs write bf16 (kernels/moe_gemm.h): no land.expert_* after them.
+    const std::vector<std::string> want = {
+        "rmsnorm.moe_in", "gemm.router", "moe.topk", "moe.plan", "gemm.lat_down", "land.lat_down", "moe.permute",
+        "moe_gemm.gate_up", "situ", "moe.weight", "moe_gemm.down", "moe.combine", "rmsnorm.routed_latent",
+        "gemm.lat_up", "land.lat_up", "gemm.shared", "land.shared_gate", "land.shared_up", "situ",
+        "gemm.shared_down", "land.shared_down", "add2"};
+    REQUIRE(i + want.size() <= p.launches.size());
+    for (size_t j = 0; j < want.size(); ++j) CHECK(p.launches[i + j].kernel == want[j]);
+    CHECK(first(p, "moe.plan").cost.bytes > 0);
+    CHECK(count(p, "land.expert_gate") + count(p, "land.expert_up") + count(p, "land.expert_down") == 0);
+    // Costs: V = 16384 * 16 rows; all 224 experts' weights read once; bf16 out.
+    const double V = 16384.0 * 16;
+    const Launch& gu = first(p, "moe_gemm.gate_up");
+    CHECK(gu.cost.flops == 2.0 * V * 6144 * 3584);
+    CHECK(gu.cost.bytes == V * 3584 * 2 + 224.0 * 6144 * 3584 * 2 + V * 6144 * 2);
+    const Launch& dn = first(p, "moe_gemm.down");
+    CHECK(dn.cost.flops == 2.0 * V * 3584 * 3072);
+    CHECK(dn.cost.bytes == V * 3072 * 2 + 224.0 * 3584 * 3072 * 2 + V * 3584 * 2);
+  }
 }
 
 TEST_CASE("layer structure: 69 KDA and 24 MLA layers, one dense FFN, 186 AttnRes calls") {

@@ -231,6 +231,8 @@ Bits moe_reference(const ModelShape& m, const MoeBlock& block, const Bits& x) {
       const std::vector<float> r = ref_gemm(row, we, 1, 2 * I, lat);
       std::copy(r.begin(), r.end(), gu_part.begin() + p * 2 * I);
     }
+  // The expert GEMMs write bf16 themselves (cuBLAS rounds its f32 accumulator
+  // once, RNE): the same rounding as land (cut 1) of that f32 value.
   const Bits gate = ref_land(gu_part, V, 2 * I, 0, I), up = ref_land(gu_part, V, 2 * I, I, I);
   Bits act = ref_situ(gate, up);
   act.resize(size_t(T * k * I), 0);

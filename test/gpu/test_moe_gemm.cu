@@ -1,23 +1,21 @@
 // The expert GEMMs (kernels/moe_gemm.h): the grouped engine and the per-expert
 // loop against a float64 reference and against each other, on uneven groups
-// with empty experts, padded strides, f32 and bf16 outputs; rows past the
-// experts' must stay untouched; the staging ring survives more back-to-back
-// calls than it has slots; argmax (kernels/argmax.h) against its reference.
+// with empty experts, padded strides, one band and two (gate | up into two
+// outputs); rows past the experts' and padding columns must stay untouched;
+// the staging ring survives more back-to-back calls than it has slots; argmax
+// (kernels/argmax.h) against its reference.
 //
-// Floors, per element, with mag = Σ_i |x_i w_i| (every bf16 product is exact
-// in f32, so any f32 summation order is within (k + 2) · 2^-24 · mag of the
-// exact sum):
-//   f32 out   |y - ref| <= (k + 2) · 2^-24 · mag
-//   bf16 out  the same plus 2^-8 · |ref| (the final rounding, with margin)
-//   grouped vs loop: within the sum of their two floors. They are bit-identical
-//   only when cuBLAS picks the same kernel (and split) for each expert's shape;
-//   the grouped API chooses its own kernels, so bit identity is reported
-//   (MESSAGE), not required.
+// Floor, per element, with mag = Σ_i |x_i w_i| (every bf16 product is exact in
+// f32, so any f32 summation order is within (k + 2) · 2^-24 · mag of the exact
+// sum; the one rounding to bf16 adds at most 2^-9 |y|, taken with margin):
+//   |y - ref| <= 2^-8 · |ref| + (k + 2) · 2^-24 · mag
+// Grouped vs loop: each within the floor; bit identity holds only when cuBLAS
+// picks the same kernel (and split) for each expert's shape, which the grouped
+// API chooses on its own, so it is reported (MESSAGE), not required.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -41,7 +39,8 @@ double value(uint16_t b) { return double(ref::bf16_to_f32(b)); }
 
 struct GroupCase {
   std::vector<int32_t> counts;  // [E]
-  int64_t n, k, ldx, ldy;
+  int64_t n, k, ldx, ldy;       // ldy: of each band's output [V, n / bands]
+  int bands;
 };
 
 struct Operands {
@@ -50,6 +49,7 @@ struct Operands {
 };
 
 int64_t total_rows(const GroupCase& c) { return std::accumulate(c.counts.begin(), c.counts.end(), int64_t(0)); }
+MoeGemmShape shape_of(const GroupCase& c) { return {int(c.counts.size()), c.n, c.k, c.ldx, c.ldy, c.bands}; }
 
 Operands make_operands(const GroupCase& c, uint64_t seed) {
   Operands o;
@@ -63,170 +63,164 @@ Operands make_operands(const GroupCase& c, uint64_t seed) {
   return o;
 }
 
-// y [V + guard, ldy] as doubles, after one engine's run into a poisoned buffer.
-// Poison: 0xff bytes (NaN in both types).
-std::vector<double> run_engine(MoeGemm& gemm, MoeGemmEngine e, const Blas& blas, const GroupCase& c,
-                               const Operands& o, MoeGemmOut out, std::vector<uint8_t>* raw) {
-  const int64_t rows = total_rows(c) + kGuardRows;
-  const MoeGemmShape shape{int(c.counts.size()), c.n, c.k, c.ldx, c.ldy};
-  std::vector<double> got(size_t(rows * c.ldy));
-  if (out == MoeGemmOut::f32) {
-    DeviceBuffer<float> dy(got.size());
-    dy.poison();
-    gemm.run(e, blas, c.counts.data(), o.dx.get(), o.dw.get(), dy.get(), out, shape, nullptr);
-    PB_CUDA(cudaDeviceSynchronize());
-    const std::vector<float> y = dy.download();
-    for (size_t i = 0; i < y.size(); ++i) got[i] = y[i];
-    raw->assign(reinterpret_cast<const uint8_t*>(y.data()), reinterpret_cast<const uint8_t*>(y.data() + y.size()));
-  } else {
-    DeviceBuffer<bf16> dy(got.size());
-    dy.poison();
-    gemm.run(e, blas, c.counts.data(), o.dx.get(), o.dw.get(), dy.get(), out, shape, nullptr);
-    PB_CUDA(cudaDeviceSynchronize());
-    const std::vector<uint16_t> y = dy.download<uint16_t>();
-    for (size_t i = 0; i < y.size(); ++i) got[i] = value(y[i]);
-    raw->assign(reinterpret_cast<const uint8_t*>(y.data()), reinterpret_cast<const uint8_t*>(y.data() + y.size()));
+// One poisoned output per band, [V + guard, ldy] each (poison: 0xff bytes, NaN).
+struct Outputs {
+  std::vector<DeviceBuffer<bf16>> bands;
+  std::vector<bf16*> ptrs;
+  Outputs(const GroupCase& c, cudaStream_t st) {
+    for (int j = 0; j < c.bands; ++j) {
+      bands.emplace_back(size_t((total_rows(c) + kGuardRows) * c.ldy));
+      bands.back().poison(st);
+      ptrs.push_back(bands.back().get());
+    }
   }
-  return got;
+  // Band after band, raw bits.
+  std::vector<uint16_t> download() {
+    std::vector<uint16_t> all;
+    for (auto& b : bands) {
+      const std::vector<uint16_t> h = b.download<uint16_t>();
+      all.insert(all.end(), h.begin(), h.end());
+    }
+    return all;
+  }
+};
+
+std::vector<uint16_t> run_engine(MoeGemm& gemm, MoeGemmEngine e, const Blas& blas, const GroupCase& c,
+                                 const Operands& o) {
+  Outputs y(c, nullptr);
+  gemm.run(e, blas, c.counts.data(), o.dx.get(), o.dw.get(), y.ptrs.data(), shape_of(c), nullptr);
+  PB_CUDA(cudaDeviceSynchronize());
+  return y.download();
 }
 
-double floor_of(double ref, double mag, int64_t k, MoeGemmOut out) {
-  const double f32 = double(k + 2) * std::ldexp(1.0, -24) * mag;
-  return out == MoeGemmOut::f32 ? f32 : f32 + std::ldexp(1.0, -8) * std::fabs(ref);
-}
-
-// Checks `got` against float64: the experts' rows and columns within the
-// floor, the padding columns and the guard rows untouched (NaN).
-void check_against_reference(const std::vector<double>& got, const GroupCase& c, const Operands& o,
-                             MoeGemmOut out, const char* engine) {
-  INFO(engine << (out == MoeGemmOut::f32 ? " f32 out" : " bf16 out"));
-  int64_t bad = 0, written_padding = 0;
-  int64_t row = 0;
-  for (size_t e = 0; e < c.counts.size(); ++e)
-    for (int32_t r = 0; r < c.counts[e]; ++r, ++row)
-      for (int64_t j = 0; j < c.ldy; ++j) {
-        const double g = got[size_t(row * c.ldy + j)];
-        if (j >= c.n) {
-          written_padding += !std::isnan(g);
-          continue;
+// Checks the bands' raw bits against float64: the experts' rows and columns
+// within the floor, the padding columns and the guard rows untouched (NaN).
+void check_against_reference(const std::vector<uint16_t>& got, const GroupCase& c, const Operands& o,
+                             const char* engine) {
+  INFO(engine);
+  const int64_t V = total_rows(c), nb = c.n / c.bands, band_elems = (V + kGuardRows) * c.ldy;
+  REQUIRE(int64_t(got.size()) == band_elems * c.bands);
+  int64_t bad = 0, written_padding = 0, guard_written = 0;
+  for (int j = 0; j < c.bands; ++j) {
+    const uint16_t* y = got.data() + j * band_elems;
+    int64_t row = 0;
+    for (size_t e = 0; e < c.counts.size(); ++e)
+      for (int32_t r = 0; r < c.counts[e]; ++r, ++row)
+        for (int64_t col = 0; col < c.ldy; ++col) {
+          const double g = value(y[row * c.ldy + col]);
+          if (col >= nb) {
+            written_padding += !std::isnan(g);
+            continue;
+          }
+          const int64_t wrow = int64_t(e) * c.n + j * nb + col;  // the weight row of this band's column
+          double ref = 0, mag = 0;
+          for (int64_t l = 0; l < c.k; ++l) {
+            const double p = value(o.x[size_t(row * c.ldx + l)]) * value(o.w[size_t(wrow * c.k + l)]);
+            ref += p;
+            mag += std::fabs(p);
+          }
+          const double floor = std::ldexp(1.0, -8) * std::fabs(ref) + double(c.k + 2) * std::ldexp(1.0, -24) * mag;
+          if (!(std::fabs(g - ref) <= floor)) {
+            if (bad == 0)
+              MESSAGE("first bad: band " << j << " expert " << e << " row " << row << " col " << col << " got " << g
+                                         << " ref " << ref);
+            ++bad;
+          }
         }
-        double ref = 0, mag = 0;
-        for (int64_t l = 0; l < c.k; ++l) {
-          const double p = value(o.x[size_t(row * c.ldx + l)]) * value(o.w[size_t((int64_t(e) * c.n + j) * c.k + l)]);
-          ref += p;
-          mag += std::fabs(p);
-        }
-        if (!(std::fabs(g - ref) <= floor_of(ref, mag, c.k, out))) {
-          if (bad == 0) MESSAGE("first bad: expert " << e << " row " << row << " col " << j << " got " << g << " ref " << ref);
-          ++bad;
-        }
-      }
+    for (int64_t i = row * c.ldy; i < band_elems; ++i) guard_written += !std::isnan(value(y[i]));
+  }
   CHECK(bad == 0);
   CHECK(written_padding == 0);
-  int64_t guard_written = 0;
-  for (int64_t i = row * c.ldy; i < int64_t(got.size()); ++i) guard_written += !std::isnan(got[size_t(i)]);
   CHECK_MESSAGE(guard_written == 0, "rows past the experts' were written");
 }
 
-void check_engines(const GroupCase& c, MoeGemmOut out, uint64_t seed) {
+// Returns whether grouped == loop bit for bit (false when grouped is refused).
+bool check_engines(const GroupCase& c, uint64_t seed) {
   INFO("E " << c.counts.size() << " V " << total_rows(c) << " n " << c.n << " k " << c.k << " ldx " << c.ldx
-            << " ldy " << c.ldy);
+            << " ldy " << c.ldy << " bands " << c.bands);
   const Operands o = make_operands(c, seed);
   Blas blas;
   MoeGemm gemm(int(c.counts.size()));
-  std::vector<uint8_t> raw_loop, raw_grouped;
-  const std::vector<double> loop = run_engine(gemm, MoeGemmEngine::loop, blas, c, o, out, &raw_loop);
-  check_against_reference(loop, c, o, out, "loop");
-  const bool grouped = grouped_gemm_supported(blas, out);
-  if (out == MoeGemmOut::bf16) CHECK_MESSAGE(grouped, "cublasGemmGroupedBatchedEx refuses bf16 A/B/C");
-  if (!grouped) {
-    MESSAGE("cublasGemmGroupedBatchedEx refuses bf16 A/B with this C type: grouped engine not checked");
-    return;
-  }
-  const std::vector<double> g = run_engine(gemm, MoeGemmEngine::grouped, blas, c, o, out, &raw_grouped);
-  check_against_reference(g, c, o, out, "grouped");
-  MESSAGE("grouped vs loop: " << (raw_grouped == raw_loop ? "bit-identical" : "differ in bits (both within the floor)"));
+  const std::vector<uint16_t> loop = run_engine(gemm, MoeGemmEngine::loop, blas, c, o);
+  check_against_reference(loop, c, o, "loop");
+  REQUIRE_MESSAGE(grouped_gemm_supported(blas), "cublasGemmGroupedBatchedEx refuses bf16 A/B/C, f32 compute");
+  const std::vector<uint16_t> grouped = run_engine(gemm, MoeGemmEngine::grouped, blas, c, o);
+  check_against_reference(grouped, c, o, "grouped");
+  const bool same = grouped == loop;
+  MESSAGE("grouped vs loop: " << (same ? "bit-identical" : "differ in bits (both within the floor)"));
+  return same;
 }
 
 }  // namespace
 
-TEST_CASE("moe_gemm: grouped cuBLAS support for bf16 A/B") {
+TEST_CASE("moe_gemm: cublasGemmGroupedBatchedEx takes bf16 A/B/C with f32 compute") {
   Blas blas;
-  const bool f32 = grouped_gemm_supported(blas, MoeGemmOut::f32);
-  const bool bf = grouped_gemm_supported(blas, MoeGemmOut::bf16);
-  MESSAGE("cublasGemmGroupedBatchedEx bf16 A/B: f32 C " << (f32 ? "supported" : "NOT supported") << ", bf16 C "
-                                                        << (bf ? "supported" : "NOT supported"));
-  CHECK(bf);
-  // The MoE block needs f32 C (the f32 partial that land, cut 1, turns into bf16);
-  // without it the block falls back to the loop engine.
-  CHECK_MESSAGE(f32, "no grouped bf16 -> f32 GEMM: the MoE block runs the per-expert loop");
+  const bool ok = grouped_gemm_supported(blas);
+  MESSAGE("cublasGemmGroupedBatchedEx bf16 A/B/C, CUBLAS_COMPUTE_32F: " << (ok ? "supported" : "NOT supported"));
+  CHECK(ok);
 }
 
-TEST_CASE("moe_gemm: uneven and empty groups, both engines, both outputs == float64") {
+TEST_CASE("moe_gemm: uneven and empty groups, one and two bands, both engines == float64") {
   const std::vector<GroupCase> cases = {
-      {{5, 0, 1, 17, 0, 33, 2}, 48, 40, 40, 48},          // packed, empty experts in the middle
-      {{0, 0, 64, 3, 0, 129, 0, 1}, 96, 72, 80, 112},     // padded strides, empty first and last
-      {{300, 0, 7, 0, 0, 0, 45, 12, 0, 1, 0, 0, 0, 90, 2, 0}, 256, 512, 512, 256},  // one big group
-      {{1}, 8, 8, 8, 8},                                    // a single row
+      {{5, 0, 1, 17, 0, 33, 2}, 48, 40, 40, 48, 1},          // packed, empty experts in the middle
+      {{5, 0, 1, 17, 0, 33, 2}, 96, 40, 40, 48, 2},          // the same as gate | up bands
+      {{0, 0, 64, 3, 0, 129, 0, 1}, 96, 72, 80, 112, 1},     // padded strides, empty first and last
+      {{0, 0, 64, 3, 0, 129, 0, 1}, 192, 72, 80, 112, 2},    // padded, two bands
+      {{300, 0, 7, 0, 0, 0, 45, 12, 0, 1, 0, 0, 0, 90, 2, 0}, 512, 512, 512, 256, 2},  // one big group
+      {{1}, 8, 8, 8, 8, 1},                                    // a single row
   };
   uint64_t seed = 100;
-  for (const GroupCase& c : cases)
-    for (MoeGemmOut out : {MoeGemmOut::f32, MoeGemmOut::bf16}) check_engines(c, out, seed += 10);
+  int same = 0;
+  for (const GroupCase& c : cases) same += check_engines(c, seed += 10);
+  MESSAGE("grouped == loop bit for bit in " << same << " of " << cases.size() << " cases");
 }
 
 TEST_CASE("moe_gemm: every expert empty launches nothing") {
-  const GroupCase c{{0, 0, 0}, 16, 16, 16, 16};
+  const GroupCase c{{0, 0, 0}, 16, 16, 16, 8, 2};
   const Operands o = make_operands(c, 7);
   Blas blas;
   MoeGemm gemm(3);
   for (MoeGemmEngine e : {MoeGemmEngine::loop, MoeGemmEngine::grouped}) {
-    if (e == MoeGemmEngine::grouped && !grouped_gemm_supported(blas, MoeGemmOut::f32)) continue;
-    std::vector<uint8_t> raw;
-    const std::vector<double> y = run_engine(gemm, e, blas, c, o, MoeGemmOut::f32, &raw);
+    const std::vector<uint16_t> y = run_engine(gemm, e, blas, c, o);
     int64_t written = 0;
-    for (double v : y) written += !std::isnan(v);
+    for (uint16_t v : y) written += !std::isnan(value(v));
     CHECK(written == 0);
   }
 }
 
 TEST_CASE("moe_gemm: back-to-back grouped calls past the staging ring, different groups each") {
   Blas blas;
-  if (!grouped_gemm_supported(blas, MoeGemmOut::f32)) {
-    MESSAGE("no grouped bf16 -> f32 GEMM: skipped");
-    return;
-  }
+  REQUIRE(grouped_gemm_supported(blas));
   constexpr int kCalls = 9;  // more than the ring's slots
   const int E = 6;
-  const int64_t n = 32, k = 24;
+  const int64_t n = 64, k = 24;
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> rows(0, 40);
+  cudaStream_t st;
+  PB_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   std::vector<GroupCase> cases;
   std::vector<Operands> ops;
-  std::vector<DeviceBuffer<float>> ys;
+  std::vector<Outputs> ys;
   for (int i = 0; i < kCalls; ++i) {
-    GroupCase c{std::vector<int32_t>(E), n, k, k, n};
+    const int bands = 1 + i % 2;
+    GroupCase c{std::vector<int32_t>(E), n, k, k, n / bands, bands};
     for (auto& v : c.counts) v = rows(rng) % 3 == 0 ? 0 : rows(rng);
     c.counts[size_t(i % E)] = 17;  // never all empty
     cases.push_back(c);
     ops.push_back(make_operands(c, 300 + i));
-    ys.emplace_back(size_t((total_rows(c) + kGuardRows) * n));
-    ys.back().poison();
+    ys.emplace_back(c, st);
   }
-  PB_CUDA(cudaDeviceSynchronize());
-  cudaStream_t st;
-  PB_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  PB_CUDA(cudaStreamSynchronize(st));
   MoeGemm gemm(E);
   // No host sync between the calls: each must keep its own pointer arrays.
   for (int i = 0; i < kCalls; ++i)
     gemm.run(MoeGemmEngine::grouped, blas, cases[size_t(i)].counts.data(), ops[size_t(i)].dx.get(),
-             ops[size_t(i)].dw.get(), ys[size_t(i)].get(), MoeGemmOut::f32, MoeGemmShape{E, n, k, k, n}, st);
+             ops[size_t(i)].dw.get(), ys[size_t(i)].ptrs.data(), shape_of(cases[size_t(i)]), st);
   PB_CUDA(cudaStreamSynchronize(st));
   PB_CUDA(cudaStreamDestroy(st));
   for (int i = 0; i < kCalls; ++i) {
     INFO("call " << i);
-    const std::vector<float> y = ys[size_t(i)].download();
-    check_against_reference(std::vector<double>(y.begin(), y.end()), cases[size_t(i)], ops[size_t(i)],
-                            MoeGemmOut::f32, "grouped");
+    check_against_reference(ys[size_t(i)].download(), cases[size_t(i)], ops[size_t(i)], "grouped");
   }
 }
 
@@ -247,15 +241,24 @@ TEST_CASE("moe_gemm checks its contract") {
   Blas blas;
   MoeGemm gemm(2);
   const std::vector<int32_t> counts = {1, -1};
-  DeviceBuffer<bf16> x(64), w(128);
-  DeviceBuffer<float> y(64);
-  CHECK_THROWS(gemm.run(MoeGemmEngine::loop, blas, counts.data(), x.get(), w.get(), y.get(), MoeGemmOut::f32,
-                        MoeGemmShape{2, 8, 8, 0, 0}, nullptr));
+  DeviceBuffer<bf16> x(64), w(256), y0(64), y1(64);
+  bf16* const y[2] = {y0.get(), y1.get()};
+  bf16* const null_band[2] = {y0.get(), nullptr};
   const std::vector<int32_t> ok = {1, 1};
-  CHECK_THROWS(gemm.run(MoeGemmEngine::loop, blas, ok.data(), x.get(), w.get(), y.get(), MoeGemmOut::f32,
-                        MoeGemmShape{3, 8, 8, 0, 0}, nullptr));  // experts differ from the object's
-  CHECK_THROWS(gemm.run(MoeGemmEngine::loop, blas, ok.data(), x.get(), w.get(), y.get(), MoeGemmOut::f32,
-                        MoeGemmShape{2, 8, 8, 4, 0}, nullptr));  // ldx < k
+  CHECK_THROWS(gemm.run(MoeGemmEngine::loop, blas, counts.data(), x.get(), w.get(), y, MoeGemmShape{2, 8, 8, 0, 0, 1},
+                        nullptr));  // a negative count
+  CHECK_THROWS(gemm.run(MoeGemmEngine::loop, blas, ok.data(), x.get(), w.get(), y, MoeGemmShape{3, 8, 8, 0, 0, 1},
+                        nullptr));  // experts differ from the object's
+  CHECK_THROWS(gemm.run(MoeGemmEngine::loop, blas, ok.data(), x.get(), w.get(), y, MoeGemmShape{2, 8, 8, 4, 0, 1},
+                        nullptr));  // ldx < k
+  CHECK_THROWS(gemm.run(MoeGemmEngine::loop, blas, ok.data(), x.get(), w.get(), y, MoeGemmShape{2, 9, 8, 0, 0, 2},
+                        nullptr));  // n does not split into two bands
+  CHECK_THROWS(gemm.run(MoeGemmEngine::loop, blas, ok.data(), x.get(), w.get(), y, MoeGemmShape{2, 9, 8, 0, 0, 3},
+                        nullptr));  // more bands than kMoeGemmMaxBands
+  CHECK_THROWS(gemm.run(MoeGemmEngine::loop, blas, ok.data(), x.get(), w.get(), y, MoeGemmShape{2, 8, 8, 0, 2, 2},
+                        nullptr));  // ldy < n / bands
+  CHECK_THROWS(gemm.run(MoeGemmEngine::grouped, blas, ok.data(), x.get(), w.get(), null_band,
+                        MoeGemmShape{2, 8, 8, 0, 0, 2}, nullptr));  // a null band
   CHECK_THROWS(moe_gemm_engine_from_name("cutlass"));
 }
 
