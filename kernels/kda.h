@@ -97,20 +97,29 @@ class KdaWorkspace {
   int heads_ = 0;
 };
 
+// The state walk's kernel (one dispatch in kda.cu; both give the same results up to f32
+// summation order):
+//   kHead    kda_walk_kernel: one CTA of 16 warps per head (per head and {D, M} for the
+//            package), all 128 rows of S in registers; every workspace byte read once
+//   kSlices  kda_state_kernel (v1): four CTAs of 8 warps per head, 32 rows each; each
+//            re-reads the chunk's W, Qg, K̂, Aqk (4x the L2 → SM traffic)
+enum class KdaWalk { kHead, kSlices };
+
 // Gates, norms and the state-independent chunk products of tokens [0, tokens).
 void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, cudaStream_t stream);
 
 // The forward from S_in (null = zeros): o (may be null: state only), S_out (may be null;
 // may alias S_in). tokens ≤ the tokens kda_prepare saw.
 void kda_forward_state(const KdaWorkspace& ws, int64_t tokens, const float* S_in, __nv_bfloat16* o, int64_t o_ld,
-                       float* S_out, cudaStream_t stream);
+                       float* S_out, cudaStream_t stream, KdaWalk walk = KdaWalk::kHead);
 
 // prepare + forward_state.
 void kda_forward(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, const float* S_in,
-                 __nv_bfloat16* o, int64_t o_ld, float* S_out, cudaStream_t stream);
+                 __nv_bfloat16* o, int64_t o_ld, float* S_out, cudaStream_t stream, KdaWalk walk = KdaWalk::kHead);
 
 // The segment's package from kda_prepare's products: M [H, dk, dk], D [H, dv, dk].
-void kda_package(const KdaWorkspace& ws, int64_t tokens, float* M, float* D, cudaStream_t stream);
+void kda_package(const KdaWorkspace& ws, int64_t tokens, float* M, float* D, cudaStream_t stream,
+                 KdaWalk walk = KdaWalk::kHead);
 
 // S [H, dv, dk] = D[0];  S = S · M[j] + D[j] for j = 1..segments−1 (M[0] not read).
 // M, D: host arrays of device pointers. scratch: [H, dv, dk] f32, distinct from S.
