@@ -19,6 +19,12 @@
 //   O += Aqk U → o; S = S0 Γ + Uᵀ K̂ (warp: 32 rows × 16 key channels); sync.
 //   S lives in f32 registers; its bf16 copy in smem is the B operand of the next chunk.
 //   Loads of chunk n+1 (cp.async) go out as soon as each buffer is free.
+// kda_walk_kernel — grid (heads, 1 or 2 for the package's D, M), 512 threads, 193 KiB, 1 CTA/SM
+//   (the default walk, KdaWalk::kHead): all 128 rows of S per CTA, S in f32 registers
+//   (warp: 32 rows × 32 key channels); two stages of workspace tiles, chunk n+1's cp.async
+//   issued right after the barrier that opens chunk n. Per chunk: top barrier; A: P = W S0ᵀ,
+//   O = Qg S0ᵀ (warp: 16 tokens × 32 rows), U = Ũ − P → sU; barrier; B: O += Aqk U → o;
+//   C: S = S0 Γ + Uᵀ K̂, S (bf16) → sS for the next chunk.
 // Swizzled smem tiles: 16-byte chunk j of row r sits at chunk j ^ (r & 7) of the row,
 // so the 8 rows an ldmatrix (or a fragment load) touches fall in distinct bank groups.
 #include "kda.h"

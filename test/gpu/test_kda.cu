@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <string>
@@ -40,8 +41,10 @@ struct Close {
     return finite && rel_l2 <= kKdaRelL2Floor && max_abs <= kKdaMaxAbsFloor * max_ref;
   }
   std::string text() const {
-    return "rel-L2 " + std::to_string(rel_l2) + " max-abs " + std::to_string(max_abs) + " (max |ref| " +
-           std::to_string(max_ref) + ")" + (finite ? "" : " NON-FINITE");
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "rel-L2 %.3g max-abs %.3g (max |ref| %.3g)%s", rel_l2, max_abs, max_ref,
+                  finite ? "" : " NON-FINITE");
+    return buf;
   }
 };
 
@@ -287,10 +290,19 @@ void check_package(bool weak, KdaWalk walk) {
   ref::kda_package(r.k.data(), r.v.data(), r.la.data(), r.beta.data(), r.shape, kKdaChunkLen, M_ref.data(),
                    D_ref.data());
   const Close cm = compare(pk.M, M_ref);
-  check_close(cm, "M vs ref::kda_package (" + tag + ")");
   if (weak) {
+    check_close(cm, "M vs ref::kda_package (" + tag + ")");
     INFO("M must be well above underflow with weak decays: max |M_ref| " << cm.max_ref);
     CHECK(cm.max_ref > 1e-2);
+  } else if (cm.max_ref < 1e-6) {
+    // strong decays: M (scale 1 at entry) decayed below f32 resolution of that scale; the
+    // f32 walk may flush it to 0 where the float64 reference keeps 1e-30. Max-abs only.
+    const std::string what = "M vs ref::kda_package (" + tag + ", underflowed: max-abs only): " + cm.text();
+    INFO(what);
+    CHECK((cm.finite && cm.max_abs <= 1e-6));
+    MESSAGE(what);
+  } else {
+    check_close(cm, "M vs ref::kda_package (" + tag + ")");
   }
   check_close(compare(pk.D, D_ref), "D vs ref::kda_package (" + tag + ")");
 
