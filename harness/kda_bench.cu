@@ -11,7 +11,9 @@
 // chunk_kda's 5.16 ms per 16k (DESIGN.md §5) over our ms per 16k tokens.
 // Checks (the `wrong` column): o of tokens [0, 256) of heads 0, H/2, H−1 against
 // the float64 reference within kda.h's floors; the forward's S_out against
-// kda_fold(D_0 = S_in, (M, D)) of the package (all heads).
+// kda_fold(D_0 = S_in, (M, D)) of the package (all heads). The rows time the default
+// walk (KdaWalk::kHead); the v1 slice walk is timed and checked too (o as above, S_out
+// against the head walk's), printed under the table rows and counted in kda.state's `wrong`.
 #include "kda_bench.h"
 
 #include <cuda_bf16.h>
@@ -218,8 +220,21 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     const Timing t_pkg =
         time_launches([&](int, cudaStream_t st) { kda_package(ws, T, M.get(), D.get(), st); }, 1, o.warmup, o.reps,
                       stream);
+    // v1 walk (kda_state_kernel, four 32-row slices per head) for comparison: printed, and
+    // stored as numbers kda_state_slices_us.<T> / kda_package_slices_us.<T>
+    const Timing t_state_v1 = time_launches(
+        [&](int, cudaStream_t st) {
+          kda_forward_state(ws, T, S_in.get(), out.get(), W, S_out.get(), st, KdaWalk::kSlices);
+        },
+        1, o.warmup, o.reps, stream);
+    const Timing t_pkg_v1 = time_launches(
+        [&](int, cudaStream_t st) { kda_package(ws, T, M.get(), D.get(), st, KdaWalk::kSlices); }, 1, o.warmup,
+        o.reps, stream);
+    result.numbers[fmt::format("kda_state_slices_us.{}", T)] = t_state_v1.median_us;
+    result.numbers[fmt::format("kda_package_slices_us.{}", T)] = t_pkg_v1.median_us;
     const float* fold_m[2] = {nullptr, M.get()};
     const float* fold_d[2] = {S_in.get(), D.get()};
+    kda_package(ws, T, M.get(), D.get(), stream);  // the rows' walk leaves M, D for the fold check
     const Timing t_fold = time_launches(
         [&](int, cudaStream_t st) { kda_fold(blas, fold_m, fold_d, 2, H, S_fold.get(), scratch.get(), st); }, 1,
         o.warmup, o.reps, stream);
@@ -237,6 +252,22 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     if (!st.ok())
       std::printf("  check: S_out vs fold(S_in, M, D): rel-L2 %.3g max-abs %.3g (max %.3g): outside the floors\n",
                   st.rel_l2, st.max_abs, st.max_ref);
+    // the v1 walk's o and S_out against the same checks (counted in `wrong` of kda.state)
+    out.poison(stream);
+    S_fold.poison(stream);
+    kda_forward_state(ws, T, S_in.get(), out.get(), W, S_fold.get(), stream, KdaWalk::kSlices);
+    PB_CUDA(cudaStreamSynchronize(stream));
+    int64_t wrong_v1 = check_outputs(in[0], A_log.get(), dt_bias.get(), S_in.get(), out.get(), T, H);
+    const std::vector<float> s_v1 = S_fold.download();
+    const Agreement st_v1 = agree(std::vector<double>(s_v1.begin(), s_v1.end()),
+                                  std::vector<double>(s_fwd.begin(), s_fwd.end()));
+    if (!st_v1.ok()) {
+      std::printf("  check: S_out of the slice walk vs the head walk: rel-L2 %.3g max-abs %.3g (max %.3g)\n",
+                  st_v1.rel_l2, st_v1.max_abs, st_v1.max_ref);
+      ++wrong_v1;
+    }
+    std::printf("  v1 slice walk (kda_state_kernel): state %.1f us, package %.1f us, wrong %lld\n",
+                t_state_v1.median_us, t_pkg_v1.median_us, (long long)wrong_v1);
     failed += int(wrong_o + wrong_s);
 
     // ---- rows ----
@@ -253,7 +284,8 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     };
     for (const BenchRow& r : rows) {
       const bool fwd_row = r.kernel.rfind("kda.forward", 0) == 0;
-      print(r, fwd_row, fwd_row ? wrong_o + wrong_s : 0);
+      const bool state_row = r.kernel.rfind("kda.state", 0) == 0;
+      print(r, fwd_row, fwd_row ? wrong_o + wrong_s : state_row ? wrong_v1 : 0);
       result.bench.push_back(r);
     }
   }

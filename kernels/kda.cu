@@ -19,6 +19,12 @@
 //   O += Aqk U → o; S = S0 Γ + Uᵀ K̂ (warp: 32 rows × 16 key channels); sync.
 //   S lives in f32 registers; its bf16 copy in smem is the B operand of the next chunk.
 //   Loads of chunk n+1 (cp.async) go out as soon as each buffer is free.
+// kda_walk_kernel — grid (heads, 1 or 2 for the package's D, M), 512 threads, 193 KiB, 1 CTA/SM
+//   (the default walk, KdaWalk::kHead): all 128 rows of S per CTA, S in f32 registers
+//   (warp: 32 rows × 32 key channels); two stages of workspace tiles, chunk n+1's cp.async
+//   issued right after the barrier that opens chunk n. Per chunk: top barrier; A: P = W S0ᵀ,
+//   O = Qg S0ᵀ (warp: 16 tokens × 32 rows), U = Ũ − P → sU; barrier; B: O += Aqk U → o;
+//   C: S = S0 Γ + Uᵀ K̂, S (bf16) → sS for the next chunk.
 // Swizzled smem tiles: 16-byte chunk j of row r sits at chunk j ^ (r & 7) of the row,
 // so the 8 rows an ldmatrix (or a fragment load) touches fall in distinct bank groups.
 #include "kda.h"
@@ -87,6 +93,10 @@ __device__ __forceinline__ float2 unpack_bf16x2(uint32_t u) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
 }
 __device__ __forceinline__ float sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
+// sigmoid with ex2.approx and the approximate divide (a few ulp; 0 for x → −inf).
+__device__ __forceinline__ float sigmoid_fast(float x) {
+  return __fdividef(1.0f, __fadd_rn(1.0f, fast_exp2(__fmul_rn(-kLog2e, x))));
+}
 
 // ---------------------------------------------------------------------------
 // Swizzled tiles (byte offsets; row_bytes a multiple of 128)
@@ -108,10 +118,10 @@ __device__ __forceinline__ T& sm(unsigned char* base, uint32_t off) {
 
 // cp.async a [64][kCols] bf16 tile (row r at g + r * ld) into a swizzled smem tile;
 // rows >= valid are zero-filled.
-template <int kCols>
+template <int kCols, int kNT = kThreads>
 __device__ __forceinline__ void load_tile(unsigned char* s, const bf16* g, int64_t ld, int valid, int tid) {
   constexpr int kChunks = kCols / 8, kRowBytes = kCols * 2;
-  for (int i = tid; i < kC * kChunks; i += kThreads) {
+  for (int i = tid; i < kC * kChunks; i += kNT) {
     const int r = i / kChunks, c = i % kChunks;
     const bool ok = r < valid;
     cp_async_16(smem_addr(s + swz(r, c, kRowBytes)), ok ? g + int64_t(r) * ld + c * 8 : g, ok);
@@ -177,7 +187,7 @@ __global__ void __launch_bounds__(kThreads, 2) kda_prepare_kernel(const PrepPara
       float la2 = 0.0f;
       if (r < n) {
         const float x = __fmul_rn(a, __fadd_rn(__bfloat162float(sm<bf16>(sX, at_h128(r, c))), bias));
-        la2 = __fmul_rn(-5.0f * kLog2e, sigmoid_f32(x));
+        la2 = __fmul_rn(-5.0f * kLog2e, sigmoid_fast(x));
       }
       run = __fadd_rn(run, la2);
       sm<float>(sB, at_f128(r, c)) = run;
@@ -601,6 +611,192 @@ __global__ void __launch_bounds__(kThreads, 3) kda_state_kernel(const StateParam
   }
 }
 
+// ---------------------------------------------------------------------------
+// kda_walk_kernel: the walk over chunks for all 128 rows of S (or of D, or of M)
+// in one CTA, so every workspace byte crosses L2 → SM once (kda_state_kernel's
+// four 32-row slices read W, Qg, K̂, Aqk four times: 4x the L2 traffic, 27% L2 hits).
+// ---------------------------------------------------------------------------
+
+constexpr int kWalkThreads = 512;  // 16 warps
+// one stage (chunk) of workspace tiles; two stages: chunk n+1 lands while chunk n is computed
+constexpr uint32_t kWkW = 0, kWkQg = 16384, kWkKh = 32768, kWkUt = 49152, kWkAqk = 65536, kWkGam = 73728;
+constexpr uint32_t kWkStage = kWkGam + 512;                         // 74240
+constexpr uint32_t kWkS = 2 * kWkStage, kWkU = kWkS + 32768;         // S0 bf16 [128][128], U bf16 [64][128]
+constexpr uint32_t kWkSmem = kWkU + 16384;                           // 197632 bytes
+static_assert(kWkSmem <= 227 * 1024, "kda_walk_kernel: shared memory over the sm_90 opt-in limit");
+
+__global__ void __launch_bounds__(kWalkThreads, 1) kda_walk_kernel(const StateParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* sS = smem + kWkS;  // bf16 [128 rows][128 key channels] swizzled: S0 as the B operand
+  unsigned char* sU = smem + kWkU;  // bf16 [64 tokens][128 rows] swizzled
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const RowChunk pa = lane_rows_then_k(lane), pb = lane_k_then_rows(lane);  // ldmatrix lane patterns
+  const int head = blockIdx.x;
+  const bool is_m = p.package && blockIdx.y == 1;
+  const bool with_u = !is_m;
+  const bool with_o = !p.package && p.o != nullptr;
+  const int tb = warp & 3, dq = warp >> 2;  // phases A, B: tokens 16 tb.., rows 32 dq..
+  const int rq = warp & 3, cq = warp >> 2;  // phase C: rows 32 rq.., key channels 32 cq..
+
+  // S rows 32rq + 16mt + g (+8), key channels 32cq + 8nt + 2t4 (+1): s[mt][nt][e]
+  float s[2][4][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = 32 * rq + 16 * mt + g + 8 * (e >> 1), col = 32 * cq + 8 * nt + 2 * t4 + (e & 1);
+        float v0 = 0.0f;
+        if (is_m) {
+          v0 = row == col ? 1.0f : 0.0f;
+        } else if (!p.package && p.s_in != nullptr) {
+          v0 = p.s_in[(int64_t(head) * kD + row) * kD + col];
+        }
+        s[mt][nt][e] = v0;
+      }
+  auto store_s_bf16 = [&]() {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+          sm<uint32_t>(sS, at_h128(32 * rq + 16 * mt + g + 8 * hr, 32 * cq + 8 * nt + 2 * t4)) =
+              pack_bf16x2(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]);
+  };
+  store_s_bf16();
+
+  const int64_t head_tile = int64_t(head) * p.ws_chunks;
+  auto load_chunk = [&](int ch) {
+    unsigned char* st = smem + uint32_t(ch & 1) * kWkStage;
+    const int64_t t = head_tile + ch;
+    load_tile<kD, kWalkThreads>(st + kWkW, p.w + t * kC * kD, kD, kC, tid);
+    load_tile<kD, kWalkThreads>(st + kWkKh, p.khat + t * kC * kD, kD, kC, tid);
+    if (with_u) load_tile<kD, kWalkThreads>(st + kWkUt, p.u + t * kC * kD, kD, kC, tid);
+    if (with_o) {
+      load_tile<kD, kWalkThreads>(st + kWkQg, p.qg + t * kC * kD, kD, kC, tid);
+      load_tile<kC, kWalkThreads>(st + kWkAqk, p.aqk + t * kC * kC, kC, kC, tid);
+    }
+    if (tid < kD / 4) cp_async_16(smem_addr(st + kWkGam + 16 * tid), p.gamma + t * kD + 4 * tid, true);
+    cp_async_commit();
+  };
+  if (p.chunks > 0) load_chunk(0);
+
+  for (int ch = 0; ch < p.chunks; ++ch) {
+    cp_async_wait_all();
+    __syncthreads();  // chunk ch's stage and S0 (bf16) visible; the other stage and sU are free
+    if (ch + 1 < p.chunks) load_chunk(ch + 1);
+    const unsigned char* st = smem + uint32_t(ch & 1) * kWkStage;
+
+    // ---- A: P = W S0ᵀ, O = Qg S0ᵀ (16 tokens × 32 rows per warp) ----
+    float pw[4][4] = {}, acc_o[4][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      uint32_t a[4], b0[4], b1[4];
+      const int arow = 16 * tb + pa.row, achunk = 2 * ks + pa.chunk;
+      ldmatrix_x4(smem_addr(sS + swz(32 * dq + pb.row, 2 * ks + pb.chunk, 256)), b0);
+      ldmatrix_x4(smem_addr(sS + swz(32 * dq + 16 + pb.row, 2 * ks + pb.chunk, 256)), b1);
+      ldmatrix_x4(smem_addr(st + kWkW + swz(arow, achunk, 256)), a);
+      mma_16816(pw[0], a, b0[0], b0[1]);
+      mma_16816(pw[1], a, b0[2], b0[3]);
+      mma_16816(pw[2], a, b1[0], b1[1]);
+      mma_16816(pw[3], a, b1[2], b1[3]);
+      if (with_o) {
+        ldmatrix_x4(smem_addr(st + kWkQg + swz(arow, achunk, 256)), a);
+        mma_16816(acc_o[0], a, b0[0], b0[1]);
+        mma_16816(acc_o[1], a, b0[2], b0[3]);
+        mma_16816(acc_o[2], a, b1[0], b1[1]);
+        mma_16816(acc_o[3], a, b1[2], b1[3]);
+      }
+    }
+    // U = Ũ − P → sU [token][row] bf16
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int tok = 16 * tb + g + 8 * hr, row = 32 * dq + 8 * nt + 2 * t4;
+        float2 ut = make_float2(0.0f, 0.0f);
+        if (with_u) ut = unpack_bf16x2(sm<uint32_t>(const_cast<unsigned char*>(st) + kWkUt, at_h128(tok, row)));
+        sm<uint32_t>(sU, at_h128(tok, row)) =
+            pack_bf16x2(__fsub_rn(ut.x, pw[nt][2 * hr]), __fsub_rn(ut.y, pw[nt][2 * hr + 1]));
+      }
+    __syncthreads();  // U visible; every read of S0 (bf16) done
+
+    // ---- B: O += Aqk U over the token blocks I <= tb; store o ----
+    if (with_o) {
+      for (int I = 0; I <= tb; ++I) {
+        uint32_t a[4], b0[4], b1[4];
+        ldmatrix_x4(smem_addr(st + kWkAqk + swz(16 * tb + pa.row, 2 * I + pa.chunk, 128)), a);
+        ldmatrix_x4_trans(smem_addr(sU + swz(16 * I + pa.row, 4 * dq + pa.chunk, 256)), b0);
+        ldmatrix_x4_trans(smem_addr(sU + swz(16 * I + pa.row, 4 * dq + 2 + pa.chunk, 256)), b1);
+        mma_16816(acc_o[0], a, b0[0], b0[1]);
+        mma_16816(acc_o[1], a, b0[2], b0[3]);
+        mma_16816(acc_o[2], a, b1[0], b1[1]);
+        mma_16816(acc_o[3], a, b1[2], b1[3]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int64_t tok = int64_t(ch) * kC + 16 * tb + g + 8 * hr;
+          if (tok < p.tokens) {
+            const int col = head * kD + 32 * dq + 8 * nt + 2 * t4;
+            *reinterpret_cast<uint32_t*>(p.o + tok * p.o_ld + col) =
+                pack_bf16x2(acc_o[nt][2 * hr], acc_o[nt][2 * hr + 1]);
+          }
+        }
+    }
+
+    // ---- C: S = S0 Γ + Uᵀ K̂ (32 rows × 32 key channels per warp) ----
+    const float* gam = reinterpret_cast<const float*>(st + kWkGam);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const float2 gm = *reinterpret_cast<const float2*>(gam + 32 * cq + 8 * nt + 2 * t4);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        s[mt][nt][0] = __fmul_rn(s[mt][nt][0], gm.x);
+        s[mt][nt][1] = __fmul_rn(s[mt][nt][1], gm.y);
+        s[mt][nt][2] = __fmul_rn(s[mt][nt][2], gm.x);
+        s[mt][nt][3] = __fmul_rn(s[mt][nt][3], gm.y);
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < kC / 16; ++ks) {
+      uint32_t b0[4], b1[4];
+      ldmatrix_x4_trans(smem_addr(st + kWkKh + swz(16 * ks + pa.row, 4 * cq + pa.chunk, 256)), b0);
+      ldmatrix_x4_trans(smem_addr(st + kWkKh + swz(16 * ks + pa.row, 4 * cq + 2 + pa.chunk, 256)), b1);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        uint32_t a[4];
+        ldmatrix_x4_trans(smem_addr(sU + swz(16 * ks + pb.row, 4 * rq + 2 * mt + pb.chunk, 256)), a);
+        mma_16816(s[mt][0], a, b0[0], b0[1]);
+        mma_16816(s[mt][1], a, b0[2], b0[3]);
+        mma_16816(s[mt][2], a, b1[0], b1[1]);
+        mma_16816(s[mt][3], a, b1[2], b1[3]);
+      }
+    }
+    store_s_bf16();  // S0 (bf16) was last read before the barrier above; the next top barrier publishes it
+  }
+  cp_async_wait_all();
+
+  float* out = is_m ? p.m_out : p.s_out;
+  if (out != nullptr) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int row = 32 * rq + 16 * mt + g + 8 * hr, col = 32 * cq + 8 * nt + 2 * t4;
+          *reinterpret_cast<float2*>(out + (int64_t(head) * kD + row) * kD + col) =
+              make_float2(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]);
+        }
+  }
+}
+
 // y = x + d, n floats (n % 4 == 0, 16-byte aligned).
 __global__ void add_f32_kernel(const float4* x, const float4* d, float4* y, int64_t n4) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n4; i += int64_t(gridDim.x) * blockDim.x) {
@@ -633,10 +829,23 @@ StateParams state_params(const KdaWorkspace& ws, int64_t tokens) {
   return p;
 }
 
-void launch_state(const StateParams& p, int heads, cudaStream_t stream) {
-  PB_CUDA(cudaFuncSetAttribute(kda_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStSmem)));
-  const dim3 grid(unsigned(heads), p.package ? 8u : 4u);
-  kda_state_kernel<<<grid, kThreads, kStSmem, stream>>>(p);
+void launch_state(const StateParams& p, int heads, KdaWalk walk, cudaStream_t stream) {
+  switch (walk) {
+    case KdaWalk::kHead: {
+      PB_CUDA(cudaFuncSetAttribute(kda_walk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWkSmem)));
+      const dim3 grid(unsigned(heads), p.package ? 2u : 1u);
+      kda_walk_kernel<<<grid, kWalkThreads, kWkSmem, stream>>>(p);
+      break;
+    }
+    case KdaWalk::kSlices: {
+      PB_CUDA(cudaFuncSetAttribute(kda_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStSmem)));
+      const dim3 grid(unsigned(heads), p.package ? 8u : 4u);
+      kda_state_kernel<<<grid, kThreads, kStSmem, stream>>>(p);
+      break;
+    }
+    default:
+      PB_CHECK(false, "kda: unknown walk");
+  }
   PB_CUDA_LAUNCH();
 }
 
@@ -687,7 +896,7 @@ void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& w
 }
 
 void kda_forward_state(const KdaWorkspace& ws, int64_t tokens, const float* S_in, bf16* o, int64_t o_ld,
-                       float* S_out, cudaStream_t stream) {
+                       float* S_out, cudaStream_t stream, KdaWalk walk) {
   StateParams p = state_params(ws, tokens);
   if (o != nullptr && tokens > 0) check_rows(o, o_ld, int64_t(ws.heads()) * kD, "o");
   PB_CHECK(S_in == nullptr || aligned16(S_in), "kda: S_in must be 16-byte aligned");
@@ -697,22 +906,22 @@ void kda_forward_state(const KdaWorkspace& ws, int64_t tokens, const float* S_in
   p.o = o;
   p.o_ld = o_ld;
   p.s_out = S_out;
-  launch_state(p, ws.heads(), stream);
+  launch_state(p, ws.heads(), walk, stream);
 }
 
 void kda_forward(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, const float* S_in, bf16* o,
-                 int64_t o_ld, float* S_out, cudaStream_t stream) {
+                 int64_t o_ld, float* S_out, cudaStream_t stream, KdaWalk walk) {
   kda_prepare(in, tokens, heads, ws, stream);
-  kda_forward_state(ws, tokens, S_in, o, o_ld, S_out, stream);
+  kda_forward_state(ws, tokens, S_in, o, o_ld, S_out, stream, walk);
 }
 
-void kda_package(const KdaWorkspace& ws, int64_t tokens, float* M, float* D, cudaStream_t stream) {
+void kda_package(const KdaWorkspace& ws, int64_t tokens, float* M, float* D, cudaStream_t stream, KdaWalk walk) {
   StateParams p = state_params(ws, tokens);
   PB_CHECK(M != nullptr && D != nullptr && aligned16(M) && aligned16(D), "kda_package: M and D must be 16-byte aligned");
   p.package = true;
   p.s_out = D;
   p.m_out = M;
-  launch_state(p, ws.heads(), stream);
+  launch_state(p, ws.heads(), walk, stream);
 }
 
 void kda_fold(const Blas& blas, const float* const* M, const float* const* D, int segments, int heads, float* S,

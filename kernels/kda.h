@@ -26,7 +26,7 @@
 //                       cores, A = (I + L)^{-1} (f32, blockwise), W = A diag(β) (K∘e^b),
 //                       Ũ = A diag(β) V on tensor cores; writes the chunk products
 //                       below to the workspace. Zero-padded rows past T are exact no-ops.
-//   kda_forward_state   sequential over chunks, parallel over (head, 32-row slice of S):
+//   kda_forward_state   sequential over chunks, parallel over heads (KdaWalk below):
 //                       U = Ũ − W S0ᵀ,  o = Qg S0ᵀ + Aqk U,  S ← S0 Γ + Uᵀ K̂.
 //   kda_package         the same walk over the stacked rows [D; M] (D from 0 with Ũ,
 //                       M from I with Ũ = 0: M ← M Γ − (M Wᵀ) K̂), reusing kda_prepare's
@@ -50,6 +50,31 @@
 //   o:    rel-L2 ≤ kKdaRelL2Floor and max |o − ref| ≤ kKdaMaxAbsFloor · max |ref|
 //   S, M, D: rel-L2 ≤ kKdaRelL2Floor (per head stacked), max-abs ≤ kKdaMaxAbsFloor · max |ref|
 // bf16 operands carry 2^−9 relative rounding; the floors allow a few of those.
+//
+// ---- What bounds it (16k tokens × 96 heads: 24576 (chunk, head) tiles; H200 ~3.3 TB/s) ----
+//   bytes per tile   prepare: reads q, k, v, g 64 KB, writes W, Ũ, K̂, Qg 64 KB + Aqk 8 KB
+//                    + Γ 0.5 KB = 136.5 KB → 3.35 GB → ≥ ~1.0 ms at 3.3 TB/s.
+//                    walk (forward): reads the 72.5 KB, writes o 16 KB → 2.18 GB → ≥ ~0.66 ms.
+//   So the workspace design cannot go below ~1.7 ms for kda.forward (0.22 of a 783 TFLOP/s
+//   GEMM); the 0.20 bar (≤ 1.86 ms) needs both passes at ≥ 90% of DRAM bandwidth, or fewer
+//   bytes (e.g. the walk computing Ũ = (Aβ) V from v itself: −16 KB per tile net).
+//   prepare (measured v1: 2.73 ms; ncu 62.7% issue, IPC 2.51, DRAM 20%) is instruction bound:
+//     4.82 M cycles × 2.51 IPC × 132 SMs / 24576 tiles ≈ 65 k warp-instructions per tile, of
+//     which tensor-core work is ~0.5 k (L, Aqk: 10 block pairs × 16 mma; W, Ũ: 80 mma). The
+//     scalar work by count (estimates): exponentials 8192 gates + 3·8192 (Qg, K̂, qe/ke)
+//     + 8192 (k̂·2^b) + 20480 (the B operands of the 10 block pairs) ≈ 61 k ex2 per tile; the
+//     f32 blockwise inverse ~7 k warp-instr (6 barriers); gates + cumsum ~8 k; norms ~3 k.
+//     To reach ~1.0 ms it must drop to ≤ ~25 k warp-instr per tile: inverse off-diagonal
+//     blocks on mma, the pair B operands as k̂·2^{b_{16(I+1)} − b} (computed once per
+//     token and channel) times a per-channel block factor, 3+ CTAs/SM.
+//   walk, v1 (KdaWalk::kSlices, measured 1.43 ms): four 32-row CTAs per head each re-read
+//     W, Qg, K̂, Aqk: 4× the L2 → SM traffic (7.1 GB; ncu L2 throughput 86%, hit rate 27%,
+//     DRAM 3.05 TB/s).
+//   walk, head (KdaWalk::kHead, the default): one 16-warp CTA per head reads each byte once;
+//     per chunk 1696 mma.m16n8k16 (A 1024, B 160, C 512) ≈ 1.8 µs at ~1000 MAC/clk/SM vs
+//     88.5 KB of traffic ≈ 2.6 µs at a 96-SM share of 3.3 TB/s → memory bound, expected
+//     ~0.7–0.9 ms (96 of 132 SMs busy; loads of chunk n+1 in flight during chunk n).
+//     The package runs 2 CTAs per head (D, M): 192 CTAs at 1 CTA/SM = 2 waves.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -97,20 +122,29 @@ class KdaWorkspace {
   int heads_ = 0;
 };
 
+// The state walk's kernel (one dispatch in kda.cu; both give the same results up to f32
+// summation order):
+//   kHead    kda_walk_kernel: one CTA of 16 warps per head (per head and {D, M} for the
+//            package), all 128 rows of S in registers; every workspace byte read once
+//   kSlices  kda_state_kernel (v1): four CTAs of 8 warps per head, 32 rows each; each
+//            re-reads the chunk's W, Qg, K̂, Aqk (4x the L2 → SM traffic)
+enum class KdaWalk { kHead, kSlices };
+
 // Gates, norms and the state-independent chunk products of tokens [0, tokens).
 void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, cudaStream_t stream);
 
 // The forward from S_in (null = zeros): o (may be null: state only), S_out (may be null;
 // may alias S_in). tokens ≤ the tokens kda_prepare saw.
 void kda_forward_state(const KdaWorkspace& ws, int64_t tokens, const float* S_in, __nv_bfloat16* o, int64_t o_ld,
-                       float* S_out, cudaStream_t stream);
+                       float* S_out, cudaStream_t stream, KdaWalk walk = KdaWalk::kHead);
 
 // prepare + forward_state.
 void kda_forward(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, const float* S_in,
-                 __nv_bfloat16* o, int64_t o_ld, float* S_out, cudaStream_t stream);
+                 __nv_bfloat16* o, int64_t o_ld, float* S_out, cudaStream_t stream, KdaWalk walk = KdaWalk::kHead);
 
 // The segment's package from kda_prepare's products: M [H, dk, dk], D [H, dv, dk].
-void kda_package(const KdaWorkspace& ws, int64_t tokens, float* M, float* D, cudaStream_t stream);
+void kda_package(const KdaWorkspace& ws, int64_t tokens, float* M, float* D, cudaStream_t stream,
+                 KdaWalk walk = KdaWalk::kHead);
 
 // S [H, dv, dk] = D[0];  S = S · M[j] + D[j] for j = 1..segments−1 (M[0] not read).
 // M, D: host arrays of device pointers. scratch: [H, dv, dk] f32, distinct from S.

@@ -15,7 +15,7 @@ if ! pb_build prefill-bench test_kda >"$OUT/build.log" 2>&1; then
 fi
 rc=0
 timeout 180 "$PB_BUILD/test_kda" >"$OUT/test_kda.log" 2>&1 || rc=$?
-grep -E "rel-L2|ERROR|FAILED|error" "$OUT/test_kda.log" | head -40
+grep -E "MESSAGE|ERROR|FAILED|error" "$OUT/test_kda.log" | grep -v "^  logged" | head -80
 tail -4 "$OUT/test_kda.log"
 echo "test_kda exit $rc"
 timeout 240 "$PB_BUILD/prefill-bench" kda --output "$OUT/kda.h5" --overwrite >"$OUT/kda.log" 2>&1
