@@ -3,7 +3,7 @@
 // validates: baseline and cut outputs of the same inputs must be bit-identical
 // (the `wrong` column counts differing elements; the GPU tests hold both to the
 // C++ reference). A case may add alternative forms of its cut (attnres: the
-// cp.async loader), timed as rows of their own and validated the same way. Bytes and FLOPs come from the one cost model (cost.h).
+// ring's cp.async loader, the two_pass kernel at several blocks per SM), timed as rows of their own and validated the same way. Bytes and FLOPs come from the one cost model (cost.h).
 #include "kernels_bench.h"
 
 #include <cuda_bf16.h>
@@ -13,6 +13,7 @@
 #include <array>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <memory>
 
 #include "attnres.h"
@@ -268,18 +269,32 @@ Case attnres_case(int64_t rows, int64_t hidden, int nb, cudaStream_t s) {
   c.cut_cost = cost::attnres_fused(rows, hidden, nb + 1);
   c.slots = rotation_slots(c.cut_cost.bytes);
   const AttnResShape shape{rows, hidden, nb, 8};
+  // Alternatives, each with its own outputs after baseline (0) and cut (1):
+  // the ring's cp.async loader, then the two_pass kernel at its default
+  // blocks per SM and at 2, 3, 4.
+  struct Alt {
+    const char* name;
+    AttnResLoader loader;
+    int blocks_per_sm;
+  };
+  static const Alt kAlts[] = {{"cut.cpa", AttnResLoader::cp_async, 0},
+                              {"cut.l2", AttnResLoader::two_pass, 0},
+                              {"cut.l2b2", AttnResLoader::two_pass, 2},
+                              {"cut.l2b3", AttnResLoader::two_pass, 3},
+                              {"cut.l2b4", AttnResLoader::two_pass, 4}};
+  constexpr int kOutputs = 2 + int(std::size(kAlts));
   struct Buffers {
     std::vector<DeviceBuffer<bf16>> snap, partial;  // [rows, 8, hidden], [rows, hidden] per slot
     DeviceBuffer<float> sw;
-    std::array<DeviceBuffer<float>, 3> scores;      // baseline, cut, the cut's cp_async loader
-    std::array<DeviceBuffer<bf16>, 3> out;
+    std::array<DeviceBuffer<float>, kOutputs> scores;  // baseline, cut, the alternatives
+    std::array<DeviceBuffer<bf16>, kOutputs> out;
   };
   auto b = std::make_shared<Buffers>();
   b->snap = random_slots<bf16>(c.slots, rows * 8 * hidden, 61, 3.0f, s);
   b->partial = random_slots<bf16>(c.slots, rows * hidden, 62, 3.0f, s);
   b->sw = DeviceBuffer<float>(hidden);
   fill_uniform_f32(b->sw.get(), hidden, 63, 0.02f, s);  // scores spread ~1: a softmax that is not one-hot
-  for (int v = 0; v < 3; ++v) {
+  for (int v = 0; v < kOutputs; ++v) {
     b->scores[v] = DeviceBuffer<float>(rows * (nb + 1));
     b->out[v] = DeviceBuffer<bf16>(rows * hidden);
   }
@@ -287,23 +302,24 @@ Case attnres_case(int64_t rows, int64_t hidden, int nb, cudaStream_t s) {
     attnres(v, b->snap[slot].get(), b->partial[slot].get(), b->sw.get(), b->scores[int(v)].get(),
             b->out[int(v)].get(), shape, 1e-5f, st);
   };
-  auto cut_cp_async = [=](int slot, cudaStream_t st) {
-    attnres_cut(b->snap[slot].get(), b->partial[slot].get(), b->sw.get(), b->scores[2].get(), b->out[2].get(),
-                shape, 1e-5f, st, AttnResLoader::cp_async);
+  auto alt = [=](int a, int slot, cudaStream_t st) {
+    attnres_cut(b->snap[slot].get(), b->partial[slot].get(), b->sw.get(), b->scores[2 + a].get(),
+                b->out[2 + a].get(), shape, 1e-5f, st, kAlts[a].loader, kAlts[a].blocks_per_sm);
   };
-  c.alternatives.push_back({"cut.cpa", cut_cp_async});
+  for (int a = 0; a < int(std::size(kAlts)); ++a)
+    c.alternatives.push_back({kAlts[a].name, [=](int slot, cudaStream_t st) { alt(a, slot, st); }});
   c.count_wrong = [=](cudaStream_t st) {
-    for (int v = 0; v < 3; ++v) {
+    for (int v = 0; v < kOutputs; ++v) {
       b->scores[v].poison(st);
       b->out[v].poison(st);
     }
     for (Variant v : {Variant::baseline, Variant::cut})
       attnres(v, b->snap[0].get(), b->partial[0].get(), b->sw.get(), b->scores[int(v)].get(), b->out[int(v)].get(),
               shape, 1e-5f, st);
-    cut_cp_async(0, st);
+    for (int a = 0; a < int(std::size(kAlts)); ++a) alt(a, 0, st);
     PB_CUDA(cudaStreamSynchronize(st));
     int64_t wrong = 0;
-    for (int v = 1; v < 3; ++v)
+    for (int v = 1; v < kOutputs; ++v)
       wrong += count_differing(b->scores[0], b->scores[v]) + count_differing(b->out[0], b->out[v]);
     return wrong;
   };

@@ -33,6 +33,11 @@
 //             mixing it). Loader cp_async (for A/B): every thread cp.asyncs its
 //             own chunks, one commit group per item, and reads only those back;
 //             item n + ring is issued right after the thread mixed item n.
+//   cut, two_pass (A/B: the bench's cut.l2* rows) a 256-thread block per row,
+//             grid-stride, 2 .. 4 blocks per SM; the first S candidates staged
+//             per thread by cp.async in shared memory, the rest read twice
+//             (the second an L2 hit); pass 1 sums, tree + per-warp softmax by
+//             shuffles, pass 2 mix; see attnres_two_pass_kernel.
 // Both variants call the same device functions (accumulate, block_tree_sum,
 // score_of, softmax, the mix FMA), compiled with --fmad=false and no fast-math.
 #include "attnres.h"
@@ -574,6 +579,155 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // ---------------------------------------------------------------------------
+// two_pass: many rows in flight per SM, no ring shared between threads.
+// A 256-thread block per row (thread t = slot t), grid-stride over rows, B
+// blocks per SM (2 .. 4; 8 B warps). Candidates c < S are staged in the
+// block's shared memory, each thread cp.asyncing and reading back only its own
+// chunks (so no barrier guards them); the last kL2 = C - S candidates are read
+// from global memory twice, once per pass, the second read hitting L2.
+// Pass 1, chunk by chunk (k = 0 .. 3, candidates inner, every candidate's two
+// chains still ascending j): the sums. Tree: the lane butterfly, one barrier,
+// then in every warp lane c (< C) finishes candidate c over the 8 warps, its
+// score and, by shuffles, the softmax (the contract's order: max from s_0 up,
+// ascending sum); warp 0 writes the scores. Pass 2, chunk by chunk: the mix
+// (c ascending per element), a streaming store, and right after the thread's
+// chunk k is mixed, the next row's chunk k of the staged candidates is
+// cp.asynced into the same places (and the L2 candidates prefetched into L2),
+// so the next row is in flight while this one finishes.
+// cp.async groups: one per (row, k), possibly empty; when chunk k of a row is
+// reduced, that row's 4 groups are the newest, so waiting until 3 - k are
+// pending lands it.
+constexpr int kTwoPassMaxL2 = 6;  // candidates re-read from L2 (B = 4 at C = 9: S = 3)
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
+template <int C, int kL2>
+__global__ void __launch_bounds__(kThreads, 4)
+    attnres_two_pass_kernel(const bf16* __restrict__ snap, const bf16* __restrict__ partial,
+                            const float* __restrict__ sw, float* __restrict__ scores, bf16* __restrict__ out,
+                            int64_t rows, int64_t hidden, int64_t snap_blocks, float eps) {
+  constexpr int kNb = C - 1;
+  constexpr int S = C - kL2;  // staged candidates 0 .. S-1
+  static_assert(C >= 2 && C <= kMaxCands, "attnres two_pass: C outside 2 .. 9");
+  static_assert(kL2 >= 0 && kL2 <= kTwoPassMaxL2 && S >= 1, "attnres two_pass: 1 <= S, kL2 <= 6");
+  extern __shared__ uint4 held[];            // S x chunks: candidate c's chunk j at held[c * chunks + j]
+  __shared__ float stage[2][kWarps][2 * C];  // alternate rows: a fast warp may start the next tree
+
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+  const int chunks = int(hidden / kChunk);
+  const int64_t first = blockIdx.x, step = gridDim.x;  // grid <= rows: every block has a row
+  const float hidden_f = static_cast<float>(hidden);
+  const float4* sw4 = reinterpret_cast<const float4*>(sw);
+
+  auto cand = [&](int64_t row, int c) {
+    return reinterpret_cast<const uint4*>(candidate(snap, partial, row, c, kNb, snap_blocks, hidden));
+  };
+  // Row `row`'s chunk k (this thread's) of the staged candidates into held, one
+  // commit group (empty when the block has no such row or no such chunk); the
+  // L2 candidates' chunk is prefetched into L2.
+  auto stage_chunk = [&](int64_t row, int k) {
+    const int j = t + k * kThreads;
+    if (row < rows && j < chunks) {
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        if (c < S) cp_async16(held + size_t(c) * chunks + j, cand(row, c) + j);
+        else prefetch_l2(cand(row, c) + j);
+      }
+    }
+    cp_async_commit();
+  };
+
+#pragma unroll
+  for (int k = 0; k < kCutChunks; ++k) stage_chunk(first, k);
+
+  int buf = 0;  // stage buffer of this row
+  for (int64_t row = first; row < rows; row += step, buf ^= 1) {
+    // ---- pass 1: slot t's sums, v[c] sum of squares, v[C + c] dot with sw ----
+    float v[2 * C];
+#pragma unroll
+    for (int q = 0; q < 2 * C; ++q) v[q] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kCutChunks; ++k) {
+      const int j = t + k * kThreads;
+      uint4 u[kL2 > 0 ? kL2 : 1];
+      if (j < chunks) {
+#pragma unroll
+        for (int c = S; c < C; ++c) u[c - S] = __ldcg(cand(row, c) + j);
+      }
+      cp_async_wait_pending(kCutChunks - 1 - k);  // k unrolled: one wait_group
+      if (j < chunks) {
+        const float4 w[2] = {__ldg(sw4 + 2 * j), __ldg(sw4 + 2 * j + 1)};
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+          accumulate_chunk(c < S ? held[size_t(c) * chunks + j] : u[c - S < 0 ? 0 : c - S], w, v[c], v[C + c]);
+      }
+    }
+
+    // ---- tree, scores, softmax ----
+#pragma unroll
+    for (int lane_mask = 1; lane_mask <= 16; lane_mask <<= 1) {
+#pragma unroll
+      for (int q = 0; q < 2 * C; ++q) v[q] = v[q] + __shfl_xor_sync(0xffffffffu, v[q], lane_mask);
+    }
+    float(*st)[2 * C] = stage[buf];
+    if (lane == 0) {
+#pragma unroll
+      for (int q = 0; q < 2 * C; ++q) st[warp][q] = v[q];
+    }
+    __syncthreads();
+    float p[C];
+    {
+      const int c = lane < C ? lane : C - 1;  // lanes past C repeat candidate C - 1 (unused)
+      const float ss = ((st[0][c] + st[1][c]) + (st[2][c] + st[3][c])) + ((st[4][c] + st[5][c]) + (st[6][c] + st[7][c]));
+      const float dot = ((st[0][C + c] + st[1][C + c]) + (st[2][C + c] + st[3][C + c])) +
+                        ((st[4][C + c] + st[5][C + c]) + (st[6][C + c] + st[7][C + c]));
+      const float s = score_of(ss, dot, hidden_f, eps);
+      if (warp == 0 && lane < C) scores[row * C + lane] = s;
+      float m = __shfl_sync(0xffffffffu, s, 0);
+#pragma unroll
+      for (int q = 1; q < C; ++q) {
+        const float sq = __shfl_sync(0xffffffffu, s, q);
+        m = sq > m ? sq : m;
+      }
+      const float e = expf(s - m);
+      float sum = 0.0f;
+#pragma unroll
+      for (int q = 0; q < C; ++q) sum = sum + __shfl_sync(0xffffffffu, e, q);
+      const float pl = e / sum;
+#pragma unroll
+      for (int q = 0; q < C; ++q) p[q] = __shfl_sync(0xffffffffu, pl, q);
+    }
+
+    // ---- pass 2: the mix, and the next row's staged chunks in flight ----
+    uint4* dst = reinterpret_cast<uint4*>(out + row * hidden);
+#pragma unroll
+    for (int k = 0; k < kCutChunks; ++k) {
+      const int j = t + k * kThreads;
+      if (j < chunks) {
+        uint4 u[kL2 > 0 ? kL2 : 1];
+#pragma unroll
+        for (int c = S; c < C; ++c) u[c - S] = __ldcs(cand(row, c) + j);
+        float acc[kChunk];
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) acc[e] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < C; ++c) mix_chunk(p[c], c < S ? held[size_t(c) * chunks + j] : u[c - S < 0 ? 0 : c - S], acc);
+        uint4 o;
+        o.x = as_bits(__floats2bfloat162_rn(acc[0], acc[1]));
+        o.y = as_bits(__floats2bfloat162_rn(acc[2], acc[3]));
+        o.z = as_bits(__floats2bfloat162_rn(acc[4], acc[5]));
+        o.w = as_bits(__floats2bfloat162_rn(acc[6], acc[7]));
+        __stcs(dst + j, o);
+      }
+      stage_chunk(row + step, k);  // this thread's places of chunk k are read: refill them
+    }
+  }
+  cp_async_wait<0>();  // the empty groups past the block's last row
+}
+
+// ---------------------------------------------------------------------------
 // launchers
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -646,9 +800,96 @@ RingLaunch ring_launch(Kernel* kernel, const AttnResShape& sh, int cap) {
   return l;
 }
 
+// The two_pass grid: B blocks per SM (the occupancy the kernel reaches, at
+// most B), S = as many staged candidates as B blocks' shared memory holds.
+struct TwoPassPlan {
+  int blocks_per_sm = 0;
+  int staged = 0;  // S
+  size_t smem = 0;
+};
+
+TwoPassPlan two_pass_plan(const AttnResShape& sh, int blocks_per_sm) {
+  int dev = 0, per_sm = 0, optin = 0, reserved = 0;
+  PB_CUDA(cudaGetDevice(&dev));
+  PB_CUDA(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  PB_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  PB_CUDA(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+  const int cands = sh.nb + 1;
+  const size_t entry = size_t(sh.hidden) * sizeof(bf16);
+  const size_t stage = sizeof(float) * 2 * kWarps * 2 * size_t(cands);
+  auto staged_at = [&](int b) {
+    const size_t per_block = size_t(per_sm) / size_t(b);
+    const size_t room = per_block > reserved + stage ? per_block - reserved - stage : 0;
+    const size_t cap = size_t(optin) > stage ? size_t(optin) - stage : 0;
+    return int(std::min<size_t>(size_t(cands), std::min(room, cap) / entry));
+  };
+  TwoPassPlan plan;
+  if (blocks_per_sm == 0) {
+    // The default: the most blocks per SM (4, 3, 2) that leave at most 2
+    // candidates to the L2 re-read.
+    plan.blocks_per_sm = 2;
+    for (int b : {4, 3})
+      if (cands - staged_at(b) <= 2) {
+        plan.blocks_per_sm = b;
+        break;
+      }
+  } else {
+    PB_CHECK(blocks_per_sm >= 2 && blocks_per_sm <= 4, "attnres_cut two_pass: blocks_per_sm outside 2 .. 4");
+    plan.blocks_per_sm = blocks_per_sm;
+  }
+  plan.staged = staged_at(plan.blocks_per_sm);
+  PB_CHECK(plan.staged >= 1 && cands - plan.staged <= kTwoPassMaxL2,
+           "attnres_cut two_pass: shared memory stages " + std::to_string(plan.staged) + " of " +
+               std::to_string(cands) + " candidate rows (at least 1, at most " + std::to_string(kTwoPassMaxL2) +
+               " left to L2)");
+  plan.smem = size_t(plan.staged) * entry;
+  return plan;
+}
+
+template <int C, int kL2 = 0>
+void launch_two_pass(const TwoPassPlan& plan, const bf16* snap, const bf16* partial, const float* sw, float* scores,
+                     bf16* out, const AttnResShape& sh, float eps, cudaStream_t stream) {
+  if constexpr (kL2 <= kTwoPassMaxL2 && kL2 < C) {
+    if (C - plan.staged != kL2) {
+      launch_two_pass<C, kL2 + 1>(plan, snap, partial, sw, scores, out, sh, eps, stream);
+      return;
+    }
+    auto* kernel = attnres_two_pass_kernel<C, kL2>;
+    const void* fn = reinterpret_cast<const void*>(kernel);
+    int dev = 0, sms = 0, per_sm = 0, reserved = 0;
+    PB_CUDA(cudaGetDevice(&dev));
+    PB_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    PB_CUDA(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    PB_CUDA(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+    cudaFuncAttributes attr{};
+    PB_CUDA(cudaFuncGetAttributes(&attr, fn));
+    PB_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem)));
+    // Shared memory for B blocks and no more: the rest stays L1 (sw is read
+    // through it every row). The driver rounds the carveout up.
+    const size_t need = size_t(plan.blocks_per_sm) * (plan.smem + attr.sharedSizeBytes + size_t(reserved));
+    const int percent = int(std::min<size_t>(100, (need * 100 + size_t(per_sm) - 1) / size_t(per_sm) + 1));
+    PB_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
+    int occ = 0;
+    PB_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, kThreads, plan.smem));
+    PB_CHECK(occ >= 1, "attnres_cut two_pass: the kernel does not fit on a multiprocessor");
+    const int64_t blocks = int64_t(std::max(sms, 1)) * std::min(occ, plan.blocks_per_sm);
+    const unsigned grid = unsigned(std::min<int64_t>(sh.rows, blocks));
+    kernel<<<grid, kThreads, plan.smem, stream>>>(snap, partial, sw, scores, out, sh.rows, sh.hidden,
+                                                  sh.snap_blocks, eps);
+    PB_CUDA_LAUNCH();
+  } else {
+    PB_CHECK(false, "attnres_cut two_pass: no kernel for " + std::to_string(C - plan.staged) +
+                        " candidates re-read from L2");
+  }
+}
+
 template <int C>
-void launch_ring(AttnResLoader loader, const bf16* snap, const bf16* partial, const float* sw, float* scores,
-                 bf16* out, const AttnResShape& sh, float eps, cudaStream_t stream) {
+void launch_ring(AttnResLoader loader, int blocks_per_sm, const bf16* snap, const bf16* partial, const float* sw,
+                 float* scores, bf16* out, const AttnResShape& sh, float eps, cudaStream_t stream) {
+  if (loader == AttnResLoader::two_pass) {
+    launch_two_pass<C>(two_pass_plan(sh, blocks_per_sm), snap, partial, sw, scores, out, sh, eps, stream);
+    return;
+  }
   if (loader == AttnResLoader::tma) {
     const RingLaunch l = ring_launch(attnres_ring_tma_kernel<C>, sh, kRingMax);
     attnres_ring_tma_kernel<C><<<l.grid, kTmaThreads, l.smem, stream>>>(snap, partial, sw, scores, out, sh.rows,
@@ -678,20 +919,20 @@ void attnres_baseline(const bf16* snap, const bf16* partial, const float* sw, fl
 }
 
 void attnres_cut(const bf16* snap, const bf16* partial, const float* sw, float* scores, bf16* out,
-                 const AttnResShape& sh, float eps, cudaStream_t stream, AttnResLoader loader) {
+                 const AttnResShape& sh, float eps, cudaStream_t stream, AttnResLoader loader, int blocks_per_sm) {
   if (!check_call("attnres_cut", snap, partial, sw, scores, out, sh, eps)) return;
   PB_CHECK(sh.hidden <= kAttnResCutMaxHidden, "attnres_cut: hidden must be <= 8192");
   PB_CHECK(aligned16(snap) && aligned16(partial) && aligned16(sw) && aligned16(out),
            "attnres_cut: snap, partial, sw and out must be 16-byte aligned");
   switch (sh.nb + 1) {
-    case 2: launch_ring<2>(loader, snap, partial, sw, scores, out, sh, eps, stream); break;
-    case 3: launch_ring<3>(loader, snap, partial, sw, scores, out, sh, eps, stream); break;
-    case 4: launch_ring<4>(loader, snap, partial, sw, scores, out, sh, eps, stream); break;
-    case 5: launch_ring<5>(loader, snap, partial, sw, scores, out, sh, eps, stream); break;
-    case 6: launch_ring<6>(loader, snap, partial, sw, scores, out, sh, eps, stream); break;
-    case 7: launch_ring<7>(loader, snap, partial, sw, scores, out, sh, eps, stream); break;
-    case 8: launch_ring<8>(loader, snap, partial, sw, scores, out, sh, eps, stream); break;
-    default: launch_ring<9>(loader, snap, partial, sw, scores, out, sh, eps, stream); break;
+    case 2: launch_ring<2>(loader, blocks_per_sm, snap, partial, sw, scores, out, sh, eps, stream); break;
+    case 3: launch_ring<3>(loader, blocks_per_sm, snap, partial, sw, scores, out, sh, eps, stream); break;
+    case 4: launch_ring<4>(loader, blocks_per_sm, snap, partial, sw, scores, out, sh, eps, stream); break;
+    case 5: launch_ring<5>(loader, blocks_per_sm, snap, partial, sw, scores, out, sh, eps, stream); break;
+    case 6: launch_ring<6>(loader, blocks_per_sm, snap, partial, sw, scores, out, sh, eps, stream); break;
+    case 7: launch_ring<7>(loader, blocks_per_sm, snap, partial, sw, scores, out, sh, eps, stream); break;
+    case 8: launch_ring<8>(loader, blocks_per_sm, snap, partial, sw, scores, out, sh, eps, stream); break;
+    default: launch_ring<9>(loader, blocks_per_sm, snap, partial, sw, scores, out, sh, eps, stream); break;
   }
 }
 

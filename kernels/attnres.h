@@ -57,12 +57,27 @@
 //             cp_async (kept for A/B) -- every thread copies only its own
 //             chunks (cp.async, a commit group per candidate row) and reads back
 //             only those, no loader warp and no mbarrier.
+//   cut, two_pass  (the bench's cut.l2 rows; A/B against the ring) many rows in
+//             flight per SM instead of one: a 256-thread block per row (thread
+//             t = slot t), grid-stride over rows, B blocks per SM (2 .. 4; the
+//             default the most of 4, 3, 2 that leaves at most 2 candidates to
+//             L2). Candidates c < S (as many as B blocks' shared memory holds)
+//             are staged in shared memory by cp.async, each thread copying and
+//             reading back only its own chunks; the last C - S are read from
+//             global memory in both passes, the second read an L2 hit. Pass 1
+//             (chunk k outer, candidates inner): the sums; the tree (lanes,
+//             one barrier; lane c of every warp finishes candidate c over the 8
+//             warps, its score, and the softmax by shuffles); pass 2 (chunk
+//             outer): the mix, per element c ascending, streaming 16-byte
+//             stores; each thread's chunk k places are refilled with the
+//             block's next row as soon as they are mixed.
 //
 // Contract (PB_CHECK in the launchers): rows >= 0 (0 launches nothing),
 // 1 <= nb <= 8, snap_blocks >= nb, hidden % 8 == 0 and hidden >= 8, eps >= 0,
 // rows <= INT_MAX; cut only: hidden <= 8192 (4 chunks per slot), snap,
 // partial, sw, out 16-byte aligned, and a device whose block shared memory
-// holds nb + 1 candidate rows (H100/H200: 227 KB). out and scores overlap no
+// holds nb + 1 candidate rows (H100/H200: 227 KB; two_pass: at least 1 and
+// all but 6 in 1 / B of an SM's shared memory). out and scores overlap no
 // input and not each other (no in-place call).
 #pragma once
 
@@ -94,10 +109,11 @@ void attnres_baseline(const __nv_bfloat16* snap, const __nv_bfloat16* partial, c
                       float* scores, __nv_bfloat16* out, const AttnResShape& shape, float eps,
                       cudaStream_t stream);
 // How the cut brings candidate rows on chip (attnres.h, "cut"); the same results.
-enum class AttnResLoader { tma, cp_async };
+// blocks_per_sm: two_pass only, 2 .. 4, or 0 for its default (see above).
+enum class AttnResLoader { tma, cp_async, two_pass };
 void attnres_cut(const __nv_bfloat16* snap, const __nv_bfloat16* partial, const float* sw,
                  float* scores, __nv_bfloat16* out, const AttnResShape& shape, float eps,
-                 cudaStream_t stream, AttnResLoader loader = AttnResLoader::tma);
+                 cudaStream_t stream, AttnResLoader loader = AttnResLoader::tma, int blocks_per_sm = 0);
 // The one dispatch point on the cut switch.
 void attnres(Variant v, const __nv_bfloat16* snap, const __nv_bfloat16* partial, const float* sw,
              float* scores, __nv_bfloat16* out, const AttnResShape& shape, float eps,

@@ -6,8 +6,10 @@
 // several seeds, a mixture of scales per candidate (and the snapshot blocks
 // past nb filled with NaN, so reading one shows). Outputs are poisoned before
 // each run and guarded on both sides; the launch counts are taken from a
-// captured graph. The cut's cp_async loader is held to the same bits, and
-// row counts around multiples of the SM count drive its persistent loop.
+// captured graph. The cut's other forms (the ring's cp_async loader, the
+// two_pass kernel at 2, 3, 4 blocks per SM and its default) are held to the
+// same bits, and row counts around multiples of the SM count drive their
+// persistent loops.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -164,14 +166,26 @@ void check_case(const Case& k) {
   check_same(got[1], want, "cut vs ref");
   check_same(got[1], got[0], "cut vs baseline");
 
-  // The cut's other loader (cp.async, kept for A/B): the same bits.
-  GuardedOutput<float> scores(n_scores);
-  GuardedOutput<bf16> out(n_out);
-  attnres_cut(d_snap.get(), d_partial.get(), d_sw.get(), scores.get(), out.get(), in.shape, kEps, nullptr,
-              AttnResLoader::cp_async);
-  const Outputs alt{scores.result<float>("scores (cp_async)", Variant::cut),
-                    out.result<uint16_t>("out (cp_async)", Variant::cut)};
-  check_same(alt, want, "cut (cp_async) vs ref");
+  // The cut's other forms, kept for A/B: the ring's cp.async loader, and the
+  // two_pass kernel at its default blocks per SM and at 2, 3, 4 (from all
+  // candidates staged in shared memory to 6 of 9 re-read from L2): the same bits.
+  struct Alt {
+    AttnResLoader loader;
+    int blocks_per_sm;
+    const char* name;
+  };
+  for (const Alt& a : {Alt{AttnResLoader::cp_async, 0, "cut (cp_async)"}, Alt{AttnResLoader::two_pass, 0, "cut (two_pass)"},
+                       Alt{AttnResLoader::two_pass, 2, "cut (two_pass, 2 per SM)"},
+                       Alt{AttnResLoader::two_pass, 3, "cut (two_pass, 3 per SM)"},
+                       Alt{AttnResLoader::two_pass, 4, "cut (two_pass, 4 per SM)"}}) {
+    INFO(a.name);
+    GuardedOutput<float> scores(n_scores);
+    GuardedOutput<bf16> out(n_out);
+    attnres_cut(d_snap.get(), d_partial.get(), d_sw.get(), scores.get(), out.get(), in.shape, kEps, nullptr,
+                a.loader, a.blocks_per_sm);
+    const Outputs alt{scores.result<float>("scores", Variant::cut), out.result<uint16_t>("out", Variant::cut)};
+    check_same(alt, want, a.name);
+  }
 }
 
 int multiprocessors() {
@@ -245,6 +259,11 @@ TEST_CASE("attnres: the cut's persistent blocks loop over many rows (ring wraps,
   check_case({5 * sms + 2, 8192, 8, 8, 35});   // ring 14
   check_case({4 * sms + 9, 2056, 4, 8, 36});
   for (int nb : {1, 2, 3, 5, 7, 8}) check_case({40 * sms + 11, 8, nb, 8, uint64_t(40 + nb)});  // 40+ rows per block
+  // two_pass runs 2 .. 4 blocks per SM: several rows per block at every hidden,
+  // so the next row's chunks are staged while a row is mixed.
+  check_case({12 * sms + 5, 7168, 2, 8, 37});   // ~3 rows per block at 4 per SM
+  check_case({16 * sms + 3, 1024, 8, 8, 38});   // ~4 .. 8 rows per block
+  check_case({9 * sms + 7, 8192, 8, 8, 39});    // hidden 8192: 6 of 9 candidates from L2 at 4 per SM
 }
 
 TEST_CASE("attnres: zero candidates (the norm falls back on eps)") {
@@ -298,5 +317,16 @@ TEST_CASE("attnres: the launchers check their contract") {
   CHECK_THROWS_AS(call(Variant::cut, {2, 1024, 2, 8}, nullptr, out.get() + 1), pb::Error);
   CHECK_THROWS_AS(call(Variant::cut, {2, 1024, 2, 8}, nullptr, nullptr, sw.get() + 1), pb::Error);
   CHECK_NOTHROW(call(Variant::baseline, {2, 1024, 2, 8}, partial.get() + 1, out.get() + 1, sw.get() + 1));
+  // two_pass: 2 .. 4 blocks per SM (0: its default); it shares the cut's limits
+  for (int bad : {1, 5})
+    CHECK_THROWS_AS(attnres_cut(snap.get(), partial.get(), sw.get(), scores.get(), out.get(), {4, 1024, 4, 8}, kEps,
+                                nullptr, AttnResLoader::two_pass, bad),
+                    pb::Error);
+  CHECK_THROWS_AS(attnres_cut(snap.get(), partial.get(), sw.get(), scores.get(), out.get(), {2, 8200, 2, 8}, kEps,
+                              nullptr, AttnResLoader::two_pass),
+                  pb::Error);
+  CHECK_THROWS_AS(attnres_cut(snap.get(), partial.get() + 1, sw.get(), scores.get(), out.get(), {2, 1024, 2, 8},
+                              kEps, nullptr, AttnResLoader::two_pass),
+                  pb::Error);
   PB_CUDA(cudaDeviceSynchronize());
 }
