@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One device call for a development round: build everything, run the GPU
+# suites given (and the MPI+GPU ones), then the benchmarks given. Logs are
+# concatenated so that few files come back: $OUT/tests.log, $OUT/bench.log,
+# plus each benchmark's .h5. Usage:
+#   scripts/gpu-round.sh "test_a test_b" "mpi:test_x" "kda moe kernels:attnres lane:cp4-64k"
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+OUT=${OUT:-$here/../gpu-out}
+mkdir -p "$OUT"
+source "$here/env.sh"
+if ! pb_build >/tmp/pb-build.log 2>&1; then
+  grep -E "error" -A3 /tmp/pb-build.log | head -40
+  echo "gpu-round: build failed"
+  exit 1
+fi
+grep -E "cuDNN FMHA engine" /tmp/pb-build.log | tail -1
+B=$PB_BUILD
+for t in ${1:-}; do
+  timeout 300 "$B/$t" >>"$OUT/tests.log" 2>&1
+  rc=$?
+  echo "$t: exit $rc"
+  ((rc != 0)) && grep -E "ERROR|FAILED|error" "$OUT/tests.log" | tail -8
+done
+for spec in ${2:-}; do
+  t=${spec#mpi:}
+  for np in 4 2; do
+    timeout 200 mpirun --oversubscribe -np $np "$B/$t" >"/tmp/$t-$np.log" 2>&1
+    rc=$?
+    cat "/tmp/$t-$np.log" >>"$OUT/tests.log"
+    echo "$t -np $np: exit $rc"
+    grep -E "rel-L2|ERROR|error:" "/tmp/$t-$np.log" | head -12
+  done
+done
+for spec in ${3:-}; do
+  cmd=${spec%%:*}
+  arg=${spec#*:}
+  [[ $arg == "$spec" ]] && arg=""
+  echo "== $spec" >>"$OUT/bench.log"
+  case $cmd in
+    kernels) timeout 300 "$B/prefill-bench" kernels --family "$arg" -o "$OUT/$arg.h5" --overwrite >/tmp/b.log 2>&1 ;;
+    lane)
+      np=$("$B/prefill-bench" ranks "scenarios/$arg.yaml")
+      timeout 300 mpirun --oversubscribe -np "$np" "$B/prefill-bench" lane "scenarios/$arg.yaml" \
+        --set serialize_ranks=true -o "$OUT/lane-$arg.h5" --overwrite >/tmp/b.log 2>&1 ;;
+    *) timeout 300 "$B/prefill-bench" "$cmd" -o "$OUT/$cmd.h5" --overwrite >/tmp/b.log 2>&1 ;;
+  esac
+  echo "$spec: exit $?" | tee -a "$OUT/bench.log"
+  grep -vE "^lane: rep" /tmp/b.log >>"$OUT/bench.log"
+done
