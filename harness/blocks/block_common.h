@@ -34,6 +34,18 @@ inline DeviceBuffer<__nv_bfloat16> synthetic_weight(int64_t rows, int64_t fan_in
   return w;
 }
 
+// Synthetic f32 vectors: uniform in +-scale, and all ones (RMSNorm gains).
+inline DeviceBuffer<float> synthetic_f32(int64_t n, uint64_t seed, float scale, cudaStream_t stream) {
+  DeviceBuffer<float> v(static_cast<size_t>(n));
+  fill_uniform_f32(v.get(), n, seed, scale, stream);
+  return v;
+}
+inline DeviceBuffer<float> ones_f32(int64_t n, cudaStream_t stream) {
+  DeviceBuffer<float> v(static_cast<size_t>(n));
+  fill_constant_f32(v.get(), n, n, 1, 1.0f, stream);
+  return v;
+}
+
 // "gemm.<what>" (x [m, k] · w [n, k]ᵀ -> f32 partial [m, n]) then "land.<what>"
 // (the whole partial -> bf16 [m, n]), split_k = 1.
 inline void gemm_land(Timeline& tl, const Blas& blas, Variant land_v, const std::string& what,

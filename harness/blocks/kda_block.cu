@@ -19,18 +19,6 @@ using bf16 = __nv_bfloat16;
 constexpr int64_t kSmallWidth = 256;  // wsm rows: beta | f_a | pad
 const char* const kStreams[3] = {"q", "k", "v"};
 
-DeviceBuffer<float> uniform_f32(int64_t n, uint64_t seed, float scale, cudaStream_t stream) {
-  DeviceBuffer<float> v(static_cast<size_t>(n));
-  fill_uniform_f32(v.get(), n, seed, scale, stream);
-  return v;
-}
-
-DeviceBuffer<float> ones_f32(int64_t n, cudaStream_t stream) {
-  DeviceBuffer<float> v(static_cast<size_t>(n));
-  fill_constant_f32(v.get(), n, n, 1, 1.0f, stream);
-  return v;
-}
-
 // (seq - 2, 0): what a reader acknowledged when the parity slot was last used.
 uint64_t freed_for(int64_t seq) { return seq >= 2 ? doorbell_value(seq - 2, 0) : 0; }
 
@@ -41,9 +29,9 @@ KdaWeights::KdaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream)
       wsm(synthetic_weight(kSmallWidth, m.hidden, seed + 12, stream)),
       w_f_b(synthetic_weight(m.kda_inner(), m.f_rank, seed + 13, stream)),
       w_o(synthetic_weight(m.hidden, m.kda_inner(), seed + 14, stream)),
-      conv_taps(uniform_f32(3 * 4 * m.kda_inner(), seed + 15, 0.5f, stream)),
-      dt_bias(uniform_f32(m.kda_inner(), seed + 16, 1.0f, stream)),
-      A_log(uniform_f32(m.kda_heads, seed + 17, 0.5f, stream)),
+      conv_taps(synthetic_f32(3 * 4 * m.kda_inner(), seed + 15, 0.5f, stream)),
+      dt_bias(synthetic_f32(m.kda_inner(), seed + 16, 1.0f, stream)),
+      A_log(synthetic_f32(m.kda_heads, seed + 17, 0.5f, stream)),
       gamma_o(ones_f32(m.kda_head_dim, stream)),
       gain_in(ones_f32(m.hidden, stream)) {
   PB_CHECK(m.kda_heads + m.f_rank <= kSmallWidth, "KDA: kda_heads + f_rank must fit the 256-wide small projection");

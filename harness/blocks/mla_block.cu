@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
+#include "block_common.h"
 #include "check.h"
 #include "elementwise.h"
 #include "fabric.h"
@@ -19,18 +21,6 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-DeviceBuffer<bf16> synthetic_weight(int64_t rows, int64_t fan_in, uint64_t seed, cudaStream_t stream) {
-  DeviceBuffer<bf16> w(size_t(rows * fan_in));
-  fill_uniform_bf16(w.get(), rows * fan_in, seed, float(std::sqrt(3.0 / double(fan_in))), stream);
-  return w;
-}
-
-DeviceBuffer<float> unit_gain(int64_t n, cudaStream_t stream) {
-  DeviceBuffer<float> g(static_cast<size_t>(n));
-  fill_constant_f32(g.get(), n, n, 1, 1.0f, stream);
-  return g;
-}
-
 Variant variant(const CutSet& cuts, Cut c) { return cuts[c] ? Variant::cut : Variant::baseline; }
 
 }  // namespace
@@ -40,9 +30,9 @@ MlaWeights::MlaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream)
       w_q_b(synthetic_weight(m.heads * m.d_qk(), m.q_lora, seed + 2, stream)),
       w_kv_b(synthetic_weight(m.heads * (m.qk_nope + m.v_head), m.kv_lora, seed + 3, stream)),
       w_o(synthetic_weight(m.hidden, m.heads * m.v_head, seed + 4, stream)),
-      gain_in(unit_gain(m.hidden, stream)),
-      gain_q_a(unit_gain(m.q_lora, stream)),
-      gain_kv(unit_gain(m.kv_lora, stream)) {}
+      gain_in(ones_f32(m.hidden, stream)),
+      gain_q_a(ones_f32(m.q_lora, stream)),
+      gain_kv(ones_f32(m.kv_lora, stream)) {}
 
 MlaBlock::MlaBlock(const ModelShape& m, const MlaWeights& w, const MlaLane& lane, FmhaEngine engine)
     : m_(m), w_(w), lane_(lane), engine_(engine), b_(lane.rows) {
@@ -61,8 +51,16 @@ MlaBlock::MlaBlock(const ModelShape& m, const MlaWeights& w, const MlaLane& lane
   attn_ = DeviceBuffer<bf16>(size_t(b_ * v_width));
   gated_ = DeviceBuffer<bf16>(size_t(b_ * v_width));
   attn_out_ = DeviceBuffer<bf16>(size_t(b_ * m.hidden));
-  o_win_ = DeviceBuffer<bf16>(size_t(t * v_width));
-  lse_win_ = DeviceBuffer<float>(size_t(heads * t));
+  int64_t longest = 0;
+  for (const Segment& seg : lane_.segments) longest = std::max(longest, seg.len);
+  o_win_ = DeviceBuffer<bf16>(size_t(longest * v_width));
+  lse_win_ = DeviceBuffer<float>(size_t(heads * longest));
+  // Debug knob PB_DEBUG_HELPED_COPY=1: a helper copies the owner's queries into
+  // its own memory and its result back (inside the fabric spans), so that the
+  // helped FMHA runs on local memory only: it isolates the cost of reading and
+  // writing a peer's IPC-mapped slab in place.
+  if (const char* e = std::getenv("PB_DEBUG_HELPED_COPY"); e && std::string(e) == "1" && lane_.cp > 1)
+    staged_q_ = DeviceBuffer<bf16>(size_t(longest * q_width));
   o_acc_ = DeviceBuffer<float>(size_t(t * v_width));
   lse_acc_ = DeviceBuffer<float>(size_t(heads * t));
   // Rows T .. b of the attention are never written: zero them once.
@@ -76,8 +74,6 @@ MlaBlock::MlaBlock(const ModelShape& m, const MlaWeights& w, const MlaLane& lane
                  L.qk_dim == m.d_qk() && L.v_dim == m.v_head,
              "MlaBlock: the fabric's slab layout does not match the model and bucket");
   }
-  int64_t longest = 0;
-  for (const Segment& seg : lane_.segments) longest = std::max(longest, seg.len);
   for (int i = 0; i < 2; ++i) {
     const int64_t tk = i == 0 ? t : longest;
     keys_[i] = DeviceBuffer<bf16>(size_t(tk * q_width));
@@ -230,15 +226,25 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
   t.v = kvb_[i].get() + m_.qk_nope;
   t.v_token_stride = kvb_width;
   t.v_head_stride = m_.qk_nope + m_.v_head;
+  bf16* slot_o = nullptr;
+  float* slot_lse = nullptr;
   if (helped) {
     const SlabLayout& L = lane_.fabric->layout();
-    t.o = static_cast<bf16*>(lane_.fabric->at(w.q, L.o[slab][w.slot]));
-    t.lse = static_cast<float*>(lane_.fabric->at(w.q, L.lse[slab][w.slot]));
+    slot_o = static_cast<bf16*>(lane_.fabric->at(w.q, L.o[slab][w.slot]));
+    slot_lse = static_cast<float*>(lane_.fabric->at(w.q, L.lse[slab][w.slot]));
+    t.o = slot_o;
+    t.lse = slot_lse;
     tl.launch("fabric", "fabric.wait_queries", [&] {
       wait(w.q, Bell::window, doorbell_value(seq_, 0), "the queries of rank " + std::to_string(w.q), tl);
       if (seq_ >= 2)  // the owner merged what this slot held two calls ago (same slab)
         wait(w.q, Bell::consumed, doorbell_value(seq_ - 2, 0),
              "rank " + std::to_string(w.q) + " to consume return slot " + std::to_string(w.slot), tl);
+      if (staged_q_.size()) {  // debug: fetch the queries, run the window on local memory
+        PB_CUDA(cudaMemcpyAsync(staged_q_.get(), t.q, size_t(tq * heads * d_qk) * 2, cudaMemcpyDeviceToDevice, s));
+        t.q = staged_q_.get();
+        t.o = o_win_.get();
+        t.lse = lse_win_.get();
+      }
     });
     lane_.fabric->note_peer_read(tq * heads * d_qk * 2);
   } else {
@@ -257,6 +263,10 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
   if (helped) {
     lane_.fabric->note_peer_write(tq * heads * m_.v_head * 2 + heads * tq * 4);
     tl.launch("fabric", "fabric.publish_return", [&] {
+      if (staged_q_.size()) {
+        PB_CUDA(cudaMemcpyAsync(slot_o, o_win_.get(), size_t(tq * heads * m_.v_head) * 2, cudaMemcpyDeviceToDevice, s));
+        PB_CUDA(cudaMemcpyAsync(slot_lse, lse_win_.get(), size_t(heads * tq) * 4, cudaMemcpyDeviceToDevice, s));
+      }
       lane_.fabric->ring(w.q, doorbell_index(lane_.cp, me, Bell::returned), doorbell_value(seq_, w.slot), s);
     });
   }
