@@ -100,6 +100,11 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   const std::vector<Segment> segs = contiguous_segments(s.context, cp);
   const FmhaEngine engine = fmha_engine_from_name(s.fmha);
   const bool serial = s.serialize_ranks;
+  PB_CHECK(s.fabric != "nccl", s.source + ": key 'fabric': nccl is not built yet (cross-node ranks need it); "
+                                         "allowed here: ipc, auto (all ranks on one node)");
+  PB_CHECK(gang.local_size() == gang.size(), "prefill-bench lane: the IPC fabric needs every rank on one node (" +
+                                                 std::to_string(gang.local_size()) + " of " +
+                                                 std::to_string(gang.size()) + " ranks are local)");
 
   RunResult result;
   result.kind = "lane";
