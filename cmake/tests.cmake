@@ -123,3 +123,14 @@ add_test(NAME mpi_gpu.lane_smoke_cp2
           --set serialize_ranks=true --output ${CMAKE_BINARY_DIR}/test-out/lane-smoke-cp2.h5 --overwrite)
 set_tests_properties(mpi_gpu.lane_smoke_cp2 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 3 TIMEOUT 120
   ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "wrote .*lane-smoke-cp2.h5")
+
+# `prefill-bench run` end to end (tiny model): cp 1, and cp 2 with ranks taking
+# turns; each checks its launch list against plan's and writes a results file.
+add_test(NAME mpi_gpu.run_smoke
+  COMMAND $<TARGET_FILE:prefill-bench> run ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml
+          --output ${CMAKE_BINARY_DIR}/test-out/run-smoke.h5 --overwrite)
+add_test(NAME mpi_gpu.run_smoke_cp2
+  COMMAND ${PB_MPIRUN} -np 2 $<TARGET_FILE:prefill-bench> run ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp2.yaml
+          --set serialize_ranks=true --output ${CMAKE_BINARY_DIR}/test-out/run-smoke-cp2.h5 --overwrite)
+set_tests_properties(mpi_gpu.run_smoke mpi_gpu.run_smoke_cp2 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 3
+  TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "wrote .*run-smoke")

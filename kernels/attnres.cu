@@ -904,18 +904,33 @@ void launch_ring(AttnResLoader loader, int blocks_per_sm, const bf16* snap, cons
 
 }  // namespace
 
-void attnres_baseline(const bf16* snap, const bf16* partial, const float* sw, float* scores,
-                      bf16* out, const AttnResShape& sh, float eps, cudaStream_t stream) {
-  if (!check_call("attnres_baseline", snap, partial, sw, scores, out, sh, eps)) return;
+void attnres_baseline_scores(const bf16* snap, const bf16* partial, const float* sw, float* scores,
+                             const AttnResShape& sh, float eps, cudaStream_t stream) {
   const dim3 score_grid(unsigned(sh.rows), unsigned(sh.nb + 1));
   attnres_scores_baseline_kernel<<<score_grid, kThreads, 0, stream>>>(snap, partial, sw, scores,
                                                                        sh.hidden, sh.nb,
                                                                        sh.snap_blocks, eps);
   PB_CUDA_LAUNCH();
+}
+
+void attnres_baseline_mix(const bf16* snap, const bf16* partial, const float* scores, bf16* out,
+                          const AttnResShape& sh, cudaStream_t stream) {
   const dim3 mix_grid(unsigned(sh.rows), unsigned((sh.hidden + kThreads - 1) / kThreads));
   attnres_mix_baseline_kernel<<<mix_grid, kThreads, 0, stream>>>(snap, partial, scores, out,
                                                                   sh.hidden, sh.nb, sh.snap_blocks);
   PB_CUDA_LAUNCH();
+}
+
+void attnres_baseline(const bf16* snap, const bf16* partial, const float* sw, float* scores,
+                      bf16* out, const AttnResShape& sh, float eps, cudaStream_t stream,
+                      const AttnResStep* step) {
+  if (!check_call("attnres_baseline", snap, partial, sw, scores, out, sh, eps)) return;
+  const auto run = [step](const char* name, const std::function<void()>& work) {
+    if (step) (*step)(name, work);
+    else work();
+  };
+  run("scores", [&] { attnres_baseline_scores(snap, partial, sw, scores, sh, eps, stream); });
+  run("mix", [&] { attnres_baseline_mix(snap, partial, scores, out, sh, stream); });
 }
 
 void attnres_cut(const bf16* snap, const bf16* partial, const float* sw, float* scores, bf16* out,

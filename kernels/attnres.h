@@ -85,6 +85,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "variant.h"
 
@@ -105,9 +106,12 @@ constexpr int kAttnResMaxBlocks = 8;
 constexpr int kAttnResSlots = 256;           // partial sums per reduction (threads per block)
 constexpr int64_t kAttnResCutMaxHidden = 8192;  // 4 chunks of 8 per slot
 
+// The baseline is two launches; `step` (may be null) runs each as step(name,
+// work) with name "scores" then "mix", so a caller can time them one by one.
+using AttnResStep = std::function<void(const char* name, const std::function<void()>& work)>;
 void attnres_baseline(const __nv_bfloat16* snap, const __nv_bfloat16* partial, const float* sw,
                       float* scores, __nv_bfloat16* out, const AttnResShape& shape, float eps,
-                      cudaStream_t stream);
+                      cudaStream_t stream, const AttnResStep* step = nullptr);
 // How the cut brings candidate rows on chip (attnres.h, "cut"); the same results.
 // blocks_per_sm: two_pass only, 2 .. 4, or 0 for its default (see above).
 enum class AttnResLoader { tma, cp_async, two_pass };

@@ -1,0 +1,90 @@
+// The K3 CP prefill superstep of one rank (DESIGN.md §2.1), launch by launch
+// in plan.cpp's order and names: the embedding gather; per layer AttnRes
+// before the mixer (from layer 1), the snapshot on every 12th layer, the mixer
+// (KDA or MLA, across the CP lane), the residual add2 (snapshot layers restart
+// the partial sum from the mixer's output), AttnRes before the FFN, the FFN
+// (dense at layer 0, MoE elsewhere) and the residual add2; on the last rank
+// the first token (AttnRes of the last row over every block, final norm, lm
+// head, argmax). Weights are one seeded set per layer kind; activations are
+// sized by the bucket and reused across layers.
+//
+// `turn` runs each phase of a layer: the caller makes ranks of one GPU take
+// turns through it (serialize_ranks) or just calls the phase. Phases: the
+// mixer's projections (with the AttnRes before it), its cross-rank part, and
+// the rest of the layer.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "cuts.h"
+#include "dense_ffn.h"
+#include "device_buffer.h"
+#include "first_token.h"
+#include "fmha.h"
+#include "gemm.h"
+#include "kda_block.h"
+#include "mla_block.h"
+#include "moe_block.h"
+#include "moe_gemm.h"
+#include "scenario.h"
+#include "timeline.h"
+
+namespace pb {
+
+class IpcFabric;
+
+using Turn = std::function<void(const std::function<void()>& phase)>;
+
+class Superstep {
+ public:
+  Superstep(const Scenario& s, int rank, IpcFabric* fabric, const Blas& blas, cudaStream_t stream);
+  ~Superstep();
+
+  // One superstep under `cuts`. With checksums, also fingerprints every
+  // layer's output rows [0, T) (extra launches outside the timeline).
+  void run(const CutSet& cuts, Timeline& tl, const Turn& turn, bool checksums);
+  // After run() and a stream sync: the first token (last rank only, else -1),
+  // the layer fingerprints, the final hidden rows.
+  int64_t first_token() const;
+  std::vector<uint64_t> layer_checksums() const;
+  const __nv_bfloat16* hidden() const { return hidden_.get(); }  // [b, hidden]
+  int64_t live_rows() const { return t_; }
+
+ private:
+  void attnres_call(const CutSet& cuts, Timeline& tl, int64_t rows, int nb, const __nv_bfloat16* snap,
+                    const __nv_bfloat16* partial, const float* sw, __nv_bfloat16* out);
+  void add2_call(const CutSet& cuts, Timeline& tl, const __nv_bfloat16* a, const __nv_bfloat16* b,
+                 __nv_bfloat16* out);
+
+  const Scenario& s_;
+  ModelShape m_;
+  int rank_, cp_;
+  int64_t b_, t_;
+  const Blas& blas_;
+  FmhaEngine fmha_;
+  MoeGemmEngine moe_engine_;
+  int64_t mla_seq_ = 0, kda_seq_ = 0;
+  // weights
+  DeviceBuffer<__nv_bfloat16> embed_table_;
+  DeviceBuffer<float> sw_;  // [2 * layers + 1, hidden]: sw_attn, sw_mlp per layer, then sw_out
+  std::unique_ptr<MlaWeights> mla_w_;
+  std::unique_ptr<KdaWeights> kda_w_;
+  // blocks
+  std::unique_ptr<MlaBlock> mla_;
+  std::unique_ptr<KdaBlock> kda_;
+  std::unique_ptr<MoeBlock> moe_;
+  std::unique_ptr<DenseFfn> dense_;
+  std::unique_ptr<FirstToken> first_;
+  // activations
+  DeviceBuffer<int32_t> ids_;
+  DeviceBuffer<__nv_bfloat16> hidden_, mixed_, prefix2_, ffn_out_, snap_, last_mixed_;
+  DeviceBuffer<float> scores_;
+  DeviceBuffer<unsigned long long> checksums_;
+  bool have_first_token_ = false;
+};
+
+}  // namespace pb
