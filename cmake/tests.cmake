@@ -134,3 +134,10 @@ add_test(NAME mpi_gpu.run_smoke_cp2
           --set serialize_ranks=true --output ${CMAKE_BINARY_DIR}/test-out/run-smoke-cp2.h5 --overwrite)
 set_tests_properties(mpi_gpu.run_smoke mpi_gpu.run_smoke_cp2 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 3
   TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "wrote .*run-smoke")
+
+# `prefill-bench verify` (tiny model): cp 1, and cp 2 against cp 1.
+add_test(NAME mpi_gpu.verify_smoke COMMAND $<TARGET_FILE:prefill-bench> verify ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml)
+add_test(NAME mpi_gpu.verify_smoke_cp2
+  COMMAND ${PB_MPIRUN} -np 2 $<TARGET_FILE:prefill-bench> verify ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp2.yaml)
+set_tests_properties(mpi_gpu.verify_smoke mpi_gpu.verify_smoke_cp2 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 3
+  TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "verify: passed")

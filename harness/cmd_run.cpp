@@ -4,10 +4,14 @@
 // `plan`, whose launch list it must equal; TTFT is the host time on the last
 // rank from a gang barrier to the first token read back. Writes HDF5 and
 // prints a per-rank, per-family summary of the last rep with TTFT min /
-// median / max per variant.
+// median / max per variant. The file is rewritten after every rep, marked
+// incomplete until the last: a run cut short (a failed rank, a wait that timed
+// out, Ctrl-C) leaves a valid file with the reps it finished.
 #include <cuda_runtime.h>  // the typed cudaMalloc overloads device_buffer.h uses
 
 #include <chrono>
+#include <csignal>
+#include <sstream>
 #include <cstdio>
 #include <memory>
 
@@ -48,6 +52,16 @@ Turn make_turn(const Gang& gang, bool serial, IpcFabric* fab, cudaStream_t strea
       gang.barrier();
     }
   };
+}
+
+volatile std::sig_atomic_t g_interrupted = 0;
+void note_interrupt(int) { g_interrupted = 1; }
+
+// Whether any rank saw Ctrl-C (SIGINT): the ranks stop together at a rep boundary.
+bool interrupted_anywhere(const Gang& gang) {
+  int mine = g_interrupted ? 1 : 0, any = 0;
+  MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, gang.comm());
+  return any != 0;
 }
 
 double peak_device_bytes() {
@@ -100,12 +114,25 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   Timeline tl(stream, true);
   const Turn turn = make_turn(gang, s.serialize_ranks, fab.get(), stream);
 
+  if (!s.debug.delay_family.empty()) tl.set_delay(s.debug.delay_family, s.debug.delay_us);
+  std::signal(SIGINT, note_interrupt);
+
+  // Rank 0 keeps the result and rewrites the file after every rep (marked
+  // incomplete until the last), so a run cut short leaves the reps it finished.
   const size_t nv = s.variants.size();
-  std::vector<std::vector<Span>> spans(nv);
-  std::vector<std::vector<RankRep>> reps(nv);
-  std::vector<std::vector<double>> ttft(nv);
+  for (const VariantSpec& spec : s.variants) {
+    VariantResult v;
+    v.name = spec.name;
+    v.cuts = spec.cuts.describe();
+    v.complete = false;
+    result.variants.push_back(std::move(v));
+  }
+  result.complete = false;
+  const std::string path = output_path(args.output, s.name, "run");
+  bool written = false;
   std::vector<std::vector<uint64_t>> checksums(nv);
   std::vector<int64_t> token(nv, -1);
+  int finished_reps = 0;
   for (int rep = -s.warmup; rep < s.reps; ++rep) {
     for (size_t vi = 0; vi < nv; ++vi) {
       const CutSet& cuts = s.variants[vi].cuts;
@@ -125,16 +152,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
         checksums[vi] = step.layer_checksums();
         token[vi] = first;
       }
-      // Per-rep line on rank 0: every rank's wall and the last rank's TTFT.
-      const std::vector<std::string> walls = gang.gather(std::to_string(wall_ms));
-      if (gang.is_root()) {
-        const double t = std::stod(walls.back());
-        std::printf("rep %d/%d %-12s TTFT %.1f ms (rank %d), first token %lld\n", rep + 1, s.reps,
-                    s.variants[vi].name.c_str(), t, cp - 1, (long long)(cp == 1 ? first : -1));
-        std::fflush(stdout);
-        if (rep >= 0) ttft[vi].push_back(t);
-      }
-      if (rep < 0) continue;
+      std::vector<Span> spans;
       RankRep rr;
       rr.rep = rep;
       rr.rank = me;
@@ -143,50 +161,63 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       for (size_t i = 0; i < launches.size(); ++i) {
         const TimedLaunch& l = launches[i];
         const Launch& p = plan.launches[i];
-        spans[vi].push_back({rep, me, l.layer, l.family, l.kernel, l.ms * 1e3, p.cost.bytes, p.cost.flops});
+        spans.push_back({rep, me, l.layer, l.family, l.kernel, l.ms * 1e3, p.cost.bytes, p.cost.flops});
         if (l.kernel.rfind("fabric.wait", 0) == 0) rr.wait_us += l.ms * 1e3;
       }
       const FabricStats after = fab ? fab->stats() : FabricStats{};
       rr.fabric_bytes = double(after.bytes_written - before.bytes_written + after.bytes_read - before.bytes_read);
-      reps[vi].push_back(rr);
+      // Every rank's spans and wall to rank 0; TTFT is the last rank's wall.
+      const std::vector<std::string> span_parts = gang.gather(rep >= 0 ? pack_spans(spans) : std::string());
+      const std::vector<std::string> rep_parts = gang.gather(pack_rank_reps({rr}));
+      if (!gang.is_root()) continue;
+      const double ttft = unpack_rank_reps(rep_parts.back()).at(0).wall_us / 1e3;
+      std::printf("rep %d/%d %-12s TTFT %.1f ms%s\n", rep + 1, s.reps, s.variants[vi].name.c_str(), ttft,
+                  rep < 0 ? " (warm-up)" : "");
+      std::fflush(stdout);
+      if (rep < 0) continue;
+      VariantResult& v = result.variants[vi];
+      v.ttft_ms.push_back(ttft);
+      for (const auto& part : span_parts)
+        for (Span& sp : unpack_spans(part)) v.spans.push_back(std::move(sp));
+      for (const auto& part : rep_parts)
+        for (const RankRep& r : unpack_rank_reps(part)) v.rank_reps.push_back(r);
+    }
+    if (rep >= 0) ++finished_reps;
+    if (gang.is_root() && rep >= 0 && rep < s.reps - 1) {
+      write_results(path, result, args.overwrite || written);
+      written = true;
+    }
+    if (interrupted_anywhere(gang)) {
+      if (gang.is_root()) {
+        write_results(path, result, args.overwrite || written);
+        std::fprintf(stderr, "prefill-bench run: interrupted after %d rep(s); %s holds them, marked incomplete\n",
+                     finished_reps, path.c_str());
+      }
+      return 130;
     }
   }
 
-  // Gather to rank 0, print, write.
+  // Outputs of the last rep, the summary tables, the complete file.
   const GpuProfile profile = gpu_profile(s.gpu_profile);
   for (size_t vi = 0; vi < nv; ++vi) {
-    const std::vector<std::string> span_parts = gang.gather(pack_spans(spans[vi]));
-    const std::vector<std::string> rep_parts = gang.gather(pack_rank_reps(reps[vi]));
     std::string sums;
     for (uint64_t c : checksums[vi]) sums += std::to_string(c) + " ";
     const std::vector<std::string> sum_parts = gang.gather(sums);
     const std::vector<std::string> token_parts = gang.gather(std::to_string(token[vi]));
     if (!gang.is_root()) continue;
-    VariantResult v;
-    v.name = s.variants[vi].name;
-    v.cuts = s.variants[vi].cuts.describe();
-    std::vector<Span> last;
-    for (const auto& part : span_parts)
-      for (Span& sp : unpack_spans(part)) {
-        if (sp.rep == s.reps - 1) last.push_back(sp);
-        v.spans.push_back(std::move(sp));
-      }
-    for (const auto& part : rep_parts)
-      for (RankRep& r : unpack_rank_reps(part)) v.rank_reps.push_back(r);
-    v.ttft_ms = ttft[vi];
+    VariantResult& v = result.variants[vi];
+    v.complete = true;
     v.outputs.ranks = cp;
     v.outputs.layers = int32_t(s.model.layers);
     for (const auto& part : sum_parts) {
-      size_t pos = 0;
-      const std::string& txt = part;
-      while (pos < txt.size()) {
-        size_t next = txt.find(' ', pos);
-        if (next == std::string::npos) break;
-        v.outputs.checksums.push_back(std::stoull(txt.substr(pos, next - pos)));
-        pos = next + 1;
-      }
+      std::istringstream in(part);
+      uint64_t c;
+      while (in >> c) v.outputs.checksums.push_back(c);
     }
     v.outputs.first_token = std::stoll(token_parts.back());
+    std::vector<Span> last;
+    for (const Span& sp : v.spans)
+      if (sp.rep == s.reps - 1) last.push_back(sp);
     std::vector<double> pairs;
     const Schedule sched = s.variants[vi].cuts[Cut::stripe] ? Schedule::stripe : Schedule::prefix;
     for (int r = 0; r < cp; ++r) pairs.push_back(rank_attention(sched, cp, r).load_pairs);
@@ -199,11 +230,10 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
                 "peak device memory %.1f GB (rank 0)\n",
                 v.name.c_str(), t.min, t.median, t.max, v.ttft_ms.size(), (long long)v.outputs.first_token,
                 peak_bytes / 1e9);
-    result.variants.push_back(std::move(v));
   }
   if (gang.is_root()) {
-    const std::string path = output_path(args.output, s.name, "run");
-    write_results(path, result, args.overwrite);
+    result.complete = true;
+    write_results(path, result, args.overwrite || written);
     std::printf("wrote %s\n", path.c_str());
   }
   gang.barrier();

@@ -32,6 +32,7 @@ Scenario load_scenario_on_gang(const Gang& gang, const ScenarioArgs& args);
 int cmd_plan(const Gang& gang, const ScenarioArgs& args);
 int cmd_run(const Gang& gang, const ScenarioArgs& args);
 int cmd_lane(const Gang& gang, const ScenarioArgs& args);
+int cmd_verify(const Gang& gang, const ScenarioArgs& args);
 int cmd_compare(const Gang& gang, const CompareOptions& options);
 int cmd_kernels(const Gang& gang, const KernelsBenchOptions& options);
 int cmd_fmha(const Gang& gang, const FmhaBenchOptions& options);

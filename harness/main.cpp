@@ -54,12 +54,15 @@ int main(int argc, char** argv) {
   CLI::App app{"prefill-bench: the K3 CP prefill superstep with switchable cuts"};
   app.require_subcommand(1);
 
-  pb::ScenarioArgs plan_args, run_args, lane_args;
+  pb::ScenarioArgs plan_args, run_args, lane_args, verify_args;
   CLI::App* plan = app.add_subcommand("plan", "analytic superstep per rank: launches, bytes, FLOPs, roofline");
   add_scenario_options(plan, plan_args);
   plan->add_option("--profile", plan_args.profile, "GPU profile for the roofline: h200, h100, gb300");
   CLI::App* run = app.add_subcommand("run", "measured superstep on the GPUs (one rank per GPU)");
   add_scenario_options(run, run_args);
+  CLI::App* verify = app.add_subcommand(
+      "verify", "bit identity of cuts 1, 2, 4, 5, attnres per layer; stripe and CP-N vs CP-1 within the floor");
+  add_scenario_options(verify, verify_args);
   CLI::App* lane = app.add_subcommand(
       "lane", "one MLA layer across the CP gang: per-rank FMHA time vs the schedule, waits, fabric bytes");
   add_scenario_options(lane, lane_args);
@@ -133,6 +136,10 @@ int main(int argc, char** argv) {
     if (*run) {
       run_args.command_line = command_line;
       return pb::cmd_run(gang, run_args);
+    }
+    if (*verify) {
+      verify_args.command_line = command_line;
+      return pb::cmd_verify(gang, verify_args);
     }
     if (*lane) {
       lane_args.command_line = command_line;

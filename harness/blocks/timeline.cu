@@ -1,6 +1,7 @@
 #include "timeline.h"
 
 #include "check.h"
+#include "debug_delay.h"
 
 namespace pb {
 
@@ -23,6 +24,7 @@ void Timeline::launch(const char* family, const std::string& kernel, const std::
   const size_t i = pending_.size();
   if (timed_) PB_CUDA(cudaEventRecord(event(2 * i), stream_));
   work();
+  if (delay_us_ > 0 && family == delay_family_) gpu_delay(delay_us_, stream_);
   if (timed_) PB_CUDA(cudaEventRecord(event(2 * i + 1), stream_));
   pending_.push_back({layer_, family, kernel, 0.0});
 }

@@ -38,6 +38,12 @@ class Timeline {
   cudaStream_t stream() const { return stream_; }
   bool timed() const { return timed_; }
   void set_layer(int32_t layer) { layer_ = layer; }
+  // Test-only: every launch of `family` is followed, inside its span, by a
+  // GPU spin of `us` microseconds (scenario debug.delay_family / delay_us).
+  void set_delay(const std::string& family, double us) {
+    delay_family_ = family;
+    delay_us_ = us;
+  }
   int32_t layer() const { return layer_; }
 
   // Enqueues `work` (launches on stream()) between two events named family / kernel.
@@ -51,6 +57,8 @@ class Timeline {
   cudaStream_t stream_;
   bool timed_;
   int32_t layer_ = -1;
+  std::string delay_family_;
+  double delay_us_ = 0;
   std::vector<cudaEvent_t> events_;  // pool: launch i uses events 2i, 2i + 1
   std::vector<TimedLaunch> pending_;
 };

@@ -1,0 +1,166 @@
+// `prefill-bench verify`: the built-in form of the engine's golden and
+// cp_prefill gates. On the same inputs it runs the superstep (untimed) with no
+// cut, with each cut alone and with all of them, and checks on every rank:
+//   - land, conv, lse_merge, elementwise, attnres: every layer's output
+//     fingerprint equals the baseline's, bit for bit, and so does the first token;
+//   - stripe (cut 3): the final hidden rows are within kVerifyRelL2Floor of the
+//     baseline's and the first token is equal; all cuts together equal the stripe
+//     alone bit for bit (the other cuts are exact);
+//   - CP-N against CP-1 (cp > 1): every rank also runs the whole context alone
+//     and its segment's final hidden rows are within the floor, first token equal.
+// Any violation exits 1. Needs memory for the scenario twice per rank at cp > 1.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+
+#include "check.h"
+#include "commands.h"
+#include "fabric.h"
+#include "ref_math.h"
+#include "run_info.h"
+#include "superstep.h"
+
+namespace pb {
+
+namespace {
+
+// rel-L2 of the final hidden state against the baseline's. The seed's own gate
+// measured CP4 vs CP1 at 8.7e-2 on the real 4-layer checkpoint (DESIGN.md §4).
+constexpr double kVerifyRelL2Floor = 1e-1;
+
+struct Outcome {
+  std::vector<uint64_t> checksums;
+  std::vector<uint16_t> hidden;  // this rank's live rows [T, hidden]
+  int64_t token = -1;
+};
+
+Outcome run_once(Superstep& step, const CutSet& cuts, Timeline& tl, const Turn& turn, IpcFabric* fab,
+                 int64_t row0, int64_t rows, int64_t hidden) {
+  step.run(cuts, tl, turn, true);
+  if (fab) fab->drain();
+  tl.collect();
+  Outcome o;
+  o.checksums = step.layer_checksums();
+  o.token = step.first_token();
+  o.hidden.resize(size_t(rows * hidden));
+  PB_CUDA(cudaMemcpy(o.hidden.data(), step.hidden() + row0 * hidden, o.hidden.size() * 2, cudaMemcpyDeviceToHost));
+  return o;
+}
+
+double rel_l2(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = ref::bf16_to_f32(a[i]), y = ref::bf16_to_f32(b[i]);
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+}  // namespace
+
+int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
+  const Scenario s = load_scenario_on_gang(gang, args);
+  const std::string problem = world_size_problem(s, gang.size(), /*plan=*/false);
+  PB_CHECK(problem.empty(), problem);
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    if (gang.is_root()) std::fprintf(stderr, "prefill-bench verify: no CUDA device is visible on %s\n", gang.host().c_str());
+    return 3;
+  }
+  const int me = gang.rank(), cp = s.cp;
+  PB_CUDA(cudaSetDevice(gang.local_rank() % devices));
+  PB_CHECK(s.fabric != "nccl", s.source + ": key 'fabric': nccl is not built yet; allowed here: ipc, auto");
+  PB_CHECK(cp == 1 || gang.local_size() == gang.size(), "prefill-bench verify: the IPC fabric needs every rank on one node");
+  cudaStream_t stream;
+  PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const Blas blas;
+  std::unique_ptr<IpcFabric> fab;
+  if (cp > 1) fab = std::make_unique<IpcFabric>(gang, model_slab_layout(s.model, cp, s.bucket), 300.0);
+  Superstep step(s, me, fab.get(), blas, stream);
+  Timeline tl(stream, false);
+  const Turn direct = [](const std::function<void()>& phase) { phase(); };
+  Turn turn = direct;
+  if (s.serialize_ranks)
+    turn = [&](const std::function<void()>& phase) {
+      for (int r = 0; r < gang.size(); ++r) {
+        if (r == me) {
+          phase();
+          if (fab) fab->drain();
+          PB_CUDA(cudaStreamSynchronize(stream));
+        }
+        gang.barrier();
+      }
+    };
+  const int64_t h = s.model.hidden, t = step.live_rows();
+  const Segment mine = contiguous_segments(s.context, cp)[me];
+
+  std::vector<std::string> lines;
+  bool ok = true;
+  const auto check = [&](bool pass, const std::string& what) {
+    lines.push_back(std::string(pass ? "  ok    " : "  FAIL  ") + what);
+    ok &= pass;
+  };
+  const Outcome base = run_once(step, CutSet::none(), tl, turn, fab.get(), 0, t, h);
+  const bool last = me == cp - 1;
+  for (Cut c : {Cut::land, Cut::conv, Cut::lse_merge, Cut::elementwise, Cut::attnres}) {
+    CutSet cuts = CutSet::none();
+    cuts.on[int(c)] = true;
+    const Outcome o = run_once(step, cuts, tl, turn, fab.get(), 0, t, h);
+    size_t first_diff = o.checksums.size();
+    for (size_t l = 0; l < o.checksums.size(); ++l)
+      if (o.checksums[l] != base.checksums[l]) {
+        first_diff = l;
+        break;
+      }
+    check(first_diff == o.checksums.size(), std::string(cut_name(c)) + ": every layer's output bit-identical" +
+                                                (first_diff < o.checksums.size()
+                                                     ? " (first difference at layer " + std::to_string(first_diff) + ")"
+                                                     : ""));
+    if (last) check(o.token == base.token, std::string(cut_name(c)) + ": first token equal");
+  }
+  CutSet stripe_only = CutSet::none();
+  stripe_only.on[int(Cut::stripe)] = true;
+  const Outcome stripe = run_once(step, stripe_only, tl, turn, fab.get(), 0, t, h);
+  const Outcome all = run_once(step, CutSet::all(), tl, turn, fab.get(), 0, t, h);
+  const double e_stripe = rel_l2(stripe.hidden, base.hidden);
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "stripe: final hidden rel-L2 %.2e vs baseline (floor %.0e)", e_stripe, kVerifyRelL2Floor);
+  check(e_stripe <= kVerifyRelL2Floor, buf);
+  if (last) check(stripe.token == base.token, "stripe: first token equal");
+  check(all.checksums == stripe.checksums, "all cuts == stripe alone, every layer bit-identical");
+  if (cp > 1) {
+    Scenario one = s;
+    one.cp = 1;
+    one.bucket = (s.context + 127) / 128 * 128;
+    one.serialize_ranks = false;
+    Superstep whole(one, 0, nullptr, blas, stream);
+    const Outcome o = run_once(whole, CutSet::none(), tl, direct, nullptr, mine.begin, mine.len, h);
+    const double e = rel_l2(base.hidden, o.hidden);
+    std::snprintf(buf, sizeof buf, "CP-%d vs CP-1: final hidden rel-L2 %.2e (floor %.0e)", cp, e, kVerifyRelL2Floor);
+    check(e <= kVerifyRelL2Floor, buf);
+    if (last) check(o.token == base.token, "CP-N vs CP-1: first token equal");
+  }
+  std::ostringstream report;
+  report << "rank " << me << ":\n";
+  for (const std::string& l : lines) report << l << "\n";
+  const std::vector<std::string> reports = gang.gather(report.str());
+  int bad = ok ? 0 : 1, any_bad = 0;
+  MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, gang.comm());
+  if (gang.is_root()) {
+    std::printf("verify %s (cp %d, %lld tokens, first token %s)\n", s.name.c_str(), cp, (long long)s.context,
+                cp == 1 ? std::to_string(base.token).c_str() : "on the last rank");
+    for (const std::string& r : reports) std::printf("%s", r.c_str());
+    std::printf("verify: %s\n", any_bad ? "FAILED" : "passed");
+  }
+  gang.barrier();
+  fab.reset();
+  PB_CUDA(cudaStreamDestroy(stream));
+  return any_bad ? 1 : 0;
+}
+
+}  // namespace pb
