@@ -3,7 +3,7 @@
 // validates: baseline and cut outputs of the same inputs must be bit-identical
 // (the `wrong` column counts differing elements; the GPU tests hold both to the
 // C++ reference). A case may add alternative forms of its cut (attnres: the
-// ring's cp.async loader, the two_pass kernel at several blocks per SM), timed as rows of their own and validated the same way. Bytes and FLOPs come from the one cost model (cost.h).
+// TMA ring, two_pass at other blocks per SM, staged two rows ahead, with L2 hints), timed as rows of their own and validated the same way. Bytes and FLOPs come from the one cost model (cost.h).
 #include "kernels_bench.h"
 
 #include <cuda_bf16.h>
@@ -269,19 +269,20 @@ Case attnres_case(int64_t rows, int64_t hidden, int nb, cudaStream_t s) {
   c.cut_cost = cost::attnres_fused(rows, hidden, nb + 1);
   c.slots = rotation_slots(c.cut_cost.bytes);
   const AttnResShape shape{rows, hidden, nb, 8};
-  // Alternatives, each with its own outputs after baseline (0) and cut (1):
-  // the ring's cp.async loader, then the two_pass kernel at its default
-  // blocks per SM and at 2, 3, 4.
+  // Alternatives, each with its own outputs after baseline (0) and cut (1,
+  // two_pass at its default B): the TMA ring (the earlier cut), two_pass at
+  // B = 2 and 3, two_pass with two rows staged ahead, and with L2 eviction
+  // hints (both at the default B).
   struct Alt {
     const char* name;
     AttnResLoader loader;
     int blocks_per_sm;
   };
-  static const Alt kAlts[] = {{"cut.cpa", AttnResLoader::cp_async, 0},
-                              {"cut.l2", AttnResLoader::two_pass, 0},
-                              {"cut.l2b2", AttnResLoader::two_pass, 2},
-                              {"cut.l2b3", AttnResLoader::two_pass, 3},
-                              {"cut.l2b4", AttnResLoader::two_pass, 4}};
+  static const Alt kAlts[] = {{"cut.ring", AttnResLoader::tma, 0},
+                              {"cut.b2", AttnResLoader::two_pass, 2},
+                              {"cut.b3", AttnResLoader::two_pass, 3},
+                              {"cut.ahead", AttnResLoader::two_pass_ahead, 0},
+                              {"cut.hint", AttnResLoader::two_pass_hint, 0}};
   constexpr int kOutputs = 2 + int(std::size(kAlts));
   struct Buffers {
     std::vector<DeviceBuffer<bf16>> snap, partial;  // [rows, 8, hidden], [rows, hidden] per slot

@@ -15,7 +15,15 @@
 //             thread t walks slot t's chunks element by element; mix: grid
 //             (rows, ceil(hidden / 256)) x 256, one element per thread, every
 //             thread recomputes the row's softmax from the scores.
-//   cut       1 launch, persistent: min(rows, #SMs) blocks, block b takes rows
+//   cut       1 launch, two_pass (the default): a 256-thread block per row,
+//             grid-stride, B blocks per SM (3 at C <= 3, else 2; 2 .. 4 on
+//             request); the first S candidates staged per thread by cp.async
+//             in shared memory, the rest read twice (the second an L2 hit);
+//             pass 1 sums, tree + per-warp softmax by shuffles, pass 2 mix; see
+//             attnres_two_pass_kernel (kAhead = 2: two rows staged ahead;
+//             kHint: L2 eviction priorities; the bench's cut.ahead, cut.hint).
+//   cut, ring (A/B: the bench's cut.ring row) 1 launch, persistent:
+//             min(rows, #SMs) blocks, block b takes rows
 //             b, b + G, ... A ring of candidate rows (entries of hidden * 2 bytes,
 //             as many as the block's shared memory holds: 16 at hidden 7168,
 //             14 at 8192; at least C) in shared memory: item n of the block =
@@ -27,17 +35,12 @@
 //             outer and the 4 chunks' accumulators in registers (per element
 //             still c ascending), releasing each entry when mixed, so the next
 //             rows' candidates are in flight while this row computes.
-//             Loader tma (the cut): warp 8 (one thread) issues one
+//             Loader tma (cut.ring): warp 8 (one thread) issues one
 //             cp.async.bulk per item; entry q has a full mbarrier (1 arrive +
 //             the bytes) and an empty one (8 arrives, one per slot warp after
 //             mixing it). Loader cp_async (for A/B): every thread cp.asyncs its
 //             own chunks, one commit group per item, and reads only those back;
 //             item n + ring is issued right after the thread mixed item n.
-//   cut, two_pass (A/B: the bench's cut.l2* rows) a 256-thread block per row,
-//             grid-stride, 2 .. 4 blocks per SM; the first S candidates staged
-//             per thread by cp.async in shared memory, the rest read twice
-//             (the second an L2 hit); pass 1 sums, tree + per-warp softmax by
-//             shuffles, pass 2 mix; see attnres_two_pass_kernel.
 // Both variants call the same device functions (accumulate, block_tree_sum,
 // score_of, softmax, the mix FMA), compiled with --fmad=false and no fast-math.
 #include "attnres.h"
@@ -603,7 +606,50 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
-template <int C, int kL2>
+// L2 eviction priorities (kHint): createpolicy, then loads, cp.asyncs, stores
+// and prefetches that carry it. Only where data stays in L2 changes, never what
+// is read or written.
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+  return pol;
+}
+__device__ __forceinline__ uint64_t l2_policy_evict_last() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
+  return pol;
+}
+__device__ __forceinline__ void prefetch_l2_evict_last(const void* p) {
+  asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(p));
+}
+__device__ __forceinline__ void cp_async16_hint(void* smem_dst, const void* gmem_src, uint64_t pol) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "l"(pol)
+               : "memory");
+}
+__device__ __forceinline__ uint4 ld_cg_hint(const uint4* p, uint64_t pol) {
+  uint4 u;
+  asm volatile("ld.global.cg.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+               : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+               : "l"(p), "l"(pol));
+  return u;
+}
+__device__ __forceinline__ void st_cs_hint(uint4* p, uint4 u, uint64_t pol) {
+  asm volatile("st.global.cs.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(p), "r"(u.x), "r"(u.y),
+               "r"(u.z), "r"(u.w), "l"(pol)
+               : "memory");
+}
+
+// kAhead (1 or 2): rows staged ahead. held holds kAhead row buffers of S
+// candidates; the block's i-th row uses buffer i % kAhead, and right after
+// chunk k of it is mixed, row i + kAhead's chunk k goes into its places. The
+// prologue stages the first kAhead rows, so when chunk k of row i is reduced
+// 4 (i + kAhead) groups were committed and waiting until 4 kAhead - 1 - k are
+// pending lands it.
+// kHint: L2 eviction priorities -- the re-read candidates' prefetch and first
+// read evict_last (they are read again), their second read, the staged
+// cp.asyncs and the output stores evict_first (read once).
+template <int C, int kL2, int kAhead = 1, bool kHint = false>
 __global__ void __launch_bounds__(kThreads, 4)
     attnres_two_pass_kernel(const bf16* __restrict__ snap, const bf16* __restrict__ partial,
                             const float* __restrict__ sw, float* __restrict__ scores, bf16* __restrict__ out,
@@ -612,7 +658,8 @@ __global__ void __launch_bounds__(kThreads, 4)
   constexpr int S = C - kL2;  // staged candidates 0 .. S-1
   static_assert(C >= 2 && C <= kMaxCands, "attnres two_pass: C outside 2 .. 9");
   static_assert(kL2 >= 0 && kL2 <= kTwoPassMaxL2 && S >= 1, "attnres two_pass: 1 <= S, kL2 <= 6");
-  extern __shared__ uint4 held[];            // S x chunks: candidate c's chunk j at held[c * chunks + j]
+  static_assert(kAhead == 1 || kAhead == 2, "attnres two_pass: 1 or 2 rows staged ahead");
+  extern __shared__ uint4 held[];  // kAhead x S x chunks: buffer b's candidate c, chunk j at held[(b S + c) chunks + j]
   __shared__ float stage[2][kWarps][2 * C];  // alternate rows: a fast warp may start the next tree
 
   const int t = threadIdx.x, lane = t % 32, warp = t / 32;
@@ -620,30 +667,45 @@ __global__ void __launch_bounds__(kThreads, 4)
   const int64_t first = blockIdx.x, step = gridDim.x;  // grid <= rows: every block has a row
   const float hidden_f = static_cast<float>(hidden);
   const float4* sw4 = reinterpret_cast<const float4*>(sw);
+  uint64_t pol_first = 0, pol_last = 0;
+  if constexpr (kHint) {
+    pol_first = l2_policy_evict_first();
+    pol_last = l2_policy_evict_last();
+  }
 
   auto cand = [&](int64_t row, int c) {
     return reinterpret_cast<const uint4*>(candidate(snap, partial, row, c, kNb, snap_blocks, hidden));
   };
-  // Row `row`'s chunk k (this thread's) of the staged candidates into held, one
-  // commit group (empty when the block has no such row or no such chunk); the
-  // L2 candidates' chunk is prefetched into L2.
-  auto stage_chunk = [&](int64_t row, int k) {
+  // Row `row`'s chunk k (this thread's) of the staged candidates into buffer
+  // b, one commit group (empty when the block has no such row or no such
+  // chunk); the L2 candidates' chunk is prefetched into L2.
+  auto stage_chunk = [&](int64_t row, int k, int b) {
     const int j = t + k * kThreads;
     if (row < rows && j < chunks) {
 #pragma unroll
       for (int c = 0; c < C; ++c) {
-        if (c < S) cp_async16(held + size_t(c) * chunks + j, cand(row, c) + j);
-        else prefetch_l2(cand(row, c) + j);
+        if (c < S) {
+          uint4* dst = held + (size_t(b) * S + c) * chunks + j;
+          if constexpr (kHint) cp_async16_hint(dst, cand(row, c) + j, pol_first);
+          else cp_async16(dst, cand(row, c) + j);
+        } else {
+          if constexpr (kHint) prefetch_l2_evict_last(cand(row, c) + j);
+          else prefetch_l2(cand(row, c) + j);
+        }
       }
     }
     cp_async_commit();
   };
 
 #pragma unroll
-  for (int k = 0; k < kCutChunks; ++k) stage_chunk(first, k);
+  for (int a = 0; a < kAhead; ++a)
+#pragma unroll
+    for (int k = 0; k < kCutChunks; ++k) stage_chunk(first + a * step, k, a);
 
   int buf = 0;  // stage buffer of this row
+  int hb = 0;   // held buffer of this row
   for (int64_t row = first; row < rows; row += step, buf ^= 1) {
+    const uint4* h = held + size_t(hb) * S * chunks;
     // ---- pass 1: slot t's sums, v[c] sum of squares, v[C + c] dot with sw ----
     float v[2 * C];
 #pragma unroll
@@ -654,17 +716,19 @@ __global__ void __launch_bounds__(kThreads, 4)
       uint4 u[kL2 > 0 ? kL2 : 1];
       if (j < chunks) {
 #pragma unroll
-        for (int c = S; c < C; ++c) u[c - S] = __ldcg(cand(row, c) + j);
+        for (int c = S; c < C; ++c) {
+          if constexpr (kHint) u[c - S] = ld_cg_hint(cand(row, c) + j, pol_last);
+          else u[c - S] = __ldcg(cand(row, c) + j);
+        }
       }
-      cp_async_wait_pending(kCutChunks - 1 - k);  // k unrolled: one wait_group
+      cp_async_wait_pending(kAhead * kCutChunks - 1 - k);  // k unrolled: one wait_group
       if (j < chunks) {
         const float4 w[2] = {__ldg(sw4 + 2 * j), __ldg(sw4 + 2 * j + 1)};
 #pragma unroll
         for (int c = 0; c < C; ++c)
-          accumulate_chunk(c < S ? held[size_t(c) * chunks + j] : u[c - S < 0 ? 0 : c - S], w, v[c], v[C + c]);
+          accumulate_chunk(c < S ? h[size_t(c) * chunks + j] : u[c - S < 0 ? 0 : c - S], w, v[c], v[C + c]);
       }
     }
-
     // ---- tree, scores, softmax ----
 #pragma unroll
     for (int lane_mask = 1; lane_mask <= 16; lane_mask <<= 1) {
@@ -708,21 +772,26 @@ __global__ void __launch_bounds__(kThreads, 4)
       if (j < chunks) {
         uint4 u[kL2 > 0 ? kL2 : 1];
 #pragma unroll
-        for (int c = S; c < C; ++c) u[c - S] = __ldcs(cand(row, c) + j);
+        for (int c = S; c < C; ++c) {
+          if constexpr (kHint) u[c - S] = ld_cg_hint(cand(row, c) + j, pol_first);
+          else u[c - S] = __ldcs(cand(row, c) + j);
+        }
         float acc[kChunk];
 #pragma unroll
         for (int e = 0; e < kChunk; ++e) acc[e] = 0.0f;
 #pragma unroll
-        for (int c = 0; c < C; ++c) mix_chunk(p[c], c < S ? held[size_t(c) * chunks + j] : u[c - S < 0 ? 0 : c - S], acc);
+        for (int c = 0; c < C; ++c) mix_chunk(p[c], c < S ? h[size_t(c) * chunks + j] : u[c - S < 0 ? 0 : c - S], acc);
         uint4 o;
         o.x = as_bits(__floats2bfloat162_rn(acc[0], acc[1]));
         o.y = as_bits(__floats2bfloat162_rn(acc[2], acc[3]));
         o.z = as_bits(__floats2bfloat162_rn(acc[4], acc[5]));
         o.w = as_bits(__floats2bfloat162_rn(acc[6], acc[7]));
-        __stcs(dst + j, o);
+        if constexpr (kHint) st_cs_hint(dst + j, o, pol_first);
+        else __stcs(dst + j, o);
       }
-      stage_chunk(row + step, k);  // this thread's places of chunk k are read: refill them
+      stage_chunk(row + kAhead * step, k, hb);  // this thread's places of chunk k are read: refill them
     }
+    if (++hb == kAhead) hb = 0;
   }
   cp_async_wait<0>();  // the empty groups past the block's last row
 }
@@ -801,21 +870,28 @@ RingLaunch ring_launch(Kernel* kernel, const AttnResShape& sh, int cap) {
 }
 
 // The two_pass grid: B blocks per SM (the occupancy the kernel reaches, at
-// most B), S = as many staged candidates as B blocks' shared memory holds.
+// most B), S = as many staged candidates as B blocks' shared memory holds
+// (kAhead row buffers of S each).
 struct TwoPassPlan {
   int blocks_per_sm = 0;
   int staged = 0;  // S
+  int ahead = 1;   // rows staged ahead (row buffers)
+  bool hint = false;
   size_t smem = 0;
 };
 
-TwoPassPlan two_pass_plan(const AttnResShape& sh, int blocks_per_sm) {
+// The default B (round 6 on the H200, hidden 7168: B = 3 led at C = 2 and 3,
+// B = 2 at C = 4 .. 9).
+int two_pass_default_blocks(int cands) { return cands <= 3 ? 3 : 2; }
+
+TwoPassPlan two_pass_plan(const AttnResShape& sh, int blocks_per_sm, int ahead, bool hint) {
   int dev = 0, per_sm = 0, optin = 0, reserved = 0;
   PB_CUDA(cudaGetDevice(&dev));
   PB_CUDA(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
   PB_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   PB_CUDA(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
   const int cands = sh.nb + 1;
-  const size_t entry = size_t(sh.hidden) * sizeof(bf16);
+  const size_t entry = size_t(sh.hidden) * sizeof(bf16) * size_t(ahead);  // one candidate in every row buffer
   const size_t stage = sizeof(float) * 2 * kWarps * 2 * size_t(cands);
   auto staged_at = [&](int b) {
     const size_t per_block = size_t(per_sm) / size_t(b);
@@ -824,15 +900,10 @@ TwoPassPlan two_pass_plan(const AttnResShape& sh, int blocks_per_sm) {
     return int(std::min<size_t>(size_t(cands), std::min(room, cap) / entry));
   };
   TwoPassPlan plan;
+  plan.ahead = ahead;
+  plan.hint = hint;
   if (blocks_per_sm == 0) {
-    // The default: the most blocks per SM (4, 3, 2) that leave at most 2
-    // candidates to the L2 re-read.
-    plan.blocks_per_sm = 2;
-    for (int b : {4, 3})
-      if (cands - staged_at(b) <= 2) {
-        plan.blocks_per_sm = b;
-        break;
-      }
+    plan.blocks_per_sm = two_pass_default_blocks(cands);
   } else {
     PB_CHECK(blocks_per_sm >= 2 && blocks_per_sm <= 4, "attnres_cut two_pass: blocks_per_sm outside 2 .. 4");
     plan.blocks_per_sm = blocks_per_sm;
@@ -846,15 +917,15 @@ TwoPassPlan two_pass_plan(const AttnResShape& sh, int blocks_per_sm) {
   return plan;
 }
 
-template <int C, int kL2 = 0>
+template <int C, int kAhead, bool kHint, int kL2 = 0>
 void launch_two_pass(const TwoPassPlan& plan, const bf16* snap, const bf16* partial, const float* sw, float* scores,
                      bf16* out, const AttnResShape& sh, float eps, cudaStream_t stream) {
   if constexpr (kL2 <= kTwoPassMaxL2 && kL2 < C) {
     if (C - plan.staged != kL2) {
-      launch_two_pass<C, kL2 + 1>(plan, snap, partial, sw, scores, out, sh, eps, stream);
+      launch_two_pass<C, kAhead, kHint, kL2 + 1>(plan, snap, partial, sw, scores, out, sh, eps, stream);
       return;
     }
-    auto* kernel = attnres_two_pass_kernel<C, kL2>;
+    auto* kernel = attnres_two_pass_kernel<C, kL2, kAhead, kHint>;
     const void* fn = reinterpret_cast<const void*>(kernel);
     int dev = 0, sms = 0, per_sm = 0, reserved = 0;
     PB_CUDA(cudaGetDevice(&dev));
@@ -886,9 +957,20 @@ void launch_two_pass(const TwoPassPlan& plan, const bf16* snap, const bf16* part
 template <int C>
 void launch_ring(AttnResLoader loader, int blocks_per_sm, const bf16* snap, const bf16* partial, const float* sw,
                  float* scores, bf16* out, const AttnResShape& sh, float eps, cudaStream_t stream) {
-  if (loader == AttnResLoader::two_pass) {
-    launch_two_pass<C>(two_pass_plan(sh, blocks_per_sm), snap, partial, sw, scores, out, sh, eps, stream);
-    return;
+  switch (loader) {
+    case AttnResLoader::two_pass:
+      launch_two_pass<C, 1, false>(two_pass_plan(sh, blocks_per_sm, 1, false), snap, partial, sw, scores, out, sh,
+                                   eps, stream);
+      return;
+    case AttnResLoader::two_pass_ahead:
+      launch_two_pass<C, 2, false>(two_pass_plan(sh, blocks_per_sm, 2, false), snap, partial, sw, scores, out, sh,
+                                   eps, stream);
+      return;
+    case AttnResLoader::two_pass_hint:
+      launch_two_pass<C, 1, true>(two_pass_plan(sh, blocks_per_sm, 1, true), snap, partial, sw, scores, out, sh,
+                                  eps, stream);
+      return;
+    default: break;
   }
   if (loader == AttnResLoader::tma) {
     const RingLaunch l = ring_launch(attnres_ring_tma_kernel<C>, sh, kRingMax);

@@ -6,10 +6,11 @@
 // several seeds, a mixture of scales per candidate (and the snapshot blocks
 // past nb filled with NaN, so reading one shows). Outputs are poisoned before
 // each run and guarded on both sides; the launch counts are taken from a
-// captured graph. The cut's other forms (the ring's cp_async loader, the
-// two_pass kernel at 2, 3, 4 blocks per SM and its default) are held to the
+// captured graph. The cut (the two_pass kernel at its default blocks per SM)
+// and its other forms (the ring with its tma and cp_async loaders, two_pass at
+// 2, 3, 4 blocks per SM, two rows staged ahead, with L2 hints) are held to the
 // same bits, and row counts around multiples of the SM count drive their
-// persistent loops.
+// grid-stride and persistent loops.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -166,15 +167,18 @@ void check_case(const Case& k) {
   check_same(got[1], want, "cut vs ref");
   check_same(got[1], got[0], "cut vs baseline");
 
-  // The cut's other forms, kept for A/B: the ring's cp.async loader, and the
-  // two_pass kernel at its default blocks per SM and at 2, 3, 4 (from all
-  // candidates staged in shared memory to 6 of 9 re-read from L2): the same bits.
+  // The cut's other forms, kept for A/B: the ring (tma and cp.async loaders),
+  // two_pass at 2, 3, 4 blocks per SM (from all candidates staged in shared
+  // memory to 6 of 9 re-read from L2), two rows staged ahead, L2 eviction
+  // hints: the same bits.
   struct Alt {
     AttnResLoader loader;
     int blocks_per_sm;
     const char* name;
   };
-  for (const Alt& a : {Alt{AttnResLoader::cp_async, 0, "cut (cp_async)"}, Alt{AttnResLoader::two_pass, 0, "cut (two_pass)"},
+  for (const Alt& a : {Alt{AttnResLoader::tma, 0, "cut (ring, tma)"}, Alt{AttnResLoader::cp_async, 0, "cut (ring, cp_async)"},
+                       Alt{AttnResLoader::two_pass_ahead, 0, "cut (two_pass, 2 rows ahead)"},
+                       Alt{AttnResLoader::two_pass_hint, 0, "cut (two_pass, L2 hints)"},
                        Alt{AttnResLoader::two_pass, 2, "cut (two_pass, 2 per SM)"},
                        Alt{AttnResLoader::two_pass, 3, "cut (two_pass, 3 per SM)"},
                        Alt{AttnResLoader::two_pass, 4, "cut (two_pass, 4 per SM)"}}) {
@@ -246,7 +250,7 @@ TEST_CASE("attnres: the cut's edges of hidden (8, 2056, 8192) and snapshot strid
 }
 
 TEST_CASE("attnres: the cut's persistent blocks loop over many rows (ring wraps, uneven row counts)") {
-  // The cut runs one block per SM (at most one per row) over rows b, b + G, ...
+  // The ring runs one block per SM (at most one per row) over rows b, b + G, ...
   // and a ring of 16 (hidden 7168), 14 (8192) or 32 (small hidden) candidate
   // rows: row counts just around multiples of the SM count, and enough rows per
   // block that the ring wraps many times with C not dividing the ring.
