@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <functional>
 #include <vector>
 
@@ -187,71 +188,110 @@ int bench_expert_gemms(const ModelShape& m, const MoeBenchOptions& o, const MoeW
   fill_uniform_bf16(act.get(), V * I, o.seed + 42, 1.0f, st);
   const ExpertCase cases[] = {{"gate_up", xp.get(), w.expert_gate_up.get(), 2 * I, lat, 2},
                               {"down", act.get(), w.expert_down.get(), lat, I, 1}};
-  std::vector<MoeGemmEngine> engines;
+  // The variants, the loop last (every speedup and bit comparison is against it):
+  // the three engines plus the chunked grouped cuBLAS experiment (moe_gemm.h).
+  MoeGemm gemm(E);
+  struct Variant {
+    std::string name;
+    std::function<void(const ExpertCase&, const MoeGemmShape&, cudaStream_t)> run;
+  };
+  std::vector<Variant> variants;
+  auto engine_variant = [&](MoeGemmEngine e) {
+    return Variant{moe_gemm_engine_name(e), [&, e](const ExpertCase& c, const MoeGemmShape& shape, cudaStream_t s) {
+                     gemm.run(e, blas, r.counts.data(), c.x, c.w, ys, shape, s);
+                   }};
+  };
   if (grouped_gemm_supported(blas)) {
-    engines.push_back(MoeGemmEngine::grouped);
+    variants.push_back(engine_variant(MoeGemmEngine::grouped));
+    for (int chunk : {128, 256, 512})
+      variants.push_back(Variant{fmt::format("grouped_chunk{}", chunk),
+                                 [&, chunk](const ExpertCase& c, const MoeGemmShape& shape, cudaStream_t s) {
+                                   gemm.run_grouped_chunks(blas, r.counts.data(), c.x, c.w, ys, shape, chunk, s);
+                                 }});
   } else {
     ++failed_support;
-    std::printf("grouped engine: this cuBLAS refuses cublasGemmGroupedBatchedEx with bf16 A/B/C, f32 compute; "
-                "loop only\n");
+    std::printf("grouped engine: this cuBLAS refuses cublasGemmGroupedBatchedEx with bf16 A/B/C, f32 compute\n");
   }
-  engines.push_back(MoeGemmEngine::loop);
+  if (cutlass_gemm_available()) {
+    variants.push_back(engine_variant(MoeGemmEngine::cutlass));
+  } else {
+    ++failed_support;
+    std::printf("cutlass engine: not in this build or not an sm_90 device (scripts/setup.sh, carry .deps/)\n");
+  }
+  variants.push_back(engine_variant(MoeGemmEngine::loop));
 
-  MoeGemm gemm(E);
+  // One untimed call of each variant on each case first: a variant that throws
+  // (say, cuBLAS refusing the chunked call's group count) is reported and
+  // dropped, so it cannot take the rest of the benchmark down. Only a refused
+  // engine counts as a failure; the chunked rows are an experiment.
+  for (size_t i = 0; i + 1 < variants.size();) {
+    std::string why;
+    try {
+      for (const ExpertCase& c : cases) variants[i].run(c, MoeGemmShape{E, c.n, c.k, 0, 0, c.bands}, st);
+      PB_CUDA(cudaStreamSynchronize(st));
+    } catch (const std::exception& ex) {
+      why = ex.what();
+    }
+    if (why.empty()) {
+      ++i;
+      continue;
+    }
+    std::printf("variant %s refused, dropped: %s\n", variants[i].name.c_str(), why.c_str());
+    if (variants[i].name.rfind("grouped_chunk", 0) != 0) ++failed_support;
+    variants.erase(variants.begin() + long(i));
+  }
+
   int failed = failed_support;
-  std::printf("%-18s %-8s %10s %10s %9s %7s %8s %6s %10s\n", "case", "engine", "median_us", "min_us", "TFLOP/s",
-              "frac", "speedup", "wrong", "worst_err");
-  double both_us[2] = {0, 0};  // per engine index: gate_up + down
+  std::printf("%-18s %-16s %10s %10s %9s %7s %8s %6s %10s %s\n", "case", "variant", "median_us", "min_us",
+              "TFLOP/s", "frac", "speedup", "wrong", "worst_err", "vs loop");
+  std::vector<double> both_us(variants.size(), 0.0);  // gate_up + down per variant
   for (const ExpertCase& c : cases) {
     const MoeGemmShape shape{E, c.n, c.k, 0, 0, c.bands};
     const Cost cost = cost::moe_gemm(V, E, c.n, c.k);
     std::vector<Timing> times;
     std::vector<SampledRows> samples;
-    for (MoeGemmEngine e : engines) {
-      const Timing t = time_launches(
-          [&](int, cudaStream_t s) { gemm.run(e, blas, r.counts.data(), c.x, c.w, ys, shape, s); }, 1, o.warmup,
-          o.reps, st);
+    for (const Variant& v : variants) {
+      const Timing t = time_launches([&](int, cudaStream_t s) { v.run(c, shape, s); }, 1, o.warmup, o.reps, st);
       y0.poison(st);
       y1.poison(st);
-      gemm.run(e, blas, r.counts.data(), c.x, c.w, ys, shape, st);
+      v.run(c, shape, st);
       PB_CUDA(cudaStreamSynchronize(st));
       times.push_back(t);
       samples.push_back(check_expert_gemm(ys, c.bands, c.x, c.w, r, c.n, c.k));
     }
     const double loop_us = times.back().median_us;
-    for (size_t i = 0; i < engines.size(); ++i) {
+    for (size_t i = 0; i < variants.size(); ++i) {
       const Timing& t = times[i];
-      BenchRow row = make_row("moe_gemm", std::string("moe_gemm.") + c.name, moe_gemm_engine_name(engines[i]),
+      BenchRow row = make_row("moe_gemm", std::string("moe_gemm.") + c.name, variants[i].name,
                               fmt::format("{}e V{} n{} k{} imb{:.2f}", E, V, c.n, c.k, imbalance), t.median_us,
                               t.min_us, t.max_us, t.reps, cost, ceil);
       row.speedup = loop_us / t.median_us;
       failed += samples[i].wrong != 0;
-      std::printf("%-18s %-8s %10.1f %10.1f %9.1f %7.3f %8.2f %6lld %10.2e\n", row.kernel.c_str(),
+      const bool same = samples[i].values == samples.back().values;
+      std::printf("%-18s %-16s %10.1f %10.1f %9.1f %7.3f %8.2f %6lld %10.2e %s\n", row.kernel.c_str(),
                   row.variant.c_str(), row.median_us, row.min_us, row.tflops, row.fraction, row.speedup,
-                  (long long)samples[i].wrong, samples[i].worst);
+                  (long long)samples[i].wrong, samples[i].worst,
+                  i + 1 == variants.size() ? "-" : same ? "bit-identical" : "differ in bits");
       result.bench.push_back(row);
-      const std::string key = std::string("moe_gemm_") + moe_gemm_engine_name(engines[i]) + "_" + c.name;
+      const std::string key = "moe_gemm_" + variants[i].name + "_" + c.name;
       result.numbers[key + "_tflops"] = row.tflops;
       result.numbers[key + "_fraction"] = row.fraction;
-      both_us[engines[i] == MoeGemmEngine::grouped ? 0 : 1] += t.median_us;
-    }
-    if (engines.size() == 2) {
-      const bool same = samples[0].values == samples[1].values;
-      std::printf("  %s: grouped and loop sampled rows %s\n", c.name,
-                  same ? "bit-identical" : "differ in bits (both within the floor: see wrong)");
-      result.text[std::string("moe_gemm_") + c.name + "_grouped_vs_loop"] = same ? "bit-identical" : "within floor";
+      if (i + 1 < variants.size())
+        result.text["moe_gemm_" + std::string(c.name) + "_" + variants[i].name + "_vs_loop"] =
+            same ? "bit-identical" : "within floor";
+      both_us[i] += t.median_us;
     }
   }
   const double flops = moe_gemm_flops(r.counts.data(), E, 2 * I, lat) + moe_gemm_flops(r.counts.data(), E, lat, I);
-  for (size_t i = 0; i < engines.size(); ++i) {
-    const double us = both_us[engines[i] == MoeGemmEngine::grouped ? 0 : 1];
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const double us = both_us[i];
     const double tflops = flops / (us * 1e6);
-    result.numbers[std::string("moe_gemm_") + moe_gemm_engine_name(engines[i]) + "_tflops"] = tflops;
-    result.numbers[std::string("moe_gemm_") + moe_gemm_engine_name(engines[i]) + "_fraction"] =
-        tflops / ceil.gemm_tflops;
-    result.numbers[std::string("moe_gemm_") + moe_gemm_engine_name(engines[i]) + "_ms"] = us * 1e-3;
-    std::printf("expert GEMMs (gate_up + down), %-7s: %.1f us, %.1f TFLOP/s, %.3f of the GEMM ceiling\n",
-                moe_gemm_engine_name(engines[i]), us, tflops, tflops / ceil.gemm_tflops);
+    const std::string key = "moe_gemm_" + variants[i].name;
+    result.numbers[key + "_tflops"] = tflops;
+    result.numbers[key + "_fraction"] = tflops / ceil.gemm_tflops;
+    result.numbers[key + "_ms"] = us * 1e-3;
+    std::printf("expert GEMMs (gate_up + down), %-16s: %.1f us, %.1f TFLOP/s, %.3f of the GEMM ceiling\n",
+                variants[i].name.c_str(), us, tflops, tflops / ceil.gemm_tflops);
   }
   return failed;
 }
@@ -352,12 +392,13 @@ void print_summary(const RunResult& r, int failed) {
   std::printf("\nsummary (GEMM ceiling %.1f TFLOP/s, copy %.3f TB/s)\n", number(r, "gemm_tflops"),
               number(r, "copy_tbps"));
   std::printf("  expert GEMMs (bf16 out)  gate_up TFLOP/s frac   down TFLOP/s frac   both ms  TFLOP/s frac\n");
-  for (const char* e : {"grouped", "loop"}) {
+  for (const char* e : {"grouped", "grouped_chunk128", "grouped_chunk256", "grouped_chunk512", "cutlass", "loop"}) {
     const std::string k = std::string("moe_gemm_") + e;
+    if (number(r, k + "_ms") < 0) continue;  // not run here
     std::printf("  %-23s %12.1f %5.3f %12.1f %5.3f %8.3f %8.1f %5.3f%s\n", e, number(r, k + "_gate_up_tflops"),
                 number(r, k + "_gate_up_fraction"), number(r, k + "_down_tflops"), number(r, k + "_down_fraction"),
                 number(r, k + "_ms"), number(r, k + "_tflops"), number(r, k + "_fraction"),
-                std::string(e) == "grouped" ? "  (bar 0.60)" : "");
+                std::string(e) == "loop" ? "" : "  (bar 0.60)");
   }
   std::printf("  load imbalance        %.3f max/mean (mean %.1f, max %.0f, min %.0f tokens per expert); block "
               "router %.3f\n",
@@ -366,6 +407,8 @@ void print_summary(const RunResult& r, int failed) {
               number(r, "moe_block_load_imbalance"));
   std::printf("  MoE block grouped     none %.3f ms, all %.3f ms\n", number(r, "moe_block_none_ms"),
               number(r, "moe_block_all_ms"));
+  std::printf("  MoE block cutlass     none %.3f ms, all %.3f ms\n", number(r, "moe_block_cutlass_none_ms"),
+              number(r, "moe_block_cutlass_all_ms"));
   std::printf("  MoE block loop        none %.3f ms, all %.3f ms\n", number(r, "moe_block_loop_none_ms"),
               number(r, "moe_block_loop_all_ms"));
   std::printf("  dense FFN             none %.3f ms, all %.3f ms\n", number(r, "dense_ffn_none_ms"),
@@ -416,30 +459,35 @@ int run_moe_bench(const MoeBenchOptions& o, RunResult& result) {
   DeviceBuffer<bf16> x{size_t(b * h)}, out{size_t(b * h)};
   fill_uniform_bf16(x.get(), b * h, o.seed + 51, 1.0f, st);
   // The whole block with each engine (same launch list, plan.cpp); the loop's
-  // results go under moe_block_loop_*.
-  std::vector<uint16_t> block_out[2];
-  for (MoeGemmEngine engine : {MoeGemmEngine::grouped, MoeGemmEngine::loop}) {
-    if (engine == MoeGemmEngine::grouped && !grouped_gemm_supported(blas)) {
-      std::printf("\nmoe_block: grouped engine refused by this cuBLAS; skipped\n");
+  // results go under moe_block_loop_*, cutlass's under moe_block_cutlass_*.
+  // Each engine's output is compared bit for bit with the loop's (run last).
+  std::vector<std::pair<MoeGemmEngine, std::vector<uint16_t>>> block_out;
+  for (MoeGemmEngine engine : {MoeGemmEngine::grouped, MoeGemmEngine::cutlass, MoeGemmEngine::loop}) {
+    if (!moe_gemm_engine_available(engine, blas)) {
+      std::printf("\nmoe_block: engine %s not available here; skipped\n", moe_gemm_engine_name(engine));
       ++failed;
       continue;
     }
-    const std::string name = engine == MoeGemmEngine::grouped ? "moe_block" : "moe_block_loop";
+    const std::string name = engine == MoeGemmEngine::grouped ? std::string("moe_block")
+                                                              : std::string("moe_block_") + moe_gemm_engine_name(engine);
     BlockBench moe_bench{name, 1, "rmsnorm.moe_in",
                          [&](Timeline& tl, const CutSet& cuts) {
                            moe.run(tl, blas, cuts, engine, x.get(), o.tokens, out.get());
                          },
                          [&] { return download_n(reinterpret_cast<const uint16_t*>(out.get()), b * h); }};
     failed += bench_block(moe_bench, plan, o, ceil, st, result);
-    block_out[engine == MoeGemmEngine::grouped ? 0 : 1] = moe_bench.output();
+    block_out.emplace_back(engine, moe_bench.output());
     std::printf("MoE block engine %s; its router's load imbalance max/mean %.3f\n", moe_gemm_engine_name(engine),
                 moe.load_imbalance());
   }
   result.numbers["moe_block_load_imbalance"] = moe.load_imbalance();
-  if (!block_out[0].empty()) {
-    const bool same = block_out[0] == block_out[1];
-    std::printf("MoE block output, grouped vs loop: %s\n", same ? "bit-identical" : "differ in bits");
-    result.text["moe_block_grouped_vs_loop"] = same ? "bit-identical" : "differ in bits";
+  if (!block_out.empty() && block_out.back().first == MoeGemmEngine::loop) {
+    for (size_t i = 0; i + 1 < block_out.size(); ++i) {
+      const bool same = block_out[i].second == block_out.back().second;
+      const std::string e = moe_gemm_engine_name(block_out[i].first);
+      std::printf("MoE block output, %s vs loop: %s\n", e.c_str(), same ? "bit-identical" : "differ in bits");
+      result.text["moe_block_" + e + "_vs_loop"] = same ? "bit-identical" : "differ in bits";
+    }
   }
   {
     DenseFfn dense(m, o.bucket, o.seed, st);

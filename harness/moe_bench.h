@@ -5,8 +5,11 @@
 //   expert GEMMs   T = 16384 tokens, top-16 of 224 experts through the skewed
 //                  synthetic router (moe_route.h): gate|up [V, 3584] x [6144, 3584]ᵀ
 //                  (two bf16 bands, gate and up) and down [V, 3072] x [3584, 3072]ᵀ
-//                  (bf16 out), grouped vs per-expert loop, TFLOP/s and fraction
-//                  of the GEMM ceiling each and both; load imbalance.
+//                  (bf16 out): the engines grouped (cuBLAS), cutlass (CUTLASS
+//                  Hopper grouped GEMM, when built) and the per-expert loop, plus
+//                  the chunked grouped cuBLAS experiment (chunks of 128, 256, 512
+//                  rows, moe_gemm.h); TFLOP/s and fraction of the GEMM ceiling
+//                  each and both, bit identity vs the loop; load imbalance.
 //   MoE block      the whole block (moe_block.h) at bucket b with each engine,
 //                  cuts none and all, per-launch medians from the Timeline,
 //                  names checked against plan.

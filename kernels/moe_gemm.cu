@@ -6,6 +6,7 @@
 #include <string>
 
 #include "check.h"
+#include "moe_gemm_cutlass.h"
 
 namespace pb {
 
@@ -71,13 +72,54 @@ bool probe_grouped(const Blas& blas) {
 
 }  // namespace
 
-const char* moe_gemm_engine_name(MoeGemmEngine e) { return e == MoeGemmEngine::grouped ? "grouped" : "loop"; }
+const char* moe_gemm_engine_name(MoeGemmEngine e) {
+  switch (e) {
+    case MoeGemmEngine::grouped: return "grouped";
+    case MoeGemmEngine::loop: return "loop";
+    case MoeGemmEngine::cutlass: return "cutlass";
+  }
+  return "?";
+}
 
 MoeGemmEngine moe_gemm_engine_from_name(const char* name) {
   const std::string n = name ? name : "";
   if (n == "grouped") return MoeGemmEngine::grouped;
   if (n == "loop") return MoeGemmEngine::loop;
-  throw_error(__FILE__, __LINE__, "moe gemm engine '" + n + "' is not allowed; allowed values: grouped, loop");
+  if (n == "cutlass") return MoeGemmEngine::cutlass;
+  throw_error(__FILE__, __LINE__,
+              "moe gemm engine '" + n + "' is not allowed; allowed values: grouped, loop, cutlass");
+}
+
+#if !defined(PB_HAVE_CUTLASS)
+// This build has no CUTLASS headers (cmake/cutlass.cmake): the engine refuses.
+bool cutlass_grouped_device_ok() { return false; }
+struct CutlassGroupedGemm::Impl {};
+CutlassGroupedGemm::CutlassGroupedGemm(int) {
+  throw_error(__FILE__, __LINE__,
+              "moe_gemm cutlass: this build has no CUTLASS (run scripts/setup.sh, or carry .deps/, and rebuild)");
+}
+CutlassGroupedGemm::~CutlassGroupedGemm() = default;
+void CutlassGroupedGemm::run(int, const int32_t*, int64_t, int64_t, const __nv_bfloat16* const*, int64_t,
+                             const __nv_bfloat16* const*, int64_t, __nv_bfloat16* const*, int64_t, cudaStream_t) {
+  throw_error(__FILE__, __LINE__, "moe_gemm cutlass: this build has no CUTLASS");
+}
+#endif
+
+bool cutlass_gemm_available() {
+#if defined(PB_HAVE_CUTLASS)
+  return cutlass_grouped_device_ok();
+#else
+  return false;
+#endif
+}
+
+bool moe_gemm_engine_available(MoeGemmEngine engine, const Blas& blas) {
+  switch (engine) {
+    case MoeGemmEngine::grouped: return grouped_gemm_supported(blas);
+    case MoeGemmEngine::loop: return true;
+    case MoeGemmEngine::cutlass: return cutlass_gemm_available();
+  }
+  return false;
 }
 
 bool grouped_gemm_supported(const Blas& blas) {
@@ -115,12 +157,12 @@ const int32_t* MoeGroupSizes::wait() {
 
 // ---- MoeGemm ----
 
-MoeGemm::MoeGemm(int experts) : experts_(experts), slots_(kStagingSlots) {
+MoeGemm::MoeGemm(int experts)
+    : experts_(experts), capacity_(size_t(kMoeGemmMaxBands) * size_t(experts)), slots_(kStagingSlots) {
   PB_CHECK(experts >= 1, "MoeGemm: experts must be positive");
   for (Slot& s : slots_) {
-    const size_t problems = size_t(kMoeGemmMaxBands) * size_t(experts);
-    PB_CUDA(cudaMallocHost(&s.host, 3 * problems * sizeof(void*)));
-    PB_CUDA(cudaMalloc(&s.device, 3 * problems * sizeof(void*)));
+    PB_CUDA(cudaMallocHost(&s.host, 3 * capacity_ * sizeof(void*)));
+    PB_CUDA(cudaMalloc(&s.device, 3 * capacity_ * sizeof(void*)));
     PB_CUDA(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
   }
 }
@@ -133,6 +175,28 @@ MoeGemm::~MoeGemm() {
   }
 }
 
+MoeGemm::Slot& MoeGemm::take_slot(size_t problems) {
+  if (problems > capacity_) {  // only the chunked experiment grows the ring
+    for (Slot& s : slots_) {
+      if (s.used) PB_CUDA(cudaEventSynchronize(s.done));
+      s.used = false;
+      PB_CUDA(cudaFree(s.device));
+      PB_CUDA(cudaFreeHost(s.host));
+      s.device = nullptr;
+      s.host = nullptr;
+    }
+    capacity_ = problems;
+    for (Slot& s : slots_) {
+      PB_CUDA(cudaMallocHost(&s.host, 3 * capacity_ * sizeof(void*)));
+      PB_CUDA(cudaMalloc(&s.device, 3 * capacity_ * sizeof(void*)));
+    }
+  }
+  Slot& slot = slots_[next_slot_];
+  next_slot_ = (next_slot_ + 1) % slots_.size();
+  if (slot.used) PB_CUDA(cudaEventSynchronize(slot.done));  // the device is done reading this slot
+  return slot;
+}
+
 void MoeGemm::run(MoeGemmEngine engine, const Blas& blas, const int32_t* counts, const __nv_bfloat16* x,
                   const __nv_bfloat16* w, __nv_bfloat16* const* y, MoeGemmShape s, cudaStream_t stream) {
   s = packed(s);
@@ -143,8 +207,36 @@ void MoeGemm::run(MoeGemmEngine engine, const Blas& blas, const int32_t* counts,
   if (rows == 0 || s.n == 0) return;
   PB_CHECK(x != nullptr && w != nullptr && y != nullptr, "moe_gemm: null operand");
   for (int j = 0; j < s.bands; ++j) PB_CHECK(y[j] != nullptr, "moe_gemm: null output band");
-  if (engine == MoeGemmEngine::grouped) run_grouped(blas, counts, x, w, y, s, stream);
-  else run_loop(blas, counts, x, w, y, s, stream);
+  switch (engine) {
+    case MoeGemmEngine::grouped: run_grouped(blas, counts, x, w, y, s, stream); break;
+    case MoeGemmEngine::loop: run_loop(blas, counts, x, w, y, s, stream); break;
+    case MoeGemmEngine::cutlass: run_cutlass(counts, x, w, y, s, stream); break;
+  }
+}
+
+void MoeGemm::run_cutlass(const int32_t* counts, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                          __nv_bfloat16* const* y, const MoeGemmShape& s, cudaStream_t stream) {
+  PB_CHECK(cutlass_gemm_available(),
+           "moe_gemm cutlass: not available here (needs a build with CUTLASS and an sm_90 device; use grouped or "
+           "loop)");
+  if (!cutlass_) cutlass_ = std::make_unique<CutlassGroupedGemm>(kMoeGemmMaxBands * experts_);
+  // One problem per non-empty expert and band, expert order, bands inside.
+  const int64_t nb = s.n / s.bands;
+  std::vector<int32_t> m;
+  std::vector<const __nv_bfloat16*> a, b;
+  std::vector<__nv_bfloat16*> d;
+  int64_t row = 0;
+  for (int e = 0; e < s.experts; ++e) {
+    if (counts[e] == 0) continue;
+    for (int j = 0; j < s.bands; ++j) {
+      m.push_back(counts[e]);
+      a.push_back(x + row * s.ldx);
+      b.push_back(w + (int64_t(e) * s.n + j * nb) * s.k);
+      d.push_back(y[j] + row * s.ldy);
+    }
+    row += counts[e];
+  }
+  cutlass_->run(int(m.size()), m.data(), nb, s.k, a.data(), s.ldx, b.data(), s.k, d.data(), s.ldy, stream);
 }
 
 void MoeGemm::run_loop(const Blas& blas, const int32_t* counts, const __nv_bfloat16* x, const __nv_bfloat16* w,
@@ -173,16 +265,14 @@ void MoeGemm::run_grouped(const Blas& blas, const int32_t* counts, const __nv_bf
   PB_CHECK(grouped_gemm_supported(blas),
            "moe_gemm grouped: this cuBLAS does not run cublasGemmGroupedBatchedEx with bf16 A/B/C and f32 "
            "compute (use the loop engine)");
-  Slot& slot = slots_[next_slot_];
-  next_slot_ = (next_slot_ + 1) % slots_.size();
-  if (slot.used) PB_CUDA(cudaEventSynchronize(slot.done));  // the device is done reading this slot
+  Slot& slot = take_slot(size_t(s.bands) * size_t(s.experts));
 
   // Per non-empty expert: one group of `bands` problems. Column-major: m = nb
   // (weight rows of one band), n = rows of the expert, k; A = the band of w[e]
   // (op T), B = the expert's x rows (op N), C = its rows of y[band].
   const int E = s.experts;
   const int64_t nb = s.n / s.bands;
-  const size_t P = size_t(kMoeGemmMaxBands) * size_t(E);  // each pointer array's capacity
+  const size_t P = capacity_;  // each pointer array's capacity
   std::vector<cublasOperation_t> ta, tb;
   std::vector<int> m_arr, n_arr, k_arr, lda, ldb, ldc, size;
   std::vector<float> alpha, beta;
@@ -222,6 +312,81 @@ void MoeGemm::run_grouped(const Blas& blas, const int32_t* counts, const __nv_bf
       alpha.data(), (const void* const*)slot.device, CUDA_R_16BF, lda.data(),
       (const void* const*)(slot.device + P), CUDA_R_16BF, ldb.data(), beta.data(),
       (void* const*)(slot.device + 2 * P), CUDA_R_16BF, ldc.data(), groups, size.data(), CUBLAS_COMPUTE_32F));
+  PB_CUDA(cudaEventRecord(slot.done, stream));
+  slot.used = true;
+}
+
+void MoeGemm::run_grouped_chunks(const Blas& blas, const int32_t* counts, const __nv_bfloat16* x,
+                                 const __nv_bfloat16* w, __nv_bfloat16* const* y, MoeGemmShape s, int chunk,
+                                 cudaStream_t stream) {
+  s = packed(s);
+  PB_CHECK(s.experts == experts_, "moe_gemm: shape's experts differ from this MoeGemm's");
+  PB_CHECK(chunk >= 1, "moe_gemm chunks: chunk must be positive");
+  check_counts(counts, s.experts);
+  PB_CHECK(grouped_gemm_supported(blas), "moe_gemm chunks: this cuBLAS refuses the grouped call");
+  const int E = s.experts;
+  const int64_t nb = s.n / s.bands;
+  int64_t full = 0, rem = 0;  // full chunks, non-empty remainders
+  for (int e = 0; e < E; ++e) {
+    full += counts[e] / chunk;
+    rem += counts[e] % chunk != 0;
+  }
+  if (full + rem == 0 || s.n == 0) return;
+  Slot& slot = take_slot(size_t(s.bands) * size_t(full + rem));
+  const size_t P = capacity_;
+  void** a_ptr = slot.host;
+  void** b_ptr = slot.host + P;
+  void** c_ptr = slot.host + 2 * P;
+  std::vector<cublasOperation_t> ta, tb;
+  std::vector<int> m_arr, n_arr, k_arr, lda, ldb, ldc, size;
+  std::vector<float> alpha, beta;
+  auto group = [&](int rows, int problems) {
+    ta.push_back(CUBLAS_OP_T);
+    tb.push_back(CUBLAS_OP_N);
+    m_arr.push_back(int(nb));
+    n_arr.push_back(rows);
+    k_arr.push_back(int(s.k));
+    lda.push_back(int(s.k));
+    ldb.push_back(int(s.ldx));
+    ldc.push_back(int(s.ldy));
+    size.push_back(problems);
+    alpha.push_back(1.0f);
+    beta.push_back(0.0f);
+  };
+  size_t problems = 0;
+  auto add = [&](int e, int64_t row) {
+    for (int j = 0; j < s.bands; ++j, ++problems) {
+      a_ptr[problems] = const_cast<__nv_bfloat16*>(w + (int64_t(e) * s.n + j * nb) * s.k);
+      b_ptr[problems] = const_cast<__nv_bfloat16*>(x + row * s.ldx);
+      c_ptr[problems] = y[j] + row * s.ldy;
+    }
+  };
+  // Group 0: every full chunk of every expert; then one group per remainder.
+  int64_t row = 0;
+  if (full > 0) {
+    for (int e = 0; e < E; ++e) {
+      for (int64_t c = 0; c < counts[e] / chunk; ++c) add(e, row + c * chunk);
+      row += counts[e];
+    }
+    group(chunk, int(full * s.bands));
+  }
+  row = 0;
+  for (int e = 0; e < E; ++e) {
+    const int r = counts[e] % chunk;
+    if (r != 0) {
+      add(e, row + counts[e] - r);
+      group(r, s.bands);
+    }
+    row += counts[e];
+  }
+  PB_CUDA(cudaMemcpyAsync(slot.device, slot.host, 3 * P * sizeof(void*), cudaMemcpyHostToDevice, stream));
+  blas.bind(stream);
+  PB_CUBLAS_CALL(cublasGemmGroupedBatchedEx(
+      static_cast<cublasHandle_t>(blas.handle()), ta.data(), tb.data(), m_arr.data(), n_arr.data(), k_arr.data(),
+      alpha.data(), (const void* const*)slot.device, CUDA_R_16BF, lda.data(),
+      (const void* const*)(slot.device + P), CUDA_R_16BF, ldb.data(), beta.data(),
+      (void* const*)(slot.device + 2 * P), CUDA_R_16BF, ldc.data(), int(size.size()), size.data(),
+      CUBLAS_COMPUTE_32F));
   PB_CUDA(cudaEventRecord(slot.done, stream));
   slot.used = true;
 }

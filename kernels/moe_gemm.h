@@ -16,7 +16,7 @@
 //   (round to nearest even) - the same bits a land (cut 1) of an f32 partial
 //   would give for the same accumulator, without the f32 round trip.
 //
-// Engines (both write bf16; neither needs a landing after it):
+// Engines (all write bf16; none needs a landing after it):
 //   grouped  ONE cublasGemmGroupedBatchedEx per call: one group per non-empty
 //            expert (m_e = counts[e] differs per expert), group size = bands
 //            (the bands of one expert share m, n, k and the strides), Atype =
@@ -31,6 +31,19 @@
 //            16 x 16 x 16 probe; NOT_SUPPORTED / INVALID_VALUE = no.
 //   loop     one cublasGemmEx per non-empty expert and band (gemm.h's
 //            gemm_bf16out, same operand order), in expert order on the stream.
+//   cutlass  ONE CUTLASS 3.x Hopper ptr-array grouped GEMM per call
+//            (moe_gemm_cutlass.h: TMA + wgmma, warp specialized, persistent
+//            grouped scheduler, sm_90a only), one problem per non-empty expert
+//            and band; bf16 A/B/D, f32 accumulate, round to nearest even once.
+//            Built only when cmake/cutlass.cmake finds the headers
+//            (PB_HAVE_CUTLASS); cutlass_gemm_available() says whether this
+//            build and device run it. Needs k, n / bands, ldx, ldy multiples
+//            of 8 (TMA's 16-byte alignment).
+// Bench-only experiment (not an engine, not in scenarios): run_grouped_chunks,
+// the grouped cuBLAS call with every expert cut into chunk-row pieces, so that
+// all full chunks form ONE group of identical (m, n, k) (cuBLAS batches best
+// within a group); each expert's remainder is its own group. Exact: no padding
+// rows, every output row written once.
 // Empty experts launch nothing in either engine; rows of y that belong to no
 // expert (>= V) and columns past nb of a padded ldy are not written.
 //
@@ -56,23 +69,32 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "gemm.h"
 
 namespace pb {
 
-enum class MoeGemmEngine { grouped, loop };
+enum class MoeGemmEngine { grouped, loop, cutlass };
 
 constexpr int kMoeGemmMaxBands = 2;
 
 const char* moe_gemm_engine_name(MoeGemmEngine e);
-// "grouped" or "loop"; throws pb::Error naming the allowed values otherwise.
+// "grouped", "loop" or "cutlass"; throws pb::Error naming the allowed values otherwise.
 MoeGemmEngine moe_gemm_engine_from_name(const char* name);
 
 // Whether this process's cuBLAS runs cublasGemmGroupedBatchedEx with bf16
 // A/B/C and f32 compute (asked once, then cached; needs a current device).
 bool grouped_gemm_supported(const Blas& blas);
+
+// Whether this build has the cutlass engine (PB_HAVE_CUTLASS) and the current
+// device runs its sm_90a kernel.
+bool cutlass_gemm_available();
+// Whether `engine` runs here (grouped: grouped_gemm_supported; loop: always).
+bool moe_gemm_engine_available(MoeGemmEngine engine, const Blas& blas);
+
+class CutlassGroupedGemm;  // moe_gemm_cutlass.h
 
 // counts [E] int32 on the device -> pinned host copy.
 class MoeGroupSizes {
@@ -102,7 +124,7 @@ struct MoeGemmShape {
   int bands = 1;             // 1 .. kMoeGemmMaxBands; n must divide evenly
 };
 
-// Runs one of the two engines. One object per call site: it owns the grouped
+// Runs one of the engines. One object per call site: it owns the grouped
 // engine's staging ring.
 class MoeGemm {
  public:
@@ -116,9 +138,14 @@ class MoeGemm {
   void run(MoeGemmEngine engine, const Blas& blas, const int32_t* counts, const __nv_bfloat16* x,
            const __nv_bfloat16* w, __nv_bfloat16* const* y, MoeGemmShape s, cudaStream_t stream);
 
+  // The bench experiment (header above): one cublasGemmGroupedBatchedEx with
+  // every expert's rows cut into `chunk`-row pieces (chunk >= 1).
+  void run_grouped_chunks(const Blas& blas, const int32_t* counts, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                          __nv_bfloat16* const* y, MoeGemmShape s, int chunk, cudaStream_t stream);
+
  private:
   struct Slot {
-    void** host = nullptr;    // pinned [3 * P], P = kMoeGemmMaxBands * E: A, B, C pointers
+    void** host = nullptr;    // pinned [3 * P], P = capacity_: A, B, C pointers
     void** device = nullptr;  // [3 * P]
     cudaEvent_t done = nullptr;
     bool used = false;
@@ -127,9 +154,16 @@ class MoeGemm {
                    __nv_bfloat16* const* y, const MoeGemmShape& s, cudaStream_t stream);
   void run_loop(const Blas& blas, const int32_t* counts, const __nv_bfloat16* x, const __nv_bfloat16* w,
                 __nv_bfloat16* const* y, const MoeGemmShape& s, cudaStream_t stream);
+  void run_cutlass(const int32_t* counts, const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* const* y,
+                   const MoeGemmShape& s, cudaStream_t stream);
+  // Takes the next staging slot, grown (after the device is done with every
+  // slot) to hold `problems` problems.
+  Slot& take_slot(size_t problems);
   int experts_;
+  size_t capacity_;  // problems per slot
   std::vector<Slot> slots_;
   size_t next_slot_ = 0;
+  std::unique_ptr<CutlassGroupedGemm> cutlass_;  // made on first use
 };
 
 // Σ over experts of 2·counts[e]·n·k (n: all bands together).

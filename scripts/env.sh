@@ -13,7 +13,7 @@ pb_build() {  # pb_build [targets...]
     echo "$log"
     return 1
   }
-  grep -E "cuDNN FMHA engine" <<<"$log" || true
+  grep -E "cuDNN FMHA engine|cutlass MoE GEMM engine" <<<"$log" || true
   if (($#)); then
     cmake --build "$PB_BUILD" -j"$(nproc)" --target "$@"
   else

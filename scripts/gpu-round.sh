@@ -14,7 +14,7 @@ if ! pb_build >/tmp/pb-build.log 2>&1; then
   echo "gpu-round: build failed"
   exit 1
 fi
-grep -E "cuDNN FMHA engine" /tmp/pb-build.log | tail -1
+grep -E "cuDNN FMHA engine|cutlass MoE GEMM engine" /tmp/pb-build.log | tail -2
 B=$PB_BUILD
 for t in ${1:-}; do
   timeout 300 "$B/$t" >>"$OUT/tests.log" 2>&1

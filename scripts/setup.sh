@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the build needs and is missing, from the distribution's
-# packages (apt, when root), and the optional cuDNN frontend headers from PyPI into
-# .deps/. Safe to run again: installs nothing when all is there.
+# packages (apt, when root), and the optional cuDNN frontend and CUTLASS/CuTe
+# headers from PyPI into .deps/. Safe to run again: installs nothing when all is there.
 # The CUDA toolkit (nvcc, cuBLAS, NCCL) must already be installed.
 set -euo pipefail
 
@@ -78,4 +78,46 @@ PY
     tail -n 3 "$fe_tmp/pip.log" >&2 || true
   fi
   rm -rf "$fe_tmp"
+fi
+
+# CUTLASS / CuTe headers (DESIGN.md §7) for the cutlass MoE expert GEMM engine
+# (kernels/moe_gemm_cutlass.cu): the nvidia-cutlass wheel keeps the source tree
+# under cutlass_library/source/; only include/cutlass and include/cute (~27 MB)
+# are unpacked, into .deps/cutlass/include. Optional, like the frontend: without
+# them CMake builds with the cutlass engine OFF (cmake/cutlass.cmake).
+PB_CUTLASS_VERSION=4.2.0.0
+cl_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.deps/cutlass
+if [[ ! -e $cl_dir/include/cutlass/cutlass.h || ! -e $cl_dir/include/cute/tensor.hpp ]]; then
+  cl_tmp=$(mktemp -d)
+  if python3 -m pip download --quiet --retries 1 --timeout 20 --no-deps --only-binary=:all: \
+       "nvidia-cutlass==$PB_CUTLASS_VERSION" -d "$cl_tmp" >"$cl_tmp/pip.log" 2>&1 \
+     && cl_whl=$(ls "$cl_tmp"/nvidia_cutlass-*.whl 2>/dev/null | head -n1) && [[ -n $cl_whl ]] \
+     && python3 - "$cl_whl" "$cl_dir.partial" <<'PY'
+import os, sys, zipfile
+whl, dest = sys.argv[1], sys.argv[2]
+root = "cutlass_library/source/include/"
+with zipfile.ZipFile(whl) as z:
+    names = [n for n in z.namelist()
+             if n.startswith(root + "cutlass/") or n.startswith(root + "cute/")]
+    for probe in ("cutlass/cutlass.h", "cute/tensor.hpp"):
+        if root + probe not in names:
+            sys.exit("no " + root + probe + " in " + whl)
+    for n in names:
+        if n.endswith("/"):
+            continue
+        out = os.path.join(dest, "include", n[len(root):])
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with z.open(n) as src, open(out, "wb") as dst:
+            dst.write(src.read())
+PY
+  then
+    rm -rf "$cl_dir" && mv "$cl_dir.partial" "$cl_dir"
+    echo "setup: CUTLASS $PB_CUTLASS_VERSION headers in $cl_dir/include ($(du -sh "$cl_dir" | cut -f1))"
+  else
+    rm -rf "$cl_dir.partial"
+    echo "setup: note: could not fetch nvidia-cutlass==$PB_CUTLASS_VERSION (no network?);" \
+         "building without the cutlass MoE GEMM engine (carry .deps/ from a machine that has it)" >&2
+    tail -n 3 "$cl_tmp/pip.log" >&2 || true
+  fi
+  rm -rf "$cl_tmp"
 fi

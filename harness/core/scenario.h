@@ -8,7 +8,7 @@
 //   split_k: 1
 //   fabric: auto                           # ipc | nccl | auto
 //   fmha: auto                             # native | cudnn | auto
-//   moe_gemm: grouped                      # grouped | loop (the expert GEMMs' engine)
+//   moe_gemm: grouped                      # grouped | loop | cutlass (the expert GEMMs' engine)
 //   serialize_ranks: false                 # ranks of one GPU take turns
 //   cuts: all                              # all | none | seed | [land, conv] | {land: on}
 //   variants: each-cut                     # or [{name: a, cuts: none}, ...]
@@ -93,6 +93,6 @@ CutSet parse_cut_list(const std::string& list, const std::string& where);
 
 std::vector<std::string> fabric_names();
 std::vector<std::string> fmha_engine_names();
-std::vector<std::string> moe_gemm_engine_names();  // grouped, loop (moe_gemm_engine_from_name)
+std::vector<std::string> moe_gemm_engine_names();  // grouped, loop, cutlass (moe_gemm_engine_from_name)
 
 }  // namespace pb

@@ -66,7 +66,7 @@ TEST_CASE("a GEMM's FLOPs and a roofline on the H200 profile") {
 }
 
 TEST_CASE("MoE FFN: the launch order the MoE block records (harness/blocks/moe_block.h), either engine") {
-  for (const char* engine : {"grouped", "loop"}) {
+  for (const char* engine : {"grouped", "loop", "cutlass"}) {
     INFO("moe_gemm: " << engine);
     Scenario s = k3(1, 16384);
     REQUIRE(s.moe_gemm == "grouped");  // the default

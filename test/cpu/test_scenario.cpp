@@ -103,6 +103,8 @@ TEST_CASE("command-line overrides apply before validation") {
 TEST_CASE("moe_gemm picks the expert GEMM engine") {
   CHECK(parse_scenario(std::string(kGood) + "moe_gemm: loop\n", "t.yaml").moe_gemm == "loop");
   CHECK(parse_scenario(std::string(kGood) + "moe_gemm: grouped\n", "t.yaml").moe_gemm == "grouped");
+  CHECK(parse_scenario(std::string(kGood) + "moe_gemm: cutlass\n", "t.yaml").moe_gemm == "cutlass");
+  CHECK_THROWS(parse_scenario(std::string(kGood) + "moe_gemm: cublaslt\n", "t.yaml"));
   ScenarioOverrides o;
   o.sets = {"moe_gemm=loop"};
   CHECK(parse_scenario(kGood, "good.yaml", o).moe_gemm == "loop");
@@ -138,7 +140,7 @@ TEST_CASE("bad inputs give errors naming file, line, key and allowed values") {
        {"model.preset", "'k4' is not allowed", "k3, tiny"}},
       {"bad fabric", g + "fabric: tcp\n", {"bad.yaml:6:9", "fabric", "'tcp'", "ipc, nccl, auto"}},
       {"bad fmha engine", g + "fmha: flash\n", {"fmha", "native, cudnn, auto"}},
-      {"bad moe_gemm engine", g + "moe_gemm: cutlass\n", {"bad.yaml:6", "moe_gemm", "'cutlass'", "grouped, loop"}},
+      {"bad moe_gemm engine", g + "moe_gemm: cublaslt\n", {"bad.yaml:6", "moe_gemm", "'cublaslt'", "grouped, loop, cutlass"}},
       {"bad gpu profile", g + "gpu_profile: a100\n", {"gpu_profile", "h200, h100, gb300"}},
       {"unknown cut", g + "cuts: [land, fast]\n", {"cuts[1]", "unknown cut 'fast'", "lse_merge"}},
       {"bad cut switch", g + "cuts: {land: maybe}\n", {"cuts.land", "true or false"}},

@@ -275,7 +275,7 @@ std::vector<TimedLaunch> names_of_run(cudaStream_t st, const std::function<void(
 
 }  // namespace
 
-TEST_CASE("MoE block (tiny): launch list == plan, == C++ reference, cut on/off bit-identical, both engines") {
+TEST_CASE("MoE block (tiny): launch list == plan, == C++ reference, cut on/off bit-identical, every engine") {
   Fixture f;
   MoeBlock block(f.m, kBucket, kTokens, kSeed, f.blas, f.st);
   const RankPlan plan = plan_rank(tiny_scenario(), CutSet::all(), 0);
@@ -304,6 +304,16 @@ TEST_CASE("MoE block (tiny): launch list == plan, == C++ reference, cut on/off b
   const Bits out_loop = f.out_host();
   check_block_floor(out_loop, want, "MoE block, per-expert loop");
   MESSAGE("block grouped vs loop: " << (out_loop == out_none ? "bit-identical" : "differ in bits"));
+
+  CHECK_MESSAGE(cutlass_gemm_available(), "the cutlass engine is not in this build (carry .deps/) or device");
+  if (cutlass_gemm_available()) {
+    f.out.poison(f.st);
+    block.run(tl, f.blas, CutSet::all(), MoeGemmEngine::cutlass, f.x.get(), kTokens, f.out.get());
+    tl.collect();
+    const Bits out_cutlass = f.out_host();
+    check_block_floor(out_cutlass, want, "MoE block, cutlass engine");
+    MESSAGE("block cutlass vs loop: " << (out_cutlass == out_loop ? "bit-identical" : "differ in bits"));
+  }
 
   // Fewer live tokens than before: the rows past T of the combine are zero again.
   f.out.poison(f.st);

@@ -1,5 +1,6 @@
-// The expert GEMMs (kernels/moe_gemm.h): the grouped engine and the per-expert
-// loop against a float64 reference and against each other, on uneven groups
+// The expert GEMMs (kernels/moe_gemm.h): every engine (grouped cuBLAS, cutlass,
+// the per-expert loop) and the bench's chunked grouped experiment against a
+// float64 reference and against the loop, on uneven groups
 // with empty experts, padded strides, one band and two (gate | up into two
 // outputs); rows past the experts' and padding columns must stay untouched;
 // the staging ring survives more back-to-back calls than it has slots; argmax
@@ -9,9 +10,11 @@
 // f32, so any f32 summation order is within (k + 2) · 2^-24 · mag of the exact
 // sum; the one rounding to bf16 adds at most 2^-9 |y|, taken with margin):
 //   |y - ref| <= 2^-8 · |ref| + (k + 2) · 2^-24 · mag
-// Grouped vs loop: each within the floor; bit identity holds only when cuBLAS
-// picks the same kernel (and split) for each expert's shape, which the grouped
-// API chooses on its own, so it is reported (MESSAGE), not required.
+// Engine vs loop: each within the floor; bit identity holds only when both
+// accumulate in the same order (cuBLAS picks its kernel and split on its own;
+// the cutlass kernel walks k in 64-wide wgmma steps), so it is reported
+// (MESSAGE), not required. The cutlass engine must be available here: a build
+// without the CUTLASS headers fails its availability case.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -134,8 +137,19 @@ void check_against_reference(const std::vector<uint16_t>& got, const GroupCase& 
   CHECK_MESSAGE(guard_written == 0, "rows past the experts' were written");
 }
 
-// Returns whether grouped == loop bit for bit (false when grouped is refused).
-bool check_engines(const GroupCase& c, uint64_t seed) {
+std::vector<uint16_t> run_chunks(MoeGemm& gemm, const Blas& blas, const GroupCase& c, const Operands& o, int chunk) {
+  Outputs y(c, nullptr);
+  gemm.run_grouped_chunks(blas, c.counts.data(), o.dx.get(), o.dw.get(), y.ptrs.data(), shape_of(c), chunk, nullptr);
+  PB_CUDA(cudaDeviceSynchronize());
+  return y.download();
+}
+
+// Bit identity vs the loop, per variant: grouped, cutlass, chunks (chunk 16).
+struct Identity {
+  int grouped = 0, cutlass = 0, chunks = 0;
+};
+
+void check_engines(const GroupCase& c, uint64_t seed, Identity& same) {
   INFO("E " << c.counts.size() << " V " << total_rows(c) << " n " << c.n << " k " << c.k << " ldx " << c.ldx
             << " ldy " << c.ldy << " bands " << c.bands);
   const Operands o = make_operands(c, seed);
@@ -146,9 +160,15 @@ bool check_engines(const GroupCase& c, uint64_t seed) {
   REQUIRE_MESSAGE(grouped_gemm_supported(blas), "cublasGemmGroupedBatchedEx refuses bf16 A/B/C, f32 compute");
   const std::vector<uint16_t> grouped = run_engine(gemm, MoeGemmEngine::grouped, blas, c, o);
   check_against_reference(grouped, c, o, "grouped");
-  const bool same = grouped == loop;
-  MESSAGE("grouped vs loop: " << (same ? "bit-identical" : "differ in bits (both within the floor)"));
-  return same;
+  same.grouped += grouped == loop;
+  const std::vector<uint16_t> chunks = run_chunks(gemm, blas, c, o, 16);
+  check_against_reference(chunks, c, o, "grouped chunks of 16");
+  same.chunks += chunks == loop;
+  if (cutlass_gemm_available()) {
+    const std::vector<uint16_t> cutlass = run_engine(gemm, MoeGemmEngine::cutlass, blas, c, o);
+    check_against_reference(cutlass, c, o, "cutlass");
+    same.cutlass += cutlass == loop;
+  }
 }
 
 }  // namespace
@@ -160,7 +180,13 @@ TEST_CASE("moe_gemm: cublasGemmGroupedBatchedEx takes bf16 A/B/C with f32 comput
   CHECK(ok);
 }
 
-TEST_CASE("moe_gemm: uneven and empty groups, one and two bands, both engines == float64") {
+TEST_CASE("moe_gemm: the cutlass engine is built and runs on this device") {
+  MESSAGE("cutlass engine: " << (cutlass_gemm_available() ? "available" : "NOT available (no CUTLASS in this build, "
+                                                                       "or not an sm_90 device)"));
+  CHECK(cutlass_gemm_available());
+}
+
+TEST_CASE("moe_gemm: uneven and empty groups, one and two bands, every engine == float64") {
   const std::vector<GroupCase> cases = {
       {{5, 0, 1, 17, 0, 33, 2}, 48, 40, 40, 48, 1},          // packed, empty experts in the middle
       {{5, 0, 1, 17, 0, 33, 2}, 96, 40, 40, 48, 2},          // the same as gate | up bands
@@ -170,9 +196,10 @@ TEST_CASE("moe_gemm: uneven and empty groups, one and two bands, both engines ==
       {{1}, 8, 8, 8, 8, 1},                                    // a single row
   };
   uint64_t seed = 100;
-  int same = 0;
-  for (const GroupCase& c : cases) same += check_engines(c, seed += 10);
-  MESSAGE("grouped == loop bit for bit in " << same << " of " << cases.size() << " cases");
+  Identity same;
+  for (const GroupCase& c : cases) check_engines(c, seed += 10, same);
+  MESSAGE("bit for bit == loop: grouped " << same.grouped << ", cutlass " << same.cutlass << ", grouped chunks "
+                                          << same.chunks << " of " << cases.size() << " cases");
 }
 
 TEST_CASE("moe_gemm: every expert empty launches nothing") {
@@ -180,7 +207,8 @@ TEST_CASE("moe_gemm: every expert empty launches nothing") {
   const Operands o = make_operands(c, 7);
   Blas blas;
   MoeGemm gemm(3);
-  for (MoeGemmEngine e : {MoeGemmEngine::loop, MoeGemmEngine::grouped}) {
+  for (MoeGemmEngine e : {MoeGemmEngine::loop, MoeGemmEngine::grouped, MoeGemmEngine::cutlass}) {
+    if (!moe_gemm_engine_available(e, blas)) continue;
     const std::vector<uint16_t> y = run_engine(gemm, e, blas, c, o);
     int64_t written = 0;
     for (uint16_t v : y) written += !std::isnan(value(v));
@@ -188,9 +216,12 @@ TEST_CASE("moe_gemm: every expert empty launches nothing") {
   }
 }
 
-TEST_CASE("moe_gemm: back-to-back grouped calls past the staging ring, different groups each") {
+TEST_CASE("moe_gemm: back-to-back grouped and cutlass calls past the staging rings, different groups each") {
   Blas blas;
   REQUIRE(grouped_gemm_supported(blas));
+  for (MoeGemmEngine engine : {MoeGemmEngine::grouped, MoeGemmEngine::cutlass}) {
+  if (!moe_gemm_engine_available(engine, blas)) continue;
+  INFO("engine " << moe_gemm_engine_name(engine));
   constexpr int kCalls = 9;  // more than the ring's slots
   const int E = 6;
   const int64_t n = 64, k = 24;
@@ -214,13 +245,15 @@ TEST_CASE("moe_gemm: back-to-back grouped calls past the staging ring, different
   MoeGemm gemm(E);
   // No host sync between the calls: each must keep its own pointer arrays.
   for (int i = 0; i < kCalls; ++i)
-    gemm.run(MoeGemmEngine::grouped, blas, cases[size_t(i)].counts.data(), ops[size_t(i)].dx.get(),
+    gemm.run(engine, blas, cases[size_t(i)].counts.data(), ops[size_t(i)].dx.get(),
              ops[size_t(i)].dw.get(), ys[size_t(i)].ptrs.data(), shape_of(cases[size_t(i)]), st);
   PB_CUDA(cudaStreamSynchronize(st));
   PB_CUDA(cudaStreamDestroy(st));
   for (int i = 0; i < kCalls; ++i) {
     INFO("call " << i);
-    check_against_reference(ys[size_t(i)].download(), cases[size_t(i)], ops[size_t(i)], "grouped");
+    check_against_reference(ys[size_t(i)].download(), cases[size_t(i)], ops[size_t(i)],
+                            moe_gemm_engine_name(engine));
+  }
   }
 }
 
@@ -259,7 +292,15 @@ TEST_CASE("moe_gemm checks its contract") {
                         nullptr));  // ldy < n / bands
   CHECK_THROWS(gemm.run(MoeGemmEngine::grouped, blas, ok.data(), x.get(), w.get(), null_band,
                         MoeGemmShape{2, 8, 8, 0, 0, 2}, nullptr));  // a null band
-  CHECK_THROWS(moe_gemm_engine_from_name("cutlass"));
+  CHECK_THROWS(moe_gemm_engine_from_name("cublaslt"));
+  CHECK(moe_gemm_engine_from_name("cutlass") == MoeGemmEngine::cutlass);
+  CHECK_THROWS(gemm.run_grouped_chunks(blas, ok.data(), x.get(), w.get(), y, MoeGemmShape{2, 8, 8, 0, 0, 1}, 0,
+                                       nullptr));  // chunk 0
+  if (cutlass_gemm_available()) {
+    DeviceBuffer<bf16> w12(2 * 8 * 12), x12(2 * 12);
+    CHECK_THROWS(gemm.run(MoeGemmEngine::cutlass, blas, ok.data(), x12.get(), w12.get(), y,
+                          MoeGemmShape{2, 8, 12, 0, 0, 1}, nullptr));  // k not a multiple of 8 (TMA)
+  }
 }
 
 // ---- argmax ----
