@@ -130,8 +130,16 @@ class KdaWorkspace {
 //            re-reads the chunk's W, Qg, K̂, Aqk (4x the L2 → SM traffic)
 enum class KdaWalk { kHead, kSlices };
 
+// The prepare kernel (kda.cu; both write the same products up to rounding):
+//   kV2  kda_prepare2_kernel: exponentials once per (token, channel) and per (block pair,
+//        channel), the inverse's off-diagonal blocks on tf32 mma, 73.75 KiB smem, 3 CTAs/SM
+//   kV1  kda_prepare_kernel (v1): exponentials per block pair, the inverse on CUDA cores,
+//        96.75 KiB smem, 2 CTAs/SM
+enum class KdaPrepare { kV2, kV1 };
+
 // Gates, norms and the state-independent chunk products of tokens [0, tokens).
-void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, cudaStream_t stream);
+void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, cudaStream_t stream,
+                 KdaPrepare prep = KdaPrepare::kV2);
 
 // The forward from S_in (null = zeros): o (may be null: state only), S_out (may be null;
 // may alias S_in). tokens ≤ the tokens kda_prepare saw.
@@ -140,7 +148,8 @@ void kda_forward_state(const KdaWorkspace& ws, int64_t tokens, const float* S_in
 
 // prepare + forward_state.
 void kda_forward(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, const float* S_in,
-                 __nv_bfloat16* o, int64_t o_ld, float* S_out, cudaStream_t stream, KdaWalk walk = KdaWalk::kHead);
+                 __nv_bfloat16* o, int64_t o_ld, float* S_out, cudaStream_t stream, KdaWalk walk = KdaWalk::kHead,
+                 KdaPrepare prep = KdaPrepare::kV2);
 
 // The segment's package from kda_prepare's products: M [H, dk, dk], D [H, dv, dk].
 void kda_package(const KdaWorkspace& ws, int64_t tokens, float* M, float* D, cudaStream_t stream,
