@@ -2,7 +2,11 @@
 // package), the fold. Contract, precision and floors: kda.h; convention and
 // stability: kda_ref.h.
 //
-// kda_prepare_kernel — grid (chunks, heads), 256 threads (8 warps), 96.75 KiB smem, 2 CTAs/SM
+// kda_prepare2_kernel (KdaPrepare::kV2, the default) — grid (chunks, heads), 256 threads,
+//   73.75 KiB smem, 80 registers, 3 CTAs/SM: b per (token, channel) in registers, two ex2 per
+//   element, pair B operands rescaled per channel, inverse off-diagonal blocks on tf32 mma
+//   (steps at its definition below).
+// kda_prepare_kernel (v1, KdaPrepare::kV1) — grid (chunks, heads), 256 threads (8 warps), 96.75 KiB smem, 2 CTAs/SM
 //   1 cp.async q, k, g [64, 128] bf16 (rows past T zero-filled); β = sigmoid
 //   2 log2-decay la2 = −5·log2(e)·sigmoid(exp(A_log)(g + dt_bias)) (0 past T), in-chunk
 //     inclusive cumsum b (f32, log2 units); q, k row norms 1/sqrt(Σx² + 1e-6)
