@@ -3,7 +3,9 @@
 // (the forward of a downstream rank). Inputs rotate over rotation_slots copies;
 // each pass is timed with time_launches (CUDA events, warm-up, median):
 //   kda.forward  kda_prepare + kda_forward_state (o and S_out)  FLOPs cost::kda_forward
-//   kda.prepare  the intra-chunk pass alone                     (share of the same)
+//   kda.prepare  the intra-chunk pass alone (KdaPrepare::kV2, the default)
+//   kda.prepare_v1  the v1 prepare kernel (KdaPrepare::kV1), for comparison; its `wrong`
+//                counts the o check of a forward walk over v1's products
 //   kda.state    the state walk with outputs alone
 //   kda.package  the package walk (reuses kda.prepare's products): 8 c d² per chunk and head
 //   kda.fold     one fold step S·M + D (cuBLAS f32 batched + add): 2 d³ per head
@@ -212,6 +214,11 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
           kda_prepare(inputs_of(in[size_t(slot)], H, A_log.get(), dt_bias.get()), T, H, ws, st);
         },
         slots, o.warmup, o.reps, stream);
+    const Timing t_prep_v1 = time_launches(
+        [&](int slot, cudaStream_t st) {
+          kda_prepare(inputs_of(in[size_t(slot)], H, A_log.get(), dt_bias.get()), T, H, ws, st, KdaPrepare::kV1);
+        },
+        slots, o.warmup, o.reps, stream);
     // slot 0's products stay in the workspace for the walks and the checks
     kda_prepare(inputs_of(in[0], H, A_log.get(), dt_bias.get()), T, H, ws, stream);
     const Timing t_state = time_launches(
@@ -268,6 +275,13 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     }
     std::printf("  v1 slice walk (kda_state_kernel): state %.1f us, package %.1f us, wrong %lld\n",
                 t_state_v1.median_us, t_pkg_v1.median_us, (long long)wrong_v1);
+    // the v1 prepare's products through the head walk: o against the same check
+    kda_prepare(inputs_of(in[0], H, A_log.get(), dt_bias.get()), T, H, ws, stream, KdaPrepare::kV1);
+    out.poison(stream);
+    kda_forward_state(ws, T, S_in.get(), out.get(), W, S_fold.get(), stream);
+    PB_CUDA(cudaStreamSynchronize(stream));
+    const int64_t wrong_p1 = check_outputs(in[0], A_log.get(), dt_bias.get(), S_in.get(), out.get(), T, H);
+    failed += int(wrong_p1);
     failed += int(wrong_o + wrong_s);
 
     // ---- rows ----
@@ -278,6 +292,7 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     const BenchRow rows[] = {
         row_of("kda.forward", t_fwd, fwd.flops, fwd.bytes),
         row_of("kda.prepare", t_prep, 0.0, prep_bytes),
+        row_of("kda.prepare_v1", t_prep_v1, 0.0, prep_bytes),
         row_of("kda.state", t_state, 0.0, walk_bytes),
         row_of("kda.package", t_pkg, pkg_flops, double(T) * W * 2 * 3 + 2.0 * state * 4),
         row_of("kda.fold", t_fold, fold_flops, 5.0 * state * 4),
@@ -285,7 +300,8 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     for (const BenchRow& r : rows) {
       const bool fwd_row = r.kernel.rfind("kda.forward", 0) == 0;
       const bool state_row = r.kernel.rfind("kda.state", 0) == 0;
-      print(r, fwd_row, fwd_row ? wrong_o + wrong_s : state_row ? wrong_v1 : 0);
+      const bool p1_row = r.kernel.rfind("kda.prepare_v1", 0) == 0;
+      print(r, fwd_row, fwd_row ? wrong_o + wrong_s : state_row ? wrong_v1 : p1_row ? wrong_p1 : 0);
       result.bench.push_back(r);
     }
   }

@@ -2,7 +2,11 @@
 // package), the fold. Contract, precision and floors: kda.h; convention and
 // stability: kda_ref.h.
 //
-// kda_prepare_kernel — grid (chunks, heads), 256 threads (8 warps), 96.75 KiB smem, 2 CTAs/SM
+// kda_prepare2_kernel (KdaPrepare::kV2, the default) — grid (chunks, heads), 256 threads,
+//   73.75 KiB smem, 80 registers, 3 CTAs/SM: b per (token, channel) in registers, two ex2 per
+//   element, pair B operands rescaled per channel, inverse off-diagonal blocks on tf32 mma
+//   (steps at its definition below).
+// kda_prepare_kernel (v1, KdaPrepare::kV1) — grid (chunks, heads), 256 threads (8 warps), 96.75 KiB smem, 2 CTAs/SM
 //   1 cp.async q, k, g [64, 128] bf16 (rows past T zero-filled); β = sigmoid
 //   2 log2-decay la2 = −5·log2(e)·sigmoid(exp(A_log)(g + dt_bias)) (0 past T), in-chunk
 //     inclusive cumsum b (f32, log2 units); q, k row norms 1/sqrt(Σx² + 1e-6)
@@ -404,6 +408,352 @@ __global__ void __launch_bounds__(kThreads, 2) kda_prepare_kernel(const PrepPara
     const int which = i >> 10, r = (i >> 4) & (kC - 1), c8 = i & 15;
     const uint4 val = sm<uint4>(which == 0 ? sK : sX, swz(r, c8, 256));
     *reinterpret_cast<uint4*>((which == 0 ? p.w : p.u) + (tile * kC + r) * kD + c8 * 8) = val;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// kda_prepare2_kernel (KdaPrepare::kTiles, the default): the same products as
+// kda_prepare_kernel with ~1/3 of the exponentials, the (I + L)^{-1} off-diagonal
+// blocks on tensor cores (tf32) and 73.75 KiB smem (3 CTAs/SM).
+//   thread (qt, cp) = (tid >> 6, tid & 63) owns token block qt (rows 16qt..16qt+15) and
+//   channels 2cp, 2cp+1 from the gates to the per-element products, b in registers:
+//   0 cp.async q, k; gates straight from global (one ex2 + one rcp each), in-block cumsum
+//     loc (registers), block totals and first-row values → smem
+//   1 block offsets off_J (prefix of the totals), norms (half-warp per row, rsqrt),
+//     the pair factors F_{R,I}[c] = 2^{b_{16R} − b_{16I+15}} (10 × 128), Γ
+//   2 per element: fr = 2^{b − b_a} (≤ 1), f1 = 2^{b_e − b} (≤ 1) (a, e: the block's first
+//     and last row): qe = q̂ fr, ke = k̂ fr, kx = k̂ f1 → smem; Qg = scale·qe·2^{b_a},
+//     K̂ = kx·2^{b_last − b_e} → workspace; kg = ke·2^{b_a} kept in registers (bf16x2)
+//   3 the 10 pairs (R, I ≤ R) of L and Aqk: A operand qe/ke rows of block R, B operand
+//     kx rows of block I times F_{R,I} per channel (≤ 1 for I < R, ≤ 2^{108} on the diagonal:
+//     finite). Warps 0-3 take the diagonal pairs and then invert their 16x16 block (f32
+//     substitution, written over L_RR); warps 4-7 the six off-diagonal pairs.
+//   4 v → smem (cp.async, over kx), kg → smem (over ke); A_RI = −A_RR Σ_J L_RJ A_JI by
+//     block distance on mma.m16n8k8.tf32 (warp = (R, I, 8-column half)), f32 in smem
+//   5 W = (A·β) kg, Ũ = (A·β) V on mma.m16n8k16 (warp = row block × product, two column
+//     halves), staged, stored
+// ---------------------------------------------------------------------------
+
+// d[16x8] += a[16x8] b[8x8], tf32 inputs (f32 bit patterns, low mantissa bits ignored).
+__device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const float (&a)[4], float b0, float b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),
+        "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
+}
+__device__ __forceinline__ float fast_rsqrt(float x) {
+  float y;
+  asm("rsqrt.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float fast_rcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float2 mul2(float2 a, float2 b) { return make_float2(__fmul_rn(a.x, b.x), __fmul_rn(a.y, b.y)); }
+__device__ __forceinline__ float2 scale2(float2 a, float s) { return make_float2(__fmul_rn(a.x, s), __fmul_rn(a.y, s)); }
+__device__ __forceinline__ uint32_t pack2(float2 v) { return pack_bf16x2(v.x, v.y); }
+
+constexpr int kP2Pairs = 10;
+// pair index → (R, I): the diagonal pairs first (warps 0-3), then the off-diagonal ones
+__device__ __forceinline__ void p2_pair(int pr, int& R, int& I) {
+  // R = {0,1,2,3,1,2,3,2,3,3}[pr], I = {0,1,2,3,0,1,2,0,1,0}[pr], two bits each (no local array)
+  R = int((0xfb9e4u >> (2 * pr)) & 3u);
+  I = int((0x124e4u >> (2 * pr)) & 3u);
+}
+
+constexpr uint32_t kP2Q = 0, kP2K = 16384, kP2X = 32768, kP2L = 49152, kP2F = 65536;
+constexpr uint32_t kP2Tot = kP2F + kP2Pairs * kD * 4, kP2Loc0 = kP2Tot + 4 * kD * 4;
+constexpr uint32_t kP2Beta = kP2Loc0 + 4 * kD * 4, kP2InvQ = kP2Beta + 256, kP2InvK = kP2InvQ + 256;
+constexpr uint32_t kP2Smem = kP2InvK + 256;  // 75520 bytes: 3 CTAs/SM
+static_assert(3 * (kP2Smem + 1024) <= 228 * 1024, "kda_prepare2_kernel: 3 CTAs/SM do not fit");
+
+__global__ void __launch_bounds__(kThreads, 3) kda_prepare2_kernel(const PrepParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* sQ = smem + kP2Q;  // q raw → qe → A off-diagonal blocks f32 [64][64] → W staging
+  unsigned char* sK = smem + kP2K;  // k raw → ke → kg
+  unsigned char* sX = smem + kP2X;  // kx → v
+  unsigned char* sL = smem + kP2L;  // L f32 [64][64] (A_RR on the diagonal blocks) → Ũ staging
+  float* sF = reinterpret_cast<float*>(smem + kP2F);      // [10][128]
+  float* sTot = reinterpret_cast<float*>(smem + kP2Tot);  // [4][128] block sums of la2
+  float* sLoc0 = reinterpret_cast<float*>(smem + kP2Loc0);  // [4][128] la2 of each block's first row
+  float* sBeta = reinterpret_cast<float*>(smem + kP2Beta);
+  float* sInvQ = reinterpret_cast<float*>(smem + kP2InvQ);
+  float* sInvK = reinterpret_cast<float*>(smem + kP2InvK);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const RowChunk pa = lane_rows_then_k(lane), pb = lane_k_then_rows(lane);
+  const int chunk = blockIdx.x, h = blockIdx.y;
+  const int64_t t0 = int64_t(chunk) * kC;
+  const int n = p.tokens - t0 < kC ? int(p.tokens - t0) : kC;
+  const int64_t tile = (int64_t(h) * p.ws_chunks + chunk);
+  const int qt = tid >> 6, cp = tid & 63;
+  // this thread's (row 16qt + i, channels 2cp..): byte offset in a swizzled bf16 [64][128] tile
+  const uint32_t ebase = uint32_t(16 * qt) * 256 + uint32_t(cp & 3) * 4;
+  const int echunk = cp >> 2;
+  auto eoff = [&](int i) { return ebase + uint32_t(i) * 256 + (uint32_t(echunk ^ (i & 7)) << 4); };
+
+  // ---- 0. loads; gates and the in-block cumsum in registers ----
+  load_tile<kD>(sQ, p.in.q + t0 * p.in.q_ld + int64_t(h) * kD, p.in.q_ld, n, tid);
+  load_tile<kD>(sK, p.in.k + t0 * p.in.k_ld + int64_t(h) * kD, p.in.k_ld, n, tid);
+  cp_async_commit();
+  if (tid < kC) {
+    sBeta[tid] = tid < n ? sigmoid_f32(__bfloat162float(p.in.beta_pre[(t0 + tid) * p.in.beta_ld + h])) : 0.0f;
+  }
+  float2 loc[16];  // inclusive cumsum of la2 within the block (log2 units)
+  {
+    const float a = expf(p.in.A_log[h]);
+    const float2 bias = *reinterpret_cast<const float2*>(p.in.dt_bias + int64_t(h) * kD + 2 * cp);
+    const float c1 = -kLog2e * a;  // 2^{c1 (g + bias)} = e^{−a (g + bias)}
+    const float2 cb = make_float2(__fmul_rn(c1, bias.x), __fmul_rn(c1, bias.y));
+    const bf16* gp = p.in.g + (t0 + 16 * qt) * p.in.g_ld + int64_t(h) * kD + 2 * cp;
+    uint32_t graw[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) graw[i] = 16 * qt + i < n ? *reinterpret_cast<const uint32_t*>(gp + i * p.in.g_ld) : 0u;
+    float2 run = make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      float2 la = make_float2(0.0f, 0.0f);
+      if (16 * qt + i < n) {
+        const float2 gv = unpack_bf16x2(graw[i]);
+        // la2 = −5 log2(e) · sigmoid(a (g + bias))
+        la.x = __fmul_rn(-5.0f * kLog2e, fast_rcp(__fadd_rn(1.0f, fast_exp2(__fmaf_rn(gv.x, c1, cb.x)))));
+        la.y = __fmul_rn(-5.0f * kLog2e, fast_rcp(__fadd_rn(1.0f, fast_exp2(__fmaf_rn(gv.y, c1, cb.y)))));
+      }
+      run = make_float2(__fadd_rn(run.x, la.x), __fadd_rn(run.y, la.y));
+      loc[i] = run;
+    }
+    *reinterpret_cast<float2*>(sTot + qt * kD + 2 * cp) = run;
+    *reinterpret_cast<float2*>(sLoc0 + qt * kD + 2 * cp) = loc[0];
+  }
+  cp_async_wait_all();
+  __syncthreads();
+
+  // ---- 1. offsets, norms, pair factors, Γ ----
+  float2 off = make_float2(0.0f, 0.0f), blast;
+  {
+    float2 acc = make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int J = 0; J < 4; ++J) {
+      if (J == qt) off = acc;
+      const float2 t = *reinterpret_cast<const float2*>(sTot + J * kD + 2 * cp);
+      acc = make_float2(__fadd_rn(acc.x, t.x), __fadd_rn(acc.y, t.y));
+    }
+    blast = acc;
+  }
+  // norms: rows 0..63 of q (warps 0-3), of k (warps 4-7); a half-warp per row, 8 channels a lane
+#pragma unroll 2
+  for (int it = 0; it < 8; ++it) {
+    const int row = warp * 16 + 2 * it + (lane >> 4), r = row & (kC - 1), j = lane & 15;
+    const unsigned char* t = warp < 4 ? sQ : sK;
+    const uint4 raw = sm<uint4>(const_cast<unsigned char*>(t), swz(r, j, 256));
+    const uint32_t w4[4] = {raw.x, raw.y, raw.z, raw.w};
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 x = unpack_bf16x2(w4[e]);
+      ss = __fmaf_rn(x.x, x.x, ss);
+      ss = __fmaf_rn(x.y, x.y, ss);
+    }
+#pragma unroll
+    for (int o = 8; o >= 1; o >>= 1) ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, o));
+    if (j == 0) (warp < 4 ? sInvQ : sInvK)[r] = fast_rsqrt(__fadd_rn(ss, 1e-6f));
+  }
+  // F_{R,I}[c] = 2^{b_{16R} − b_{16I+15}}, b_{16R} = off_R + loc0_R, b_{16I+15} = off_{I+1}
+  for (int e = tid; e < kP2Pairs * kD; e += kThreads) {
+    const int pr = e >> 7, c = e & (kD - 1);
+    int R, I;
+    p2_pair(pr, R, I);
+    float o = 0.0f, oe = 0.0f, oR = 0.0f;
+    for (int J = 0; J < 4; ++J) {
+      if (J == R) oR = o;
+      o = __fadd_rn(o, sTot[J * kD + c]);
+      if (J == I) oe = o;
+    }
+    sF[e] = fast_exp2(__fsub_rn(__fadd_rn(oR, sLoc0[R * kD + c]), oe));
+  }
+  if (tid < kC) {
+    *reinterpret_cast<float2*>(p.gamma + tile * kD + 2 * cp) = make_float2(fast_exp2(blast.x), fast_exp2(blast.y));
+  }
+  __syncthreads();
+
+  // ---- 2. per-element products ----
+  uint32_t kg[16];
+  {
+    const float2 ba = make_float2(__fadd_rn(loc[0].x, off.x), __fadd_rn(loc[0].y, off.y));
+    const float2 be = make_float2(__fadd_rn(loc[15].x, off.x), __fadd_rn(loc[15].y, off.y));
+    const float2 pa2 = make_float2(fast_exp2(ba.x), fast_exp2(ba.y));  // 2^{b_a}
+    const float2 qe2 = make_float2(fast_exp2(__fsub_rn(blast.x, be.x)), fast_exp2(__fsub_rn(blast.y, be.y)));
+    const float2 spa = scale2(pa2, p.scale);
+    bf16* qgp = p.qg + (tile * kC + 16 * qt) * kD + 2 * cp;
+    bf16* khp = p.khat + (tile * kC + 16 * qt) * kD + 2 * cp;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int r = 16 * qt + i;
+      const float2 b = make_float2(__fadd_rn(loc[i].x, off.x), __fadd_rn(loc[i].y, off.y));
+      const float2 fr = make_float2(fast_exp2(__fsub_rn(b.x, ba.x)), fast_exp2(__fsub_rn(b.y, ba.y)));
+      const float2 f1 = make_float2(fast_exp2(__fsub_rn(be.x, b.x)), fast_exp2(__fsub_rn(be.y, b.y)));
+      const uint32_t o = eoff(i);
+      const float2 qn = scale2(unpack_bf16x2(sm<uint32_t>(sQ, o)), sInvQ[r]);
+      const float2 kn = scale2(unpack_bf16x2(sm<uint32_t>(sK, o)), sInvK[r]);
+      const float2 qe = mul2(qn, fr), ke = mul2(kn, fr), kx = mul2(kn, f1);
+      sm<uint32_t>(sQ, o) = pack2(qe);
+      sm<uint32_t>(sK, o) = pack2(ke);
+      sm<uint32_t>(sX, o) = pack2(kx);
+      kg[i] = pack2(mul2(ke, pa2));
+      *reinterpret_cast<uint32_t*>(qgp + i * kD) = pack2(mul2(qe, spa));
+      *reinterpret_cast<uint32_t*>(khp + i * kD) = pack2(mul2(kx, qe2));
+    }
+  }
+  __syncthreads();
+
+  // ---- 3. pairs: L (strictly lower, ·β_r) → sL, Aqk (lower, ·scale) → workspace; diagonal inverses ----
+  // warps 0-3: pair warp (diagonal) only; warps 4-7: pairs warp and warp + 4 (< 10)
+  for (int pr = warp; pr < kP2Pairs; pr += warp < 4 ? kP2Pairs : 4) {
+    int R, I;
+    p2_pair(pr, R, I);
+    const float* Fp = sF + pr * kD;
+    float accL[2][4] = {}, accQ[2][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      uint32_t aK[4], aQ[4], b[4];
+      ldmatrix_x4(smem_addr(sK + swz(16 * R + pa.row, 2 * ks + pa.chunk, 256)), aK);
+      ldmatrix_x4(smem_addr(sQ + swz(16 * R + pa.row, 2 * ks + pa.chunk, 256)), aQ);
+      ldmatrix_x4(smem_addr(sX + swz(16 * I + pb.row, 2 * ks + pb.chunk, 256)), b);
+      const float2 f0 = *reinterpret_cast<const float2*>(Fp + 16 * ks + 2 * t4);
+      const float2 f8 = *reinterpret_cast<const float2*>(Fp + 16 * ks + 8 + 2 * t4);
+      b[0] = pack2(mul2(unpack_bf16x2(b[0]), f0));
+      b[1] = pack2(mul2(unpack_bf16x2(b[1]), f8));
+      b[2] = pack2(mul2(unpack_bf16x2(b[2]), f0));
+      b[3] = pack2(mul2(unpack_bf16x2(b[3]), f8));
+      mma_16816(accL[0], aK, b[0], b[1]);
+      mma_16816(accL[1], aK, b[2], b[3]);
+      mma_16816(accQ[0], aQ, b[0], b[1]);
+      mma_16816(accQ[1], aQ, b[2], b[3]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = 16 * R + g + 8 * hr, i = 16 * I + 8 * nt + 2 * t4;
+        const float br = sBeta[r];
+        float2 lv, qv;
+        lv.x = i < r ? __fmul_rn(br, accL[nt][2 * hr]) : 0.0f;
+        lv.y = i + 1 < r ? __fmul_rn(br, accL[nt][2 * hr + 1]) : 0.0f;
+        qv.x = i <= r ? __fmul_rn(p.scale, accQ[nt][2 * hr]) : 0.0f;
+        qv.y = i + 1 <= r ? __fmul_rn(p.scale, accQ[nt][2 * hr + 1]) : 0.0f;
+        sm<float2>(sL, at_f64(r, i)) = lv;
+        *reinterpret_cast<uint32_t*>(p.aqk + (tile * kC + r) * kC + i) = pack2(qv);
+      }
+    if (R == I) {  // A_RR = (I + L_RR)^{-1} in place of L_RR; lane j < 16 owns column j
+      __syncwarp();
+      const int o = 16 * R, j = lane & 15;
+      float x[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) x[i] = i == j ? 1.0f : 0.0f;
+#pragma unroll
+      for (int r = 1; r < 16; ++r) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < r; ++i) acc = __fmaf_rn(sm<float>(sL, at_f64(o + r, o + i)), x[i], acc);
+        x[r] = r > j ? -acc : x[r];
+      }
+      __syncwarp();
+      if (lane < 16) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) sm<float>(sL, at_f64(o + i, o + j)) = x[i];
+      }
+    }
+  }
+  __syncthreads();
+
+  // ---- 4. v → sX, kg → sK; off-diagonal blocks of A on tf32 mma ----
+  load_tile<kD>(sX, p.in.v + t0 * p.in.v_ld + int64_t(h) * kD, p.in.v_ld, n, tid);
+  cp_async_commit();
+#pragma unroll
+  for (int i = 0; i < 16; ++i) sm<uint32_t>(sK, eoff(i)) = kg[i];
+  {
+    // A block (X, Y), element (r, c) in the block: the diagonal blocks live in sL, the others in sQ
+    auto ablk = [&](int X, int Y, int r, int c) -> float& {
+      return sm<float>(X == Y ? sL : sQ, at_f64(16 * X + r, 16 * Y + c));
+    };
+    for (int d = 1; d < 4; ++d) {
+      const int units = 2 * (4 - d);
+      if (warp < units) {
+        const int I = warp >> 1, R = I + d, nt = warp & 1;
+        float t[4] = {};
+        for (int J = I; J < R; ++J)
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk) {
+            const int k0 = 16 * J + 8 * kk;
+            const float a[4] = {sm<float>(sL, at_f64(16 * R + g, k0 + t4)), sm<float>(sL, at_f64(16 * R + g + 8, k0 + t4)),
+                                sm<float>(sL, at_f64(16 * R + g, k0 + t4 + 4)),
+                                sm<float>(sL, at_f64(16 * R + g + 8, k0 + t4 + 4))};
+            mma_1688_tf32(t, a, ablk(J, I, 8 * kk + t4, 8 * nt + g), ablk(J, I, 8 * kk + t4 + 4, 8 * nt + g));
+          }
+        // T [16 x 8] → its final place (block (R, I), columns 8 nt..), then A_RI = −A_RR T
+        *reinterpret_cast<float2*>(&ablk(R, I, g, 8 * nt + 2 * t4)) = make_float2(t[0], t[1]);
+        *reinterpret_cast<float2*>(&ablk(R, I, g + 8, 8 * nt + 2 * t4)) = make_float2(t[2], t[3]);
+        __syncwarp();
+        float u[4] = {};
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          const float a[4] = {ablk(R, R, g, 8 * kk + t4), ablk(R, R, g + 8, 8 * kk + t4), ablk(R, R, g, 8 * kk + t4 + 4),
+                              ablk(R, R, g + 8, 8 * kk + t4 + 4)};
+          mma_1688_tf32(u, a, ablk(R, I, 8 * kk + t4, 8 * nt + g), ablk(R, I, 8 * kk + t4 + 4, 8 * nt + g));
+        }
+        __syncwarp();
+        *reinterpret_cast<float2*>(&ablk(R, I, g, 8 * nt + 2 * t4)) = make_float2(-u[0], -u[1]);
+        *reinterpret_cast<float2*>(&ablk(R, I, g + 8, 8 * nt + 2 * t4)) = make_float2(-u[2], -u[3]);
+      }
+      if (d == 3) cp_async_wait_all();
+      __syncthreads();
+    }
+  }
+
+  // ---- 5. W = (A·β) kg, Ũ = (A·β) v: warp = (row block R, product), one column half at a time,
+  //         stored from the fragments (each 8-row x 16-byte piece completes its 32-byte sector
+  //         with the next n-tile's store) ----
+  {
+    const int R = warp & 3, prod = warp >> 2;
+    const unsigned char* sBop = prod == 0 ? sK : sX;
+    bf16* out = (prod == 0 ? p.w : p.u) + (tile * kC + 16 * R + g) * kD + 2 * t4;
+#pragma unroll 1
+    for (int hf = 0; hf < 2; ++hf) {
+      float acc[8][4];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+      for (int ks = 0; ks <= R; ++ks) {
+        const unsigned char* sAb = ks == R ? sL : sQ;
+        uint32_t a[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {  // reg q: row g + 8 (q & 1), cols 2 t4 + 8 (q >> 1)
+          const int r = 16 * R + g + 8 * (q & 1), c = 16 * ks + 2 * t4 + 8 * (q >> 1);
+          const float2 av = sm<float2>(const_cast<unsigned char*>(sAb), at_f64(r, c));
+          const float2 bt = *reinterpret_cast<const float2*>(sBeta + c);
+          a[q] = pack2(mul2(av, bt));
+        }
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(smem_addr(sBop + swz(16 * ks + pa.row, 8 * hf + 2 * np + pa.chunk, 256)), b);
+          mma_16816(acc[2 * np], a, b[0], b[1]);
+          mma_16816(acc[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+          *reinterpret_cast<uint32_t*>(out + 8 * hr * kD + 64 * hf + 8 * nt) =
+              pack_bf16x2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
+    }
   }
 }
 
@@ -866,7 +1216,8 @@ size_t KdaWorkspace::bytes() const {
   return w.bytes() + u.bytes() + khat.bytes() + qg.bytes() + aqk.bytes() + gamma.bytes();
 }
 
-void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, cudaStream_t stream) {
+void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, cudaStream_t stream,
+                 KdaPrepare prep) {
   PB_CHECK(heads == ws.heads(), "kda_prepare: heads differ from the workspace's");
   PB_CHECK(tokens >= 0 && tokens <= ws.max_tokens(), "kda_prepare: tokens exceed the workspace's capacity");
   if (tokens == 0) return;
@@ -879,7 +1230,6 @@ void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& w
   PB_CHECK(in.A_log != nullptr && in.dt_bias != nullptr, "kda: A_log and dt_bias are required");
   const int64_t chunks = (tokens + kC - 1) / kC;
   PB_CHECK(chunks <= INT32_MAX && heads <= 65535, "kda_prepare: grid too large");
-  PB_CUDA(cudaFuncSetAttribute(kda_prepare_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kPrepSmem)));
   PrepParams p{};
   p.in = in;
   p.tokens = tokens;
@@ -891,7 +1241,19 @@ void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& w
   p.qg = ws.qg.get();
   p.aqk = ws.aqk.get();
   p.gamma = ws.gamma.get();
-  kda_prepare_kernel<<<dim3(unsigned(chunks), unsigned(heads)), kThreads, kPrepSmem, stream>>>(p);
+  const dim3 grid{unsigned(chunks), unsigned(heads)};
+  switch (prep) {
+    case KdaPrepare::kV2:
+      PB_CUDA(cudaFuncSetAttribute(kda_prepare2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kP2Smem)));
+      kda_prepare2_kernel<<<grid, kThreads, kP2Smem, stream>>>(p);
+      break;
+    case KdaPrepare::kV1:
+      PB_CUDA(cudaFuncSetAttribute(kda_prepare_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kPrepSmem)));
+      kda_prepare_kernel<<<grid, kThreads, kPrepSmem, stream>>>(p);
+      break;
+    default:
+      PB_CHECK(false, "kda: unknown prepare");
+  }
   PB_CUDA_LAUNCH();
 }
 
@@ -910,8 +1272,8 @@ void kda_forward_state(const KdaWorkspace& ws, int64_t tokens, const float* S_in
 }
 
 void kda_forward(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, const float* S_in, bf16* o,
-                 int64_t o_ld, float* S_out, cudaStream_t stream, KdaWalk walk) {
-  kda_prepare(in, tokens, heads, ws, stream);
+                 int64_t o_ld, float* S_out, cudaStream_t stream, KdaWalk walk, KdaPrepare prep) {
+  kda_prepare(in, tokens, heads, ws, stream, prep);
   kda_forward_state(ws, tokens, S_in, o, o_ld, S_out, stream, walk);
 }
 

@@ -41,7 +41,9 @@
 //   gates, cumsum, norms, exponentials (ex2.approx of log2-scaled differences,
 //   every exponent ≤ 0 except inside a 16-token block, ≤ 75·log2 e): f32
 //   K Kᵀ, Q Kᵀ with decays: bf16 operands (factored around 16-token anchors), f32 accumulate
-//   (I + L)^{-1}: f32 CUDA cores
+//     (v2: the B operand is bf16(k̂·2^{b_e − b}) times a per-channel block factor, rounded again)
+//   (I + L)^{-1}: 16x16 diagonal blocks f32 CUDA cores; off-diagonal blocks f32 (v1) or
+//     tf32 mma with f32 accumulate (v2; 2^-11 operand truncation, below the bf16 A·β rounding)
 //   W, Ũ (A·β as bf16), W S0ᵀ, Q S0ᵀ, Aqk U, Uᵀ K̂: bf16 operands, f32 accumulate
 //   the state S, M, D: f32 across chunks (rounded to bf16 only as an mma operand)
 //   fold: f32 (cuBLAS, no TF32)
@@ -67,6 +69,19 @@
 //     To reach ~1.0 ms it must drop to ≤ ~25 k warp-instr per tile: inverse off-diagonal
 //     blocks on mma, the pair B operands as k̂·2^{b_{16(I+1)} − b} (computed once per
 //     token and channel) times a per-channel block factor, 3+ CTAs/SM.
+//   prepare v2 (KdaPrepare::kV2, not yet measured) does that: MUFU ops per tile ~34 k (gates
+//     ex2 + rcp 16 k, fr and f1 per element 16 k, pair factors 1.3 k) against v1's ~61 k ex2
+//     + 8 k divides; per element one pass with b in registers (no f32 b tile, no separate
+//     K∘2^b pass); the 10 pairs' B operands rescaled from one bf16 tile (5 instr per bf16x2
+//     instead of ~15); off-diagonal inverse blocks on 12 warp-units of tf32 mma (~100 mma in
+//     all) instead of ~6 k warp-instr of FMAs; the four diagonal inverses run while the six
+//     off-diagonal pairs do; W, Ũ stored from fragments (no staging barrier); 73.75 KiB smem,
+//     80 registers, no spills → 3 CTAs/SM (24 warps) instead of 2. Counted by hand ≈ 20 k
+//     warp-instr per tile (v1 by the same count: ~34 k, measured 65 k), so expected ~35-40 k
+//     measured → ~1.3-1.6 ms at 16k, ~1.1 ms if the 3rd CTA lifts IPC to ~3. The DRAM floor
+//     of this workspace design stays ~1.0-1.1 ms (136.5 KB per tile), so ≤ 0.9 ms needs fewer
+//     bytes (e.g. Qg/K̂ recomputed by the walk from q, k and Γ-style factors, or bf16 Ũ
+//     dropped for v: see the walk) — not a faster kernel.
 //   walk, v1 (KdaWalk::kSlices, measured 1.43 ms): four 32-row CTAs per head each re-read
 //     W, Qg, K̂, Aqk: 4× the L2 → SM traffic (7.1 GB; ncu L2 throughput 86%, hit rate 27%,
 //     DRAM 3.05 TB/s).
@@ -75,6 +90,15 @@
 //     88.5 KB of traffic ≈ 2.6 µs at a 96-SM share of 3.3 TB/s → memory bound, expected
 //     ~0.7–0.9 ms (96 of 132 SMs busy; loads of chunk n+1 in flight during chunk n).
 //     The package runs 2 CTAs per head (D, M): 192 CTAs at 1 CTA/SM = 2 waves.
+//     Measured 1.22 ms at 16k = 4.77 µs per chunk, while the chunk's mma work is ~1.5-1.8 µs
+//     and its bytes ~2.6 µs at a 96-SM share: the per-chunk chain (A → barrier → B, C →
+//     barrier) with 4 warps per scheduler is latency bound, and 36 SMs idle. Next step (not
+//     done): 2 CTAs per head by S rows (64 each, 16 warps: each warp's A and C work halves, so
+//     the chain does), loads split as in v1 (W, Qg after A; K̂, Aqk, Γ after C; Ũ half from
+//     L2 to registers) ≈ 81 KiB smem and ≤ 64 registers → 192 CTAs all resident at 2 CTAs/SM;
+//     L2 → SM bytes 1.45x the head walk's (W, Qg, K̂, Aqk read by both halves), DRAM bytes
+//     unchanged → expected ~0.7-0.8 ms. The package's M half (no Ũ, no o) can take the same
+//     kernel (4 CTAs per head).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -130,8 +154,16 @@ class KdaWorkspace {
 //            re-reads the chunk's W, Qg, K̂, Aqk (4x the L2 → SM traffic)
 enum class KdaWalk { kHead, kSlices };
 
+// The prepare kernel (kda.cu; both write the same products up to rounding):
+//   kV2  kda_prepare2_kernel: exponentials once per (token, channel) and per (block pair,
+//        channel), the inverse's off-diagonal blocks on tf32 mma, 73.75 KiB smem, 3 CTAs/SM
+//   kV1  kda_prepare_kernel (v1): exponentials per block pair, the inverse on CUDA cores,
+//        96.75 KiB smem, 2 CTAs/SM
+enum class KdaPrepare { kV2, kV1 };
+
 // Gates, norms and the state-independent chunk products of tokens [0, tokens).
-void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, cudaStream_t stream);
+void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, cudaStream_t stream,
+                 KdaPrepare prep = KdaPrepare::kV2);
 
 // The forward from S_in (null = zeros): o (may be null: state only), S_out (may be null;
 // may alias S_in). tokens ≤ the tokens kda_prepare saw.
@@ -140,7 +172,8 @@ void kda_forward_state(const KdaWorkspace& ws, int64_t tokens, const float* S_in
 
 // prepare + forward_state.
 void kda_forward(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, const float* S_in,
-                 __nv_bfloat16* o, int64_t o_ld, float* S_out, cudaStream_t stream, KdaWalk walk = KdaWalk::kHead);
+                 __nv_bfloat16* o, int64_t o_ld, float* S_out, cudaStream_t stream, KdaWalk walk = KdaWalk::kHead,
+                 KdaPrepare prep = KdaPrepare::kV2);
 
 // The segment's package from kda_prepare's products: M [H, dk, dk], D [H, dv, dk].
 void kda_package(const KdaWorkspace& ws, int64_t tokens, float* M, float* D, cudaStream_t stream,
