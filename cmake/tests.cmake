@@ -141,3 +141,7 @@ add_test(NAME mpi_gpu.verify_smoke_cp2
   COMMAND ${PB_MPIRUN} -np 2 $<TARGET_FILE:prefill-bench> verify ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp2.yaml)
 set_tests_properties(mpi_gpu.verify_smoke mpi_gpu.verify_smoke_cp2 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 3
   TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "verify: passed")
+# One file with a baseline and other variants: compare prints each one's saving.
+add_test(NAME cpu.compare_savings COMMAND $<TARGET_FILE:prefill-bench> compare ${PB_PLAN_OUT})
+set_tests_properties(cpu.compare_savings PROPERTIES LABELS cpu TIMEOUT 120 FIXTURES_REQUIRED plan_cp8
+  ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "savings against 'baseline'.*all")

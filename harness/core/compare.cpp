@@ -100,8 +100,45 @@ void compare_files(const CompareOptions& options, std::ostream& out) {
                      Side{"B", options.file_b, &b, &require_variant(b, options.file_b, name_b)}, options, out);
 }
 
+// (c) One file, no variant names, a "baseline" variant among several: each
+// other variant's saving against it (the each-cut A/B), TTFT medians and the
+// superstep's span total on the deepest rank.
+void print_savings(const RunResult& run, const std::string& file, std::ostream& out) {
+  const VariantResult& base = require_variant(run, file, "baseline");
+  const auto deep_total_ms = [](const VariantResult& v) {
+    std::map<int32_t, std::map<int32_t, double>> per_rank_rep;  // rank -> rep -> us
+    for (const Span& s : v.spans) per_rank_rep[s.rank][s.rep] += s.time_us;
+    double deep = 0;
+    for (const auto& [rank, reps] : per_rank_rep) {
+      std::vector<double> totals;
+      for (const auto& [rep, us] : reps) totals.push_back(us);
+      deep = std::max(deep, median(totals) / 1e3);
+    }
+    return deep;
+  };
+  const auto ttft_median = [](const VariantResult& v) { return v.ttft_ms.empty() ? 0.0 : median(v.ttft_ms); };
+  const double base_ttft = ttft_median(base), base_deep = deep_total_ms(base);
+  out << fmt::format("savings against 'baseline' in {} (TTFT median over reps; spans: the deep rank's superstep)\n",
+                     file);
+  out << fmt::format("  {:<14} {:>12} {:>12} {:>8} {:>12} {:>12}\n", "variant", "TTFT ms", "saving ms", "%",
+                     "spans ms", "saving ms");
+  for (const VariantResult& v : run.variants) {
+    const double t = ttft_median(v), d = deep_total_ms(v);
+    out << fmt::format("  {:<14} {:>12.1f} {:>12.1f} {:>7.1f}% {:>12.1f} {:>12.1f}\n", v.name, t, base_ttft - t,
+                       base_ttft > 0 ? 100.0 * (base_ttft - t) / base_ttft : 0.0, d, base_deep - d);
+  }
+}
+
 // (b) Two variants of one file.
 void compare_within_file(const CompareOptions& options, std::ostream& out) {
+  if (options.variant_a.empty() && options.variant_b.empty()) {
+    const RunResult run = read_results(options.file_a);
+    PB_CHECK(run.find_variant("baseline") && run.variants.size() >= 2,
+             "comparing inside one file needs two variant names (--variants A,B), or a file with a 'baseline' "
+             "variant and others (then each one's saving is printed)");
+    print_savings(run, options.file_a, out);
+    return;
+  }
   PB_CHECK(!options.variant_a.empty() && !options.variant_b.empty(),
            "comparing inside one file needs two variant names (or give a second file)");
   const RunResult run = read_results(options.file_a);

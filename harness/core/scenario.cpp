@@ -269,7 +269,7 @@ std::map<std::string, std::string> apply_sets(YAML::Node& root, const std::vecto
 
 std::vector<std::string> fabric_names() { return {"ipc", "nccl", "auto"}; }
 std::vector<std::string> fmha_engine_names() { return {"native", "cudnn", "auto"}; }
-std::vector<std::string> moe_gemm_engine_names() { return {"grouped", "loop", "cutlass"}; }
+std::vector<std::string> moe_gemm_engine_names() { return {"auto", "grouped", "loop", "cutlass"}; }
 
 CutSet parse_cut_list(const std::string& list, const std::string& where) {
   CutSet set;

@@ -65,7 +65,7 @@ struct Scenario {
   int split_k = 1;
   std::string fabric = "auto";
   std::string fmha = "auto";
-  std::string moe_gemm = "grouped";  // kernels/moe_gemm.h's engines
+  std::string moe_gemm = "auto";  // kernels/moe_gemm.h's engines
   std::string gpu_profile = "h200";
   bool serialize_ranks = false;
   std::vector<VariantSpec> variants;  // at least one

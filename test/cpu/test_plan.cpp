@@ -69,7 +69,7 @@ TEST_CASE("MoE FFN: the launch order the MoE block records (harness/blocks/moe_b
   for (const char* engine : {"grouped", "loop", "cutlass"}) {
     INFO("moe_gemm: " << engine);
     Scenario s = k3(1, 16384);
-    REQUIRE(s.moe_gemm == "grouped");  // the default
+    REQUIRE(s.moe_gemm == "auto");  // the default
     s.moe_gemm = engine;
     RankPlan p = plan_rank(s, CutSet::none(), 0);
     size_t i = 0;

@@ -60,7 +60,7 @@ TEST_CASE("a good scenario parses with defaults") {
   CHECK(s.model.preset == "tiny");
   CHECK(s.split_k == 1);
   CHECK(s.fabric == "auto");
-  CHECK(s.moe_gemm == "grouped");
+  CHECK(s.moe_gemm == "auto");
   REQUIRE(s.variants.size() == 1);
   CHECK(s.variants[0].name == "baseline");
   CHECK(s.variants[0].cuts == CutSet::none());
@@ -140,7 +140,7 @@ TEST_CASE("bad inputs give errors naming file, line, key and allowed values") {
        {"model.preset", "'k4' is not allowed", "k3, tiny"}},
       {"bad fabric", g + "fabric: tcp\n", {"bad.yaml:6:9", "fabric", "'tcp'", "ipc, nccl, auto"}},
       {"bad fmha engine", g + "fmha: flash\n", {"fmha", "native, cudnn, auto"}},
-      {"bad moe_gemm engine", g + "moe_gemm: cublaslt\n", {"bad.yaml:6", "moe_gemm", "'cublaslt'", "grouped, loop, cutlass"}},
+      {"bad moe_gemm engine", g + "moe_gemm: cublaslt\n", {"bad.yaml:6", "moe_gemm", "'cublaslt'", "auto, grouped, loop, cutlass"}},
       {"bad gpu profile", g + "gpu_profile: a100\n", {"gpu_profile", "h200, h100, gb300"}},
       {"unknown cut", g + "cuts: [land, fast]\n", {"cuts[1]", "unknown cut 'fast'", "lse_merge"}},
       {"bad cut switch", g + "cuts: {land: maybe}\n", {"cuts.land", "true or false"}},
