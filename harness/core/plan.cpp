@@ -326,7 +326,10 @@ std::string format_plan_table(const std::vector<Span>& spans, int cp, const std:
   std::vector<std::pair<std::string, std::vector<double>>> rows(ms.begin(), ms.end());
   std::sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) { return a.second[deep] > b.second[deep]; });
 
-  std::string out = fmt::format("{}\nroofline ms per superstep on {} ({})\n", title, profile.name, profile.source);
+  const bool measured = !spans.empty() && spans.front().rep >= 0;
+  std::string out = measured ? fmt::format("{}\nmeasured ms per superstep (CUDA events around every launch)\n", title)
+                             : fmt::format("{}\nroofline ms per superstep on {} ({})\n", title, profile.name,
+                                           profile.source);
   out += fmt::format("{:<14}", "family");
   for (int r = 0; r < cp; ++r) out += fmt::format("{:>10}", fmt::format("rank{}{}", r, r == deep ? "*" : ""));
   out += "\n";
@@ -343,7 +346,8 @@ std::string format_plan_table(const std::vector<Span>& spans, int cp, const std:
   for (size_t v : launches) out += fmt::format("{:>10}", v);
   out += fmt::format("\n{:<14}", "fabric MB");
   for (double v : fabric_mb) out += fmt::format("{:>10.1f}", v);
-  out += fmt::format("\ndeep rank: {} ({:.2f} ms roofline, {:.1f} FMHA pairs per MLA layer)\n", deep, total[deep],
+  out += fmt::format("\ndeep rank: {} ({:.2f} ms {}, {:.1f} FMHA pairs per MLA layer)\n", deep, total[deep],
+                     measured ? "measured" : "roofline",
                      fmha_pairs[deep]);
   return out;
 }
