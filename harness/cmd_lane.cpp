@@ -24,6 +24,7 @@
 #include "run_info.h"
 #include "stats.h"
 #include "timing.h"
+#include "turns.h"
 
 namespace pb {
 
@@ -56,24 +57,6 @@ double measure_pair_ms(const ModelShape& m, int64_t t, FmhaEngine engine, cudaSt
   s.scale = float(1.0 / std::sqrt(double(dq)));
   const Timing tm = time_launches([&](int, cudaStream_t st) { fmha(engine, x, s, st); }, 1, 2, 5, stream);
   return tm.median_us / 1e3;
-}
-
-// Runs `phase` on every rank; with `serial`, rank by rank (the others wait at
-// a barrier), each turn drained and synchronized before the next.
-void take_turns(const Gang& gang, bool serial, IpcFabric* fab, cudaStream_t stream,
-                const std::function<void()>& phase) {
-  if (!serial) {
-    phase();
-    return;
-  }
-  for (int r = 0; r < gang.size(); ++r) {
-    if (r == gang.rank()) {
-      phase();
-      if (fab) fab->drain();
-      PB_CUDA(cudaStreamSynchronize(stream));
-    }
-    gang.barrier();
-  }
 }
 
 struct RankSummary {
@@ -131,6 +114,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   MlaBlock block(m, weights, {me, cp, segs, rows, fab.get()}, engine);
   Timeline tl(stream, true);
   tl.set_layer(int32_t(layer));
+  const Turn turn = make_turn(gang, serial, fab.get(), stream);
   size_t free_b = 0, total_b = 0;
   PB_CUDA(cudaMemGetInfo(&free_b, &total_b));
 
@@ -145,9 +129,9 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
       const FabricStats before = fab ? fab->stats() : FabricStats{};
       gang.barrier();
       const auto t0 = std::chrono::steady_clock::now();
-      take_turns(gang, serial, fab.get(), stream, [&] { block.project(mixed.get(), seq, cuts, tl, blas); });
-      take_turns(gang, serial, fab.get(), stream, [&] { block.attend(tl, blas); });
-      take_turns(gang, serial, fab.get(), stream, [&] { block.finish(tl, blas); });
+      turn([&] { block.project(mixed.get(), seq, cuts, tl, blas); });
+      turn([&] { block.attend(tl, blas); });
+      turn([&] { block.finish(tl, blas); });
       if (fab) fab->drain();
       const std::vector<TimedLaunch> launches = tl.collect();
       const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();

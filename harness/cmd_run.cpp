@@ -24,6 +24,7 @@
 #include "run_info.h"
 #include "stats.h"
 #include "superstep.h"
+#include "turns.h"
 #include "timing.h"
 
 namespace pb {
@@ -36,22 +37,6 @@ int visible_devices() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
   return n;
-}
-
-// With `serial`, rank by rank (the others wait at a barrier), each turn drained
-// and synchronized; else the phase runs at once on every rank.
-Turn make_turn(const Gang& gang, bool serial, IpcFabric* fab, cudaStream_t stream) {
-  if (!serial) return [](const std::function<void()>& phase) { phase(); };
-  return [&gang, fab, stream](const std::function<void()>& phase) {
-    for (int r = 0; r < gang.size(); ++r) {
-      if (r == gang.rank()) {
-        phase();
-        if (fab) fab->drain();
-        PB_CUDA(cudaStreamSynchronize(stream));
-      }
-      gang.barrier();
-    }
-  };
 }
 
 volatile std::sig_atomic_t g_interrupted = 0;

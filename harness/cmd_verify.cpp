@@ -23,6 +23,7 @@
 #include "ref_math.h"
 #include "run_info.h"
 #include "superstep.h"
+#include "turns.h"
 
 namespace pb {
 
@@ -51,16 +52,6 @@ Outcome run_once(Superstep& step, const CutSet& cuts, Timeline& tl, const Turn& 
   return o;
 }
 
-double rel_l2(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double x = ref::bf16_to_f32(a[i]), y = ref::bf16_to_f32(b[i]);
-    num += (x - y) * (x - y);
-    den += y * y;
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
-
 }  // namespace
 
 int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
@@ -83,19 +74,8 @@ int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
   if (cp > 1) fab = std::make_unique<IpcFabric>(gang, model_slab_layout(s.model, cp, s.bucket), 300.0);
   Superstep step(s, me, fab.get(), blas, stream);
   Timeline tl(stream, false);
-  const Turn direct = [](const std::function<void()>& phase) { phase(); };
-  Turn turn = direct;
-  if (s.serialize_ranks)
-    turn = [&](const std::function<void()>& phase) {
-      for (int r = 0; r < gang.size(); ++r) {
-        if (r == me) {
-          phase();
-          if (fab) fab->drain();
-          PB_CUDA(cudaStreamSynchronize(stream));
-        }
-        gang.barrier();
-      }
-    };
+  const Turn direct = make_turn(gang, false, nullptr, stream);
+  const Turn turn = make_turn(gang, s.serialize_ranks, fab.get(), stream);
   const int64_t h = s.model.hidden, t = step.live_rows();
   const Segment mine = contiguous_segments(s.context, cp)[me];
 
@@ -127,7 +107,7 @@ int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
   stripe_only.on[int(Cut::stripe)] = true;
   const Outcome stripe = run_once(step, stripe_only, tl, turn, fab.get(), 0, t, h);
   const Outcome all = run_once(step, CutSet::all(), tl, turn, fab.get(), 0, t, h);
-  const double e_stripe = rel_l2(stripe.hidden, base.hidden);
+  const double e_stripe = ref::rel_l2_bf16(stripe.hidden, base.hidden);
   char buf[160];
   std::snprintf(buf, sizeof buf, "stripe: final hidden rel-L2 %.2e vs baseline (floor %.0e)", e_stripe, kVerifyRelL2Floor);
   check(e_stripe <= kVerifyRelL2Floor, buf);
@@ -140,7 +120,7 @@ int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
     one.serialize_ranks = false;
     Superstep whole(one, 0, nullptr, blas, stream);
     const Outcome o = run_once(whole, CutSet::none(), tl, direct, nullptr, mine.begin, mine.len, h);
-    const double e = rel_l2(base.hidden, o.hidden);
+    const double e = ref::rel_l2_bf16(base.hidden, o.hidden);
     std::snprintf(buf, sizeof buf, "CP-%d vs CP-1: final hidden rel-L2 %.2e (floor %.0e)", cp, e, kVerifyRelL2Floor);
     check(e <= kVerifyRelL2Floor, buf);
     if (last) check(o.token == base.token, "CP-N vs CP-1: first token equal");

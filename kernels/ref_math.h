@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace pb::ref {
 
@@ -65,5 +66,16 @@ struct HostMath final : Transcendentals {
 
 // 1 / (1 + exp(-x)) with IEEE division, as the kernels spell sigmoid in f32.
 inline float sigmoid_f32(const Transcendentals& m, float x) { return 1.0f / (1.0f + m.exp(-x)); }
+
+// ||a - b|| / ||b|| over two equally long bf16 arrays (in double).
+inline double rel_l2_bf16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double x = bf16_to_f32(a[i]), y = bf16_to_f32(b[i]);
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return std::sqrt(num / (den > 1e-300 ? den : 1e-300));
+}
 
 }  // namespace pb::ref

@@ -32,12 +32,12 @@
 #include "moe_gemm.h"
 #include "scenario.h"
 #include "timeline.h"
+#include "turns.h"
 
 namespace pb {
 
 class IpcFabric;
 
-using Turn = std::function<void(const std::function<void()>& phase)>;
 
 class Superstep {
  public:

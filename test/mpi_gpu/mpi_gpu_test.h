@@ -5,11 +5,6 @@
 // doctest's report; a failure on any rank fails the run.
 #pragma once
 
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <vector>
-
 #include "gang.h"
 #include "ref_math.h"
 
@@ -17,15 +12,6 @@ namespace pb {
 const Gang& test_gang();
 
 namespace test {
-// rel-L2 of a against b, both bf16 bit patterns.
-inline double rel_l2_bf16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double x = ref::bf16_to_f32(a[i]), y = ref::bf16_to_f32(b[i]);
-    num += (x - y) * (x - y);
-    den += y * y;
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
+using ref::rel_l2_bf16;
 }  // namespace test
 }  // namespace pb
