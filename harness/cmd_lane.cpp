@@ -18,6 +18,7 @@
 #include "check.h"
 #include "commands.h"
 #include "fabric.h"
+#include "gang_device.h"
 #include "mla_block.h"
 #include "plan_match.h"
 #include "random_fill.h"
@@ -71,23 +72,15 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   const Scenario s = load_scenario_on_gang(gang, args);
   const std::string problem = world_size_problem(s, gang.size(), /*plan=*/false);
   PB_CHECK(problem.empty(), problem);
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    if (gang.is_root()) std::fprintf(stderr, "prefill-bench lane: no CUDA device is visible on %s\n", gang.host().c_str());
-    return 3;
-  }
-  const int device = gang.local_rank() % devices, me = gang.rank(), cp = s.cp;
-  PB_CUDA(cudaSetDevice(device));
+  const int device = select_gang_device(gang, "lane");
+  if (device < 0) return 3;
+  const int me = gang.rank(), cp = s.cp;
+  check_fabric(s, gang, "lane");
   const ModelShape& m = s.model;
   const int64_t layer = first_mla_layer(m), rows = s.bucket;
   const std::vector<Segment> segs = contiguous_segments(s.context, cp);
   const FmhaEngine engine = fmha_engine_from_name(s.fmha);
   const bool serial = s.serialize_ranks;
-  PB_CHECK(s.fabric != "nccl", s.source + ": key 'fabric': nccl is not built yet (cross-node ranks need it); "
-                                         "allowed here: ipc, auto (all ranks on one node)");
-  PB_CHECK(gang.local_size() == gang.size(), "prefill-bench lane: the IPC fabric needs every rank on one node (" +
-                                                 std::to_string(gang.local_size()) + " of " +
-                                                 std::to_string(gang.size()) + " ranks are local)");
 
   RunResult result;
   result.kind = "lane";

@@ -18,6 +18,7 @@
 #include "check.h"
 #include "commands.h"
 #include "fabric.h"
+#include "gang_device.h"
 #include "plan.h"
 #include "plan_match.h"
 #include "profile.h"
@@ -73,10 +74,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   }
   const int device = gang.local_rank() % devices, me = gang.rank(), cp = s.cp;
   PB_CUDA(cudaSetDevice(device));
-  PB_CHECK(s.fabric != "nccl", s.source + ": key 'fabric': nccl is not built yet (cross-node ranks need it); "
-                                         "allowed here: ipc, auto (all ranks on one node)");
-  PB_CHECK(cp == 1 || gang.local_size() == gang.size(),
-           "prefill-bench run: the IPC fabric needs every rank on one node");
+  check_fabric(s, gang, "run");
 
   RunResult result;
   result.kind = "run";

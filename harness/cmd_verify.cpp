@@ -20,6 +20,7 @@
 #include "check.h"
 #include "commands.h"
 #include "fabric.h"
+#include "gang_device.h"
 #include "ref_math.h"
 #include "run_info.h"
 #include "superstep.h"
@@ -58,15 +59,9 @@ int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
   const Scenario s = load_scenario_on_gang(gang, args);
   const std::string problem = world_size_problem(s, gang.size(), /*plan=*/false);
   PB_CHECK(problem.empty(), problem);
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    if (gang.is_root()) std::fprintf(stderr, "prefill-bench verify: no CUDA device is visible on %s\n", gang.host().c_str());
-    return 3;
-  }
+  if (select_gang_device(gang, "verify") < 0) return 3;
   const int me = gang.rank(), cp = s.cp;
-  PB_CUDA(cudaSetDevice(gang.local_rank() % devices));
-  PB_CHECK(s.fabric != "nccl", s.source + ": key 'fabric': nccl is not built yet; allowed here: ipc, auto");
-  PB_CHECK(cp == 1 || gang.local_size() == gang.size(), "prefill-bench verify: the IPC fabric needs every rank on one node");
+  check_fabric(s, gang, "verify");
   cudaStream_t stream;
   PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const Blas blas;
