@@ -82,6 +82,8 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   const FmhaEngine engine = fmha_engine_from_name(s.fmha);
   const bool serial = s.serialize_ranks;
 
+  const std::string path = output_path(args.output, s.name, "lane");
+  if (gang.is_root()) check_results_path(path, args.overwrite);  // before the long part
   RunResult result;
   result.kind = "lane";
   record_run_info(gang, args.command_line, result);
@@ -202,7 +204,6 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   }
   if (gang.is_root()) {
     std::printf("every rank's FMHA time within 10%% of pairs x pair time: %s\n", all_within ? "yes" : "NO");
-    const std::string path = output_path(args.output, s.name, "lane");
     write_results(path, result, args.overwrite);
     std::printf("wrote %s\n", path.c_str());
   }

@@ -76,6 +76,8 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   PB_CUDA(cudaSetDevice(device));
   check_fabric(s, gang, "run");
 
+  const std::string path = output_path(args.output, s.name, "run");
+  if (gang.is_root()) check_results_path(path, args.overwrite);  // before the long part
   RunResult result;
   result.kind = "run";
   record_run_info(gang, args.command_line, result);
@@ -111,7 +113,6 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
     result.variants.push_back(std::move(v));
   }
   result.complete = false;
-  const std::string path = output_path(args.output, s.name, "run");
   bool written = false;
   std::vector<std::vector<uint64_t>> checksums(nv);
   std::vector<int64_t> token(nv, -1);

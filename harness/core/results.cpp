@@ -608,9 +608,13 @@ auto naming_the_file(const char* doing, const std::string& path, Body body) {
 
 }  // namespace
 
-void write_results(const std::string& path, const RunResult& result, bool overwrite) {
+void check_results_path(const std::string& path, bool overwrite) {
   PB_CHECK(overwrite || !std::filesystem::exists(path),
            fmt::format("results file '{}' already exists: pass --overwrite or choose another output", path));
+}
+
+void write_results(const std::string& path, const RunResult& result, bool overwrite) {
+  check_results_path(path, overwrite);
   silence_hdf5_error_printing();
   const std::string temporary = path + ".tmp";
   naming_the_file("writing", temporary, [&] {

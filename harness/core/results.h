@@ -106,6 +106,8 @@ struct RunResult {
 // file is written to path + ".tmp" and renamed, so a reader (or a run cut
 // short) never sees a half-written file.
 void write_results(const std::string& path, const RunResult& result, bool overwrite);
+// The same refusal, checked before a long run starts.
+void check_results_path(const std::string& path, bool overwrite);
 // Read a file written by write_results; throws pb::Error naming the file and
 // what is missing or of the wrong schema.
 RunResult read_results(const std::string& path);
