@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <sstream>
 #include <cstdio>
 #include <memory>
@@ -33,6 +34,17 @@ namespace pb {
 namespace {
 
 constexpr double kRunWaitTimeoutS = 300.0;
+constexpr int kSampleRows = 4, kSampleCols = 64;  // outputs/hidden_samples per rank
+
+std::string floats_as_bytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+std::vector<float> bytes_as_floats(const std::string& b) {
+  std::vector<float> v(b.size() / sizeof(float));
+  std::memcpy(v.data(), b.data(), v.size() * sizeof(float));
+  return v;
+}
 
 int visible_devices() {
   int n = 0;
@@ -116,6 +128,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   bool written = false;
   std::vector<std::vector<uint64_t>> checksums(nv);
   std::vector<int64_t> token(nv, -1);
+  std::vector<std::vector<float>> samples(nv), logits(nv);
   int finished_reps = 0;
   for (int rep = -s.warmup; rep < s.reps; ++rep) {
     for (size_t vi = 0; vi < nv; ++vi) {
@@ -135,6 +148,8 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       if (last_rep) {
         checksums[vi] = step.layer_checksums();
         token[vi] = first;
+        samples[vi] = step.hidden_samples(kSampleRows, kSampleCols);
+        logits[vi] = step.last_logits();
       }
       std::vector<Span> spans;
       RankRep rr;
@@ -188,6 +203,8 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
     for (uint64_t c : checksums[vi]) sums += std::to_string(c) + " ";
     const std::vector<std::string> sum_parts = gang.gather(sums);
     const std::vector<std::string> token_parts = gang.gather(std::to_string(token[vi]));
+    const std::vector<std::string> sample_parts = gang.gather(floats_as_bytes(samples[vi]));
+    const std::vector<std::string> logit_parts = gang.gather(floats_as_bytes(logits[vi]));
     if (!gang.is_root()) continue;
     VariantResult& v = result.variants[vi];
     v.complete = true;
@@ -199,6 +216,13 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       while (in >> c) v.outputs.checksums.push_back(c);
     }
     v.outputs.first_token = std::stoll(token_parts.back());
+    v.outputs.sample_rows = kSampleRows;
+    v.outputs.sample_cols = kSampleCols;
+    for (const auto& part : sample_parts) {
+      const std::vector<float> f = bytes_as_floats(part);
+      v.outputs.hidden_samples.insert(v.outputs.hidden_samples.end(), f.begin(), f.end());
+    }
+    v.outputs.last_logits = bytes_as_floats(logit_parts.back());
     std::vector<Span> last;
     for (const Span& sp : v.spans)
       if (sp.rep == s.reps - 1) last.push_back(sp);

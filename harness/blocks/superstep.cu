@@ -7,6 +7,7 @@
 #include "check.h"
 #include "elementwise.h"
 #include "embed.h"
+#include "ref_math.h"
 #include "schedule.h"
 
 namespace pb {
@@ -156,5 +157,31 @@ void Superstep::run(const CutSet& cuts, Timeline& tl, const Turn& turn, bool che
 int64_t Superstep::first_token() const { return have_first_token_ ? first_->token() : -1; }
 
 std::vector<uint64_t> Superstep::layer_checksums() const { return checksums_.download<uint64_t>(); }
+
+namespace {
+std::vector<float> widen(const std::vector<uint16_t>& bits) {
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = ref::bf16_to_f32(bits[i]);
+  return out;
+}
+}  // namespace
+
+std::vector<float> Superstep::hidden_samples(int rows, int cols) const {
+  PB_CHECK(rows >= 1 && cols >= 1 && cols <= m_.hidden, "hidden_samples: rows >= 1 and 1 <= cols <= hidden");
+  std::vector<uint16_t> bits(size_t(rows) * size_t(cols));
+  for (int i = 0; i < rows; ++i) {
+    const int64_t r = rows == 1 ? 0 : int64_t(i) * (t_ - 1) / (rows - 1);
+    PB_CUDA(cudaMemcpy(bits.data() + size_t(i) * size_t(cols), hidden_.get() + r * m_.hidden, size_t(cols) * 2,
+                       cudaMemcpyDeviceToHost));
+  }
+  return widen(bits);
+}
+
+std::vector<float> Superstep::last_logits() const {
+  if (!have_first_token_) return {};
+  std::vector<uint16_t> bits(size_t(m_.vocab));
+  PB_CUDA(cudaMemcpy(bits.data(), first_->logits(), bits.size() * 2, cudaMemcpyDeviceToHost));
+  return widen(bits);
+}
 
 }  // namespace pb

@@ -52,6 +52,12 @@ class Superstep {
   int64_t first_token() const;
   std::vector<uint64_t> layer_checksums() const;
   const __nv_bfloat16* hidden() const { return hidden_.get(); }  // [b, hidden]
+  // After run(): `rows` live rows, evenly spaced with the first and the last
+  // (row i = i * (T - 1) / (rows - 1)), times the first `cols` columns of the
+  // final hidden state, as f32 [rows, cols].
+  std::vector<float> hidden_samples(int rows, int cols) const;
+  // After run(), last rank: the lm head's logits [vocab] as f32; else empty.
+  std::vector<float> last_logits() const;
   int64_t live_rows() const { return t_; }
 
  private:
