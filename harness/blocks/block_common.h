@@ -19,10 +19,9 @@
 
 namespace pb {
 
-inline Variant land_variant(const CutSet& cuts) { return cuts[Cut::land] ? Variant::cut : Variant::baseline; }
-inline Variant elementwise_variant(const CutSet& cuts) {
-  return cuts[Cut::elementwise] ? Variant::cut : Variant::baseline;
-}
+inline Variant cut_variant(const CutSet& cuts, Cut c) { return cuts[c] ? Variant::cut : Variant::baseline; }
+inline Variant land_variant(const CutSet& cuts) { return cut_variant(cuts, Cut::land); }
+inline Variant elementwise_variant(const CutSet& cuts) { return cut_variant(cuts, Cut::elementwise); }
 
 // A synthetic weight [rows, fan_in] bf16, uniform in +-sqrt(3 / fan_in): unit
 // variance in, unit variance out (the router's logits come out ~N(0, 1) on

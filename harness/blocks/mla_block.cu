@@ -9,7 +9,6 @@
 #include "check.h"
 #include "elementwise.h"
 #include "fabric.h"
-#include "land.h"
 #include "lse_merge.h"
 #include "mla_expand.h"
 #include "random_fill.h"
@@ -20,8 +19,6 @@ namespace pb {
 namespace {
 
 using bf16 = __nv_bfloat16;
-
-Variant variant(const CutSet& cuts, Cut c) { return cuts[c] ? Variant::cut : Variant::baseline; }
 
 }  // namespace
 
@@ -100,13 +97,10 @@ void MlaBlock::finish(Timeline& tl, const Blas& blas) {
   cudaStream_t s = tl.stream();
   tl.launch("o_finalize", "o_finalize", [&] { o_finalize(o_acc_.get(), attn_.get(), t * v_width, s); });
   tl.launch("elementwise", "mul_sigmoid", [&] {
-    mul_sigmoid(variant(cuts_, Cut::elementwise), attn_.get(), gate_.get(), gated_.get(), b_ * v_width, s);
+    mul_sigmoid(elementwise_variant(cuts_), attn_.get(), gate_.get(), gated_.get(), b_ * v_width, s);
   });
-  tl.launch("gemm", "gemm.mla_o",
-            [&] { gemm_f32out(blas, gated_.get(), w_.w_o.get(), partial_.get(), {b_, m_.hidden, v_width}, s); });
-  tl.launch("land", "land.mla_o", [&] {
-    land(variant(cuts_, Cut::land), partial_.get(), attn_out_.get(), {b_, 1, m_.hidden, 0, m_.hidden}, s);
-  });
+  gemm_land(tl, blas, land_variant(cuts_), "mla_o", gated_.get(), w_.w_o.get(), partial_.get(), attn_out_.get(), b_,
+            m_.hidden, v_width);
 }
 
 void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl, const Blas& blas) {
@@ -114,7 +108,7 @@ void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
   seq_ = seq;
   cuts_ = cuts;
   sched_ = cuts[Cut::stripe] ? Schedule::stripe : Schedule::prefix;
-  const Variant land_v = variant(cuts, Cut::land);
+  const Variant land_v = land_variant(cuts);
   cudaStream_t s = tl.stream();
   const int64_t fused = m_.mla_fused_width(), kv_width = m_.kv_lora + m_.qk_rope;
   const int64_t v_width = m_.heads * m_.v_head, q_width = m_.heads * m_.d_qk();
@@ -124,7 +118,7 @@ void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
             [&] { rmsnorm(mixed, w_.gain_in.get(), normed_.get(), {b_, m_.hidden}, eps, s); });
   tl.launch("gemm", "gemm.wfu",
             [&] { gemm_f32out(blas, normed_.get(), w_.wfu.get(), partial_.get(), {b_, fused, m_.hidden}, s); });
-  tl.launch("land", "land.q_a", [&] { land(land_v, partial_.get(), q_a_.get(), {b_, 1, fused, 0, m_.q_lora}, s); });
+  land_band(tl, land_v, "q_a", partial_.get(), q_a_.get(), b_, fused, 0, m_.q_lora);
   tl.launch("rmsnorm", "rmsnorm.q_a",
             [&] { rmsnorm(q_a_.get(), w_.gain_q_a.get(), q_norm_.get(), {b_, m_.q_lora}, eps, s); });
   // The window is about to be overwritten: wait until the last call's readers
@@ -136,16 +130,12 @@ void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
       for (int r : readers)
         wait(r, Bell::released, uint64_t(seq_) * kWindowsPerSeq, "rank " + std::to_string(r) + " to release this rank's window", tl);
     });
-  tl.launch("land", "land.kv_a",
-            [&] { land(land_v, partial_.get(), own.kv, {b_, 1, fused, m_.q_lora, kv_width}, s); });
-  tl.launch("land", "land.mla_gate",
-            [&] { land(land_v, partial_.get(), gate_.get(), {b_, 1, fused, m_.q_lora + kv_width, v_width}, s); });
+  land_band(tl, land_v, "kv_a", partial_.get(), own.kv, b_, fused, m_.q_lora, kv_width);
+  land_band(tl, land_v, "mla_gate", partial_.get(), gate_.get(), b_, fused, m_.q_lora + kv_width, v_width);
   tl.launch("rmsnorm", "rmsnorm.kv_latent", [&] {
     rmsnorm(own.kv, w_.gain_kv.get(), own.kv, {b_, m_.kv_lora, kv_width, kv_width}, eps, s);
   });
-  tl.launch("gemm", "gemm.q_b",
-            [&] { gemm_f32out(blas, q_norm_.get(), w_.w_q_b.get(), partial_.get(), {b_, q_width, m_.q_lora}, s); });
-  tl.launch("land", "land.q_b", [&] { land(land_v, partial_.get(), own.q, {b_, 1, q_width, 0, q_width}, s); });
+  gemm_land(tl, blas, land_v, "q_b", q_norm_.get(), w_.w_q_b.get(), partial_.get(), own.q, b_, q_width, m_.q_lora);
   if (!readers.empty())
     tl.launch("fabric", "fabric.publish_window", [&] {
       for (int r : readers)
@@ -158,7 +148,7 @@ void MlaBlock::wait(int sender, Bell kind, uint64_t value, const std::string& wh
 }
 
 void MlaBlock::attend(Timeline& tl, const Blas& blas) {
-  const Variant merge_v = variant(cuts_, Cut::lse_merge);
+  const Variant merge_v = cut_variant(cuts_, Cut::lse_merge);
   const RankAttention a = rank_attention(sched_, lane_.cp, lane_.rank);
   expanded_.assign(lane_.cp, -1);
   bool first_merge = true;
