@@ -1,12 +1,12 @@
 // `prefill-bench kernels`, `fmha`, `kda` and `moe`: single-process benchmarks
 // on the first visible GPU, written to one results file each.
-#include <cuda_runtime_api.h>
 
 #include <cstdio>
 #include <functional>
 
 #include "check.h"
 #include "commands.h"
+#include "gang_device.h"
 #include "run_info.h"
 
 namespace pb {
@@ -20,13 +20,8 @@ int run_bench_command(const Gang& gang, const char* kind, const std::string& com
                       const std::function<int(RunResult&)>& bench) {
   PB_CHECK(gang.size() == 1, std::string("prefill-bench ") + kind +
                                  " runs as one process on one GPU; start it without mpirun (or with -np 1)");
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::fprintf(stderr, "prefill-bench %s: no CUDA device is visible on %s\n", kind, gang.host().c_str());
-    return 3;
-  }
-  const int device = gang.local_rank() % devices;
-  PB_CUDA(cudaSetDevice(device));
+  const int device = select_gang_device(gang, kind);  // one process: it is rank 0
+  if (device < 0) return 3;
   RunResult result;
   result.kind = kind;
   record_run_info(gang, command_line, result);

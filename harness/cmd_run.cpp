@@ -46,12 +46,6 @@ std::vector<float> bytes_as_floats(const std::string& b) {
   return v;
 }
 
-int visible_devices() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-}
-
 volatile std::sig_atomic_t g_interrupted = 0;
 void note_interrupt(int) { g_interrupted = 1; }
 
@@ -74,18 +68,12 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   const Scenario s = load_scenario_on_gang(gang, args);
   const std::string problem = world_size_problem(s, gang.size(), /*plan=*/false);
   PB_CHECK(problem.empty(), problem);
-  const int devices = visible_devices();
-  if (devices == 0) {
-    if (gang.is_root())
-      std::fprintf(stderr,
-                   "prefill-bench run: no CUDA device is visible on %s, so the superstep cannot run here.\n"
-                   "  `prefill-bench plan %s` computes the superstep's analytic plan (launches, bytes, FLOPs,\n"
-                   "  roofline per rank) without a GPU.\n",
-                   gang.host().c_str(), args.path.c_str());
-    return 3;
-  }
-  const int device = gang.local_rank() % devices, me = gang.rank(), cp = s.cp;
-  PB_CUDA(cudaSetDevice(device));
+  const int device = select_gang_device(
+      gang, "run",
+      ", so the superstep cannot run here.\n  `prefill-bench plan " + args.path +
+          "` computes the superstep's analytic plan (launches, bytes, FLOPs,\n  roofline per rank) without a GPU.");
+  if (device < 0) return 3;
+  const int me = gang.rank(), cp = s.cp;
   check_fabric(s, gang, "run");
 
   const std::string path = output_path(args.output, s.name, "run");

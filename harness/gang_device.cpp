@@ -9,11 +9,12 @@
 
 namespace pb {
 
-int select_gang_device(const Gang& gang, const char* command) {
+int select_gang_device(const Gang& gang, const char* command, const std::string& more) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     if (gang.is_root())
-      std::fprintf(stderr, "prefill-bench %s: no CUDA device is visible on %s\n", command, gang.host().c_str());
+      std::fprintf(stderr, "prefill-bench %s: no CUDA device is visible on %s%s\n", command, gang.host().c_str(),
+                   more.c_str());
     return -1;
   }
   const int device = gang.local_rank() % devices;
