@@ -19,8 +19,6 @@ using bf16 = __nv_bfloat16;
 constexpr int64_t kSmallWidth = 256;  // wsm rows: beta | f_a | pad
 const char* const kStreams[3] = {"q", "k", "v"};
 
-// (seq - 2, 0): what a reader acknowledged when the parity slot was last used.
-uint64_t freed_for(int64_t seq) { return seq >= 2 ? doorbell_value(seq - 2, 0) : 0; }
 
 }  // namespace
 
@@ -145,7 +143,7 @@ void KdaBlock::halo(Timeline& tl, const Blas& blas) {
   const SlabLayout& L = lane_.fabric->layout();
   if (me < cp - 1) {
     tl.launch("fabric", "fabric.wait_halo_free", [&] {
-      wait(me + 1, Bell::halo_read, freed_for(seq_), "rank " + std::to_string(me + 1) + " to free its halo slot", tl);
+      wait(me + 1, Bell::halo_read, doorbell_value_done(seq_, 2), "rank " + std::to_string(me + 1) + " to free its halo slot", tl);
     });
     tl.launch("fabric", "fabric.publish_halo", [&] {
       lane_.fabric->copy_to_peer(me + 1, L.halo[par].offset, normed_.get() + (t - 3) * h, 3 * h * 2, s);
@@ -199,7 +197,7 @@ void KdaBlock::recur(Timeline& tl, const Blas& blas) {
     const SlabLayout& L = lane_.fabric->layout();
     tl.launch("fabric", "fabric.wait_state_free", [&] {
       for (int r = me + 1; r < cp; ++r)
-        wait(r, Bell::state_read, freed_for(seq_), "rank " + std::to_string(r) + " to fold this rank's package", tl);
+        wait(r, Bell::state_read, doorbell_value_done(seq_, 2), "rank " + std::to_string(r) + " to fold this rank's package", tl);
     });
     tl.launch("kda", "kda.package", [&] {
       kda_package(ws_, live_rows(), static_cast<float*>(lane_.fabric->at(me, L.M[par])),

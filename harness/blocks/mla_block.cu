@@ -122,13 +122,13 @@ void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
   tl.launch("rmsnorm", "rmsnorm.q_a",
             [&] { rmsnorm(q_a_.get(), w_.gain_q_a.get(), q_norm_.get(), {b_, m_.q_lora}, eps, s); });
   // The window is about to be overwritten: wait until the last call's readers
-  // are done with it ((seq - 1, 0) = seq·4096; at seq 0 the wait passes at
-  // once). Readers under either schedule: the last call may have used the other.
+  // are done with it (at seq 0 the wait passes at once). Readers under either
+  // schedule: the last call may have used the other.
   const std::vector<int> readers = window_readers_any(lane_.cp, lane_.rank);
   if (!readers.empty())
     tl.launch("fabric", "fabric.wait_released", [&] {
       for (int r : readers)
-        wait(r, Bell::released, uint64_t(seq_) * kWindowsPerSeq, "rank " + std::to_string(r) + " to release this rank's window", tl);
+        wait(r, Bell::released, doorbell_value_done(seq_, 1), "rank " + std::to_string(r) + " to release this rank's window", tl);
     });
   land_band(tl, land_v, "kv_a", partial_.get(), own.kv, b_, fused, m_.q_lora, kv_width);
   land_band(tl, land_v, "mla_gate", partial_.get(), gate_.get(), b_, fused, m_.q_lora + kv_width, v_width);
@@ -227,7 +227,7 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
     tl.launch("fabric", "fabric.wait_queries", [&] {
       wait(w.q, Bell::window, doorbell_value(seq_, 0), "the queries of rank " + std::to_string(w.q), tl);
       if (seq_ >= 2)  // the owner merged what this slot held two calls ago (same slab)
-        wait(w.q, Bell::consumed, doorbell_value(seq_ - 2, 0),
+        wait(w.q, Bell::consumed, doorbell_value_done(seq_, 2),
              "rank " + std::to_string(w.q) + " to consume return slot " + std::to_string(w.slot), tl);
       if (staged_q_.size()) {  // debug: fetch the queries, run the window on local memory
         PB_CUDA(cudaMemcpyAsync(staged_q_.get(), t.q, size_t(tq * heads * d_qk) * 2, cudaMemcpyDeviceToDevice, s));

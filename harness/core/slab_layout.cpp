@@ -44,6 +44,11 @@ uint64_t doorbell_value(int64_t seq, int window) {
   return uint64_t(seq + 1) * uint64_t(kWindowsPerSeq) + uint64_t(window);
 }
 
+uint64_t doorbell_value_done(int64_t seq, int back) {
+  PB_CHECK(seq >= 0 && back >= 1, "doorbell_value_done: seq >= 0 and back >= 1");
+  return seq >= back ? doorbell_value(seq - back, 0) : 0;
+}
+
 int64_t doorbell_seq(uint64_t value) { return int64_t(value / uint64_t(kWindowsPerSeq)) - 1; }
 int doorbell_window(uint64_t value) { return int(value % uint64_t(kWindowsPerSeq)); }
 

@@ -52,6 +52,10 @@ const char* bell_name(Bell kind);
 int doorbell_index(int cp, int sender, Bell kind);
 // (seq + 1) * 4096 + window; 0 <= window < 4096, seq >= 0.
 uint64_t doorbell_value(int64_t seq, int window);
+// What a reader's acknowledgement of call seq - back reads as: doorbell_value(
+// seq - back, 0), or 0 (a value every flag already holds) when that call does
+// not exist, so the first calls' waits pass at once. back >= 1.
+uint64_t doorbell_value_done(int64_t seq, int back);
 // The inverse, for messages: seq -1 for the initial value 0.
 int64_t doorbell_seq(uint64_t value);
 int doorbell_window(uint64_t value);

@@ -133,3 +133,13 @@ TEST_CASE("the KDA regions: halo rows and both packages per parity, aligned, aft
   CHECK(kda_parity(4) == 0);
   CHECK(kda_parity(5) == 1);
 }
+
+TEST_CASE("doorbell_value_done: the acknowledgement of call seq - back, 0 before the first call") {
+  CHECK(doorbell_value_done(0, 1) == 0);
+  CHECK(doorbell_value_done(1, 1) == doorbell_value(0, 0));
+  CHECK(doorbell_value_done(1, 2) == 0);
+  CHECK(doorbell_value_done(5, 2) == doorbell_value(3, 0));
+  CHECK(doorbell_value_done(7, 1) == 7 * uint64_t(kWindowsPerSeq));
+  CHECK_THROWS(doorbell_value_done(3, 0));
+  CHECK_THROWS(doorbell_value_done(-1, 1));
+}
