@@ -114,6 +114,8 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   PB_CUDA(cudaMemGetInfo(&free_b, &total_b));
 
   const size_t nv = s.variants.size();
+  std::vector<RankPlan> plans;  // this rank's launch list per variant, the spans' names and costs
+  for (const VariantSpec& spec : s.variants) plans.push_back(plan_rank(s, spec.cuts, me));
   std::vector<std::vector<Span>> spans(nv);
   std::vector<std::vector<RankRep>> rank_reps(nv);
   std::vector<RankSummary> summary(nv);
@@ -131,7 +133,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
       const std::vector<TimedLaunch> launches = tl.collect();
       const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       ++seq;
-      const RankPlan plan = plan_rank(s, cuts, me);
+      const RankPlan& plan = plans[vi];
       const std::vector<Launch> want = plan_slice(plan, int32_t(layer), "rmsnorm.mla_in", launches.size());
       const std::string diff = launch_list_difference(launches, want);
       if (!diff.empty()) gang.fail("lane: the MLA block's launches differ from plan's: " + diff);

@@ -105,6 +105,8 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   // Rank 0 keeps the result and rewrites the file after every rep (marked
   // incomplete until the last), so a run cut short leaves the reps it finished.
   const size_t nv = s.variants.size();
+  std::vector<RankPlan> plans;  // this rank's launch list per variant, the spans' names and costs
+  for (const VariantSpec& spec : s.variants) plans.push_back(plan_rank(s, spec.cuts, me));
   for (const VariantSpec& spec : s.variants) {
     VariantResult v;
     v.name = spec.name;
@@ -130,7 +132,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       const std::vector<TimedLaunch> launches = tl.collect();
       const int64_t first = step.first_token();  // reads the device: the end of TTFT
       const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      const RankPlan plan = plan_rank(s, cuts, me);
+      const RankPlan& plan = plans[vi];
       const std::string diff = launch_list_difference(launches, plan.launches);
       if (!diff.empty()) gang.fail("run: the superstep's launches differ from plan's: " + diff);
       if (last_rep) {
