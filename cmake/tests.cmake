@@ -135,11 +135,14 @@ add_test(NAME mpi_gpu.run_smoke_cp2
 set_tests_properties(mpi_gpu.run_smoke mpi_gpu.run_smoke_cp2 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 3
   TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "wrote .*run-smoke")
 
-# `prefill-bench verify` (tiny model): cp 1, and cp 2 against cp 1.
+# `prefill-bench verify` (tiny model): cp 1, cp 2 against cp 1, and cp 4 with
+# serialized ranks against cp 1.
 add_test(NAME mpi_gpu.verify_smoke COMMAND $<TARGET_FILE:prefill-bench> verify ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml)
 add_test(NAME mpi_gpu.verify_smoke_cp2
   COMMAND ${PB_MPIRUN} -np 2 $<TARGET_FILE:prefill-bench> verify ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp2.yaml)
-set_tests_properties(mpi_gpu.verify_smoke mpi_gpu.verify_smoke_cp2 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 3
+add_test(NAME mpi_gpu.verify_smoke_cp4
+  COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:prefill-bench> verify ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp4.yaml)
+set_tests_properties(mpi_gpu.verify_smoke mpi_gpu.verify_smoke_cp2 mpi_gpu.verify_smoke_cp4 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 3
   TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "verify: passed")
 # One file with a baseline and other variants: compare prints each one's saving.
 add_test(NAME cpu.compare_savings COMMAND $<TARGET_FILE:prefill-bench> compare ${PB_PLAN_OUT})

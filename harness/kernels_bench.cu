@@ -271,8 +271,8 @@ Case attnres_case(int64_t rows, int64_t hidden, int nb, cudaStream_t s) {
   const AttnResShape shape{rows, hidden, nb, 8};
   // Alternatives, each with its own outputs after baseline (0) and cut (1,
   // two_pass at its default B): the TMA ring (the earlier cut), two_pass at
-  // B = 2 and 3, two_pass with two rows staged ahead, and with L2 eviction
-  // hints (both at the default B).
+  // B = 2, 3 and 4, two_pass with two rows staged ahead (at the default B),
+  // and with L2 eviction hints (at the default B, B = 2 and B = 4).
   struct Alt {
     const char* name;
     AttnResLoader loader;
@@ -281,8 +281,11 @@ Case attnres_case(int64_t rows, int64_t hidden, int nb, cudaStream_t s) {
   static const Alt kAlts[] = {{"cut.ring", AttnResLoader::tma, 0},
                               {"cut.b2", AttnResLoader::two_pass, 2},
                               {"cut.b3", AttnResLoader::two_pass, 3},
+                              {"cut.b4", AttnResLoader::two_pass, 4},
                               {"cut.ahead", AttnResLoader::two_pass_ahead, 0},
-                              {"cut.hint", AttnResLoader::two_pass_hint, 0}};
+                              {"cut.hint", AttnResLoader::two_pass_hint, 0},
+                              {"cut.hint.b2", AttnResLoader::two_pass_hint, 2},
+                              {"cut.hint.b4", AttnResLoader::two_pass_hint, 4}};
   constexpr int kOutputs = 2 + int(std::size(kAlts));
   struct Buffers {
     std::vector<DeviceBuffer<bf16>> snap, partial;  // [rows, 8, hidden], [rows, hidden] per slot

@@ -4,6 +4,9 @@
 # concatenated so that few files come back: $OUT/tests.log, $OUT/bench.log,
 # plus each benchmark's .h5. Usage:
 #   scripts/gpu-round.sh "test_a test_b" "mpi:test_x" "kda moe kernels:attnres lane:cp4-64k"
+# Benchmark specs: kernels:<family>, lane:<scenario> (serialized ranks),
+# lane-staged:<scenario> (the same with PB_DEBUG_HELPED_COPY=1), verify:<scenario>
+# (mpirun -np cp verify), or a single-process command (kda, moe, fmha).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$here/../gpu-out}
@@ -39,10 +42,16 @@ for spec in ${3:-}; do
   echo "== $spec" >>"$OUT/bench.log"
   case $cmd in
     kernels) timeout 300 "$B/prefill-bench" kernels --family "$arg" -o "$OUT/$arg.h5" --overwrite >/tmp/b.log 2>&1 ;;
-    lane)
+    lane | lane-staged)
       np=$("$B/prefill-bench" ranks "scenarios/$arg.yaml")
-      timeout 300 mpirun --oversubscribe -np "$np" "$B/prefill-bench" lane "scenarios/$arg.yaml" \
-        --set serialize_ranks=true -o "$OUT/lane-$arg.h5" --overwrite >/tmp/b.log 2>&1 ;;
+      staged=0
+      [[ $cmd == lane-staged ]] && staged=1
+      PB_DEBUG_HELPED_COPY=$staged timeout 300 mpirun --oversubscribe -np "$np" -x PB_DEBUG_HELPED_COPY \
+        "$B/prefill-bench" lane "scenarios/$arg.yaml" --set serialize_ranks=true -o "$OUT/$cmd-$arg.h5" \
+        --overwrite >/tmp/b.log 2>&1 ;;
+    verify)
+      np=$("$B/prefill-bench" ranks "scenarios/$arg.yaml")
+      timeout 400 mpirun --oversubscribe -np "$np" "$B/prefill-bench" verify "scenarios/$arg.yaml" >/tmp/b.log 2>&1 ;;
     *) timeout 300 "$B/prefill-bench" "$cmd" -o "$OUT/$cmd.h5" --overwrite >/tmp/b.log 2>&1 ;;
   esac
   echo "$spec: exit $?" | tee -a "$OUT/bench.log"

@@ -33,7 +33,7 @@ bool contains(const std::string& hay, const std::string& needle) { return hay.fi
 }  // namespace
 
 TEST_CASE("the shipped scenarios load and validate") {
-  for (const char* name : {"smoke", "smoke-cp2", "cp1-16k", "cp4-64k", "cp8-128k", "ab-each-cut"}) {
+  for (const char* name : {"smoke", "smoke-cp2", "smoke-cp4", "cp1-16k", "cp4-64k", "cp8-128k", "ab-each-cut", "verify-k3-cp4"}) {
     CAPTURE(name);
     Scenario s = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/" + name + ".yaml");
     CHECK(s.name == name);

@@ -179,6 +179,8 @@ void check_case(const Case& k) {
   for (const Alt& a : {Alt{AttnResLoader::tma, 0, "cut (ring, tma)"}, Alt{AttnResLoader::cp_async, 0, "cut (ring, cp_async)"},
                        Alt{AttnResLoader::two_pass_ahead, 0, "cut (two_pass, 2 rows ahead)"},
                        Alt{AttnResLoader::two_pass_hint, 0, "cut (two_pass, L2 hints)"},
+                       Alt{AttnResLoader::two_pass_hint, 2, "cut (two_pass, L2 hints, 2 per SM)"},
+                       Alt{AttnResLoader::two_pass_hint, 4, "cut (two_pass, L2 hints, 4 per SM)"},
                        Alt{AttnResLoader::two_pass, 2, "cut (two_pass, 2 per SM)"},
                        Alt{AttnResLoader::two_pass, 3, "cut (two_pass, 3 per SM)"},
                        Alt{AttnResLoader::two_pass, 4, "cut (two_pass, 4 per SM)"}}) {
