@@ -9,6 +9,8 @@
 //   kda.state    the state walk with outputs alone
 //   kda.package  the package walk (reuses kda.prepare's products): 8 c d² per chunk and head
 //   kda.fold     one fold step S·M + D (cuBLAS f32 batched + add): 2 d³ per head
+//   kda.forward_halves / kda.state_halves / kda.package_halves  the same passes with the
+//                halves walk (KdaWalk::kHalves: two 64-row CTAs per head)
 // The fraction column is TFLOP/s over the measured GEMM rate; "vs fla" is
 // chunk_kda's 5.16 ms per 16k (DESIGN.md §5) over our ms per 16k tokens.
 // Checks (the `wrong` column): o of tokens [0, 256) of heads 0, H/2, H−1 against
@@ -16,6 +18,9 @@
 // kda_fold(D_0 = S_in, (M, D)) of the package (all heads). The rows time the default
 // walk (KdaWalk::kHead); the v1 slice walk is timed and checked too (o as above, S_out
 // against the head walk's), printed under the table rows and counted in kda.state's `wrong`.
+// The *_halves rows: o as above and S_out against the head walk's (forward_halves,
+// state_halves), M and D against the head walk's (package_halves), within kda.h's floors;
+// whether they equal the head walk's bit for bit (as designed) is printed under the table.
 #include "kda_bench.h"
 
 #include <cuda_bf16.h>
@@ -24,6 +29,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "check.h"
@@ -209,6 +216,12 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
                       S_out.get(), st);
         },
         slots, o.warmup, o.reps, stream);
+    const Timing t_fwd_hv = time_launches(
+        [&](int slot, cudaStream_t st) {
+          kda_forward(inputs_of(in[size_t(slot)], H, A_log.get(), dt_bias.get()), T, H, ws, S_in.get(), out.get(), W,
+                      S_out.get(), st, KdaWalk::kHalves);
+        },
+        slots, o.warmup, o.reps, stream);
     const Timing t_prep = time_launches(
         [&](int slot, cudaStream_t st) {
           kda_prepare(inputs_of(in[size_t(slot)], H, A_log.get(), dt_bias.get()), T, H, ws, st);
@@ -227,6 +240,14 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     const Timing t_pkg =
         time_launches([&](int, cudaStream_t st) { kda_package(ws, T, M.get(), D.get(), st); }, 1, o.warmup, o.reps,
                       stream);
+    const Timing t_state_hv = time_launches(
+        [&](int, cudaStream_t st) {
+          kda_forward_state(ws, T, S_in.get(), out.get(), W, S_out.get(), st, KdaWalk::kHalves);
+        },
+        1, o.warmup, o.reps, stream);
+    const Timing t_pkg_hv = time_launches(
+        [&](int, cudaStream_t st) { kda_package(ws, T, M.get(), D.get(), st, KdaWalk::kHalves); }, 1, o.warmup,
+        o.reps, stream);
     // v1 walk (kda_state_kernel, four 32-row slices per head) for comparison: printed, and
     // stored as numbers kda_state_slices_us.<T> / kda_package_slices_us.<T>
     const Timing t_state_v1 = time_launches(
@@ -275,6 +296,44 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     }
     std::printf("  v1 slice walk (kda_state_kernel): state %.1f us, package %.1f us, wrong %lld\n",
                 t_state_v1.median_us, t_pkg_v1.median_us, (long long)wrong_v1);
+    // the halves walk: o against the reference, S_out against the head walk's (kda.forward_halves,
+    // kda.state_halves); M, D against the head walk's (kda.package_halves; M, D hold them now)
+    const std::vector<float> m_head = M.download(), d_head = D.download();
+    out.poison(stream);
+    S_fold.poison(stream);
+    kda_forward_state(ws, T, S_in.get(), out.get(), W, S_fold.get(), stream, KdaWalk::kHalves);
+    PB_CUDA(cudaStreamSynchronize(stream));
+    int64_t wrong_hv = check_outputs(in[0], A_log.get(), dt_bias.get(), S_in.get(), out.get(), T, H);
+    const std::vector<float> s_hv = S_fold.download();
+    const Agreement st_hv = agree(std::vector<double>(s_hv.begin(), s_hv.end()),
+                                  std::vector<double>(s_fwd.begin(), s_fwd.end()));
+    if (!st_hv.ok()) {
+      std::printf("  check: S_out of the halves walk vs the head walk: rel-L2 %.3g max-abs %.3g (max %.3g)\n",
+                  st_hv.rel_l2, st_hv.max_abs, st_hv.max_ref);
+      ++wrong_hv;
+    }
+    M.poison(stream);
+    D.poison(stream);
+    kda_package(ws, T, M.get(), D.get(), stream, KdaWalk::kHalves);
+    PB_CUDA(cudaStreamSynchronize(stream));
+    const std::vector<float> m_hv = M.download(), d_hv = D.download();
+    int64_t wrong_pkg_hv = 0;
+    for (const auto& [got, want, name] : {std::tuple{&m_hv, &m_head, "M"}, std::tuple{&d_hv, &d_head, "D"}}) {
+      const Agreement a =
+          agree(std::vector<double>(got->begin(), got->end()), std::vector<double>(want->begin(), want->end()));
+      if (!a.ok()) {
+        std::printf("  check: %s of the halves walk vs the head walk: rel-L2 %.3g max-abs %.3g (max %.3g)\n", name,
+                    a.rel_l2, a.max_abs, a.max_ref);
+        ++wrong_pkg_hv;
+      }
+    }
+    const bool bits_s = std::memcmp(s_hv.data(), s_fwd.data(), s_hv.size() * sizeof(float)) == 0;
+    const bool bits_m = std::memcmp(m_hv.data(), m_head.data(), m_hv.size() * sizeof(float)) == 0;
+    const bool bits_d = std::memcmp(d_hv.data(), d_head.data(), d_hv.size() * sizeof(float)) == 0;
+    std::printf("  halves walk (kda_walk_half_kernel): S_out %s, M %s, D %s the head walk's bit for bit\n",
+                bits_s ? "equals" : "DIFFERS from", bits_m ? "equals" : "DIFFERS from",
+                bits_d ? "equals" : "DIFFERS from");
+    failed += int(wrong_hv + wrong_pkg_hv);
     // the v1 prepare's products through the head walk: o against the same check
     kda_prepare(inputs_of(in[0], H, A_log.get(), dt_bias.get()), T, H, ws, stream, KdaPrepare::kV1);
     out.poison(stream);
@@ -296,12 +355,22 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
         row_of("kda.state", t_state, 0.0, walk_bytes),
         row_of("kda.package", t_pkg, pkg_flops, double(T) * W * 2 * 3 + 2.0 * state * 4),
         row_of("kda.fold", t_fold, fold_flops, 5.0 * state * 4),
+        row_of("kda.forward_halves", t_fwd_hv, fwd.flops, fwd.bytes),
+        row_of("kda.state_halves", t_state_hv, 0.0, walk_bytes),
+        row_of("kda.package_halves", t_pkg_hv, pkg_flops, double(T) * W * 2 * 3 + 2.0 * state * 4),
     };
     for (const BenchRow& r : rows) {
+      const bool halves_row = r.kernel.find("_halves.") != std::string::npos;
       const bool fwd_row = r.kernel.rfind("kda.forward", 0) == 0;
       const bool state_row = r.kernel.rfind("kda.state", 0) == 0;
       const bool p1_row = r.kernel.rfind("kda.prepare_v1", 0) == 0;
-      print(r, fwd_row, fwd_row ? wrong_o + wrong_s : state_row ? wrong_v1 : p1_row ? wrong_p1 : 0);
+      const bool pkg_row = r.kernel.rfind("kda.package", 0) == 0;
+      const int64_t wrong = halves_row ? (pkg_row ? wrong_pkg_hv : wrong_hv)
+                            : fwd_row  ? wrong_o + wrong_s
+                            : state_row ? wrong_v1
+                            : p1_row    ? wrong_p1
+                                        : 0;
+      print(r, fwd_row, wrong);
       result.bench.push_back(r);
     }
   }

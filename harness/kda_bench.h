@@ -23,7 +23,8 @@ struct KdaBenchOptions {
 
 // Runs the benchmark on the current device; prints the table; fills
 // result.bench (family "kda", kernels kda.forward / kda.prepare / kda.prepare_v1 / kda.state /
-// kda.package / kda.fold, ".<tokens>" appended) and result.numbers["gemm_tflops"].
+// kda.package / kda.fold / kda.forward_halves / kda.state_halves / kda.package_halves,
+// ".<tokens>" appended) and result.numbers["gemm_tflops"].
 // Every segment also validates: o of the first 256 tokens of three heads
 // against the float64 reference, and the forward's final state against
 // S_in·M + D folded on the device (kda_fold). Returns the number of failed checks.

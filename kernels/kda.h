@@ -92,13 +92,16 @@
 //     The package runs 2 CTAs per head (D, M): 192 CTAs at 1 CTA/SM = 2 waves.
 //     Measured 1.22 ms at 16k = 4.77 µs per chunk, while the chunk's mma work is ~1.5-1.8 µs
 //     and its bytes ~2.6 µs at a 96-SM share: the per-chunk chain (A → barrier → B, C →
-//     barrier) with 4 warps per scheduler is latency bound, and 36 SMs idle. Next step (not
-//     done): 2 CTAs per head by S rows (64 each, 16 warps: each warp's A and C work halves, so
-//     the chain does), loads split as in v1 (W, Qg after A; K̂, Aqk, Γ after C; Ũ half from
-//     L2 to registers) ≈ 81 KiB smem and ≤ 64 registers → 192 CTAs all resident at 2 CTAs/SM;
-//     L2 → SM bytes 1.45x the head walk's (W, Qg, K̂, Aqk read by both halves), DRAM bytes
-//     unchanged → expected ~0.7-0.8 ms. The package's M half (no Ũ, no o) can take the same
-//     kernel (4 CTAs per head).
+//     barrier) with 4 warps per scheduler is latency bound, and 36 SMs idle.
+//   walk, halves (KdaWalk::kHalves, not yet measured): 2 CTAs per head by S rows (64 each, 16
+//     warps: each warp's A, B and C tiles half the head walk's, so the chain halves), one stage
+//     of tiles with the loads split by phase (W, Qg, Ũ's 64 columns after A, landing during B
+//     and C; K̂, Aqk, Γ after C, landing during A); 88.5 KiB smem, 64 registers (ptxas, sm_90a),
+//     no spills → 2 CTAs/SM, the forward's 192 CTAs all resident. L2 → SM bytes 1.78x the head
+//     walk's (W, Qg, K̂, Aqk, Γ read by both halves), DRAM bytes unchanged → expected
+//     ~0.7-0.8 ms. The package runs 4 CTAs per head (D and M halves): 384 CTAs, 264 resident,
+//     two waves of half-length chains (the head walk's package: two waves of full-length ones).
+//     Bit-identical to the head walk (same operands, same mma k-steps in the same order).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -152,7 +155,9 @@ class KdaWorkspace {
 //            package), all 128 rows of S in registers; every workspace byte read once
 //   kSlices  kda_state_kernel (v1): four CTAs of 8 warps per head, 32 rows each; each
 //            re-reads the chunk's W, Qg, K̂, Aqk (4x the L2 → SM traffic)
-enum class KdaWalk { kHead, kSlices };
+//   kHalves  kda_walk_half_kernel: two CTAs of 16 warps per head (four for the package), 64
+//            rows of S each, 2 CTAs/SM; bit-identical to kHead (each re-reads W, Qg, K̂, Aqk)
+enum class KdaWalk { kHead, kSlices, kHalves };
 
 // The prepare kernel (kda.cu; both write the same products up to rounding):
 //   kV2  kda_prepare2_kernel: exponentials once per (token, channel) and per (block pair,

@@ -145,8 +145,8 @@ TEST_CASE("A operand, row-major tile, plain ldmatrix (W, Qg, qe, ke, Aqk)") {
 
 TEST_CASE("B operand stored [n][k], plain ldmatrix (S0 in W S0^T, Qg S0^T)") {
   const Layout lay = swizzled(256);
-  const auto img = make_tile(32, 128, lay, 32 * 256);
-  for (int dh = 0; dh < 2; ++dh)
+  const auto img = make_tile(64, 128, lay, 64 * 256);
+  for (int dh = 0; dh < 4; ++dh)
     for (int ks = 0; ks < 8; ++ks) {
       uint32_t addr[32];
       lane_addresses(lay, 16 * dh, 2 * ks, lane_k_then_rows, addr);
@@ -160,13 +160,13 @@ TEST_CASE("B operand stored [n][k], plain ldmatrix (S0 in W S0^T, Qg S0^T)") {
     }
 }
 
-TEST_CASE("B operand stored [k][n], ldmatrix.trans (kg, v, K-hat swizzled; U pitched)") {
+TEST_CASE("B operand stored [k][n], ldmatrix.trans (kg, v, K-hat, U swizzled; U pitched)") {
   struct Use {
     Layout lay;
     int cols;
     size_t bytes;
   };
-  const Use uses[] = {{swizzled(256), 128, 64 * 256}, {pitched(80), 32, 64 * 80}};
+  const Use uses[] = {{swizzled(256), 128, 64 * 256}, {swizzled(128), 64, 64 * 128}, {pitched(80), 32, 64 * 80}};
   for (const Use& u : uses) {
     const auto img = make_tile(64, u.cols, u.lay, u.bytes);
     for (int ks = 0; ks < 4; ++ks)
@@ -185,17 +185,26 @@ TEST_CASE("B operand stored [k][n], ldmatrix.trans (kg, v, K-hat swizzled; U pit
 }
 
 TEST_CASE("A operand stored [k][m], ldmatrix.trans (U^T in the state update)") {
-  const Layout lay = pitched(80);
-  const auto img = make_tile(64, 32, lay, 64 * 80);
-  for (int ks = 0; ks < 4; ++ks)
-    for (int mt = 0; mt < 2; ++mt) {
-      uint32_t addr[32];
-      lane_addresses(lay, 16 * ks, 2 * mt, lane_k_then_rows, addr);
-      uint16_t A[16][16];
-      decode_a(ldmatrix_x4(img, addr, true), A);
-      for (int m = 0; m < 16; ++m)
-        for (int k = 0; k < 16; ++k) CHECK(A[m][k] == tag(16 * ks + k, 16 * mt + m));
-    }
+  struct Use {
+    Layout lay;
+    int cols;
+    size_t bytes;
+  };
+  // U [64 tokens][rows]: 80-byte pitch (slices), swizzled 256-byte rows (head walk),
+  // swizzled 128-byte rows (halves walk)
+  const Use uses[] = {{pitched(80), 32, 64 * 80}, {swizzled(256), 128, 64 * 256}, {swizzled(128), 64, 64 * 128}};
+  for (const Use& u : uses) {
+    const auto img = make_tile(64, u.cols, u.lay, u.bytes);
+    for (int ks = 0; ks < 4; ++ks)
+      for (int mt = 0; mt < u.cols / 16; ++mt) {
+        uint32_t addr[32];
+        lane_addresses(u.lay, 16 * ks, 2 * mt, lane_k_then_rows, addr);
+        uint16_t A[16][16];
+        decode_a(ldmatrix_x4(img, addr, true), A);
+        for (int m = 0; m < 16; ++m)
+          for (int k = 0; k < 16; ++k) CHECK(A[m][k] == tag(16 * ks + k, 16 * mt + m));
+      }
+  }
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // on random inputs (never zeros; strong and weak decays both present):
 //   - the forward (o and the final state) vs the sequential recurrence: 2 heads at
 //     T = 1, 63, 65, 200 (with and without S_in), and 96 heads at T = 256; each with both
-//     prepare kernels (KdaPrepare) and both walks (KdaWalk);
+//     prepare kernels (KdaPrepare) and the three walks (KdaWalk);
+//   - the halves walk's o, S_out, M and D equal the head walk's bit for bit (96 heads, T = 200);
 //   - two chunked segments, the second fed the first's final state, equal one
 //     pass over the concatenation;
 //   - the package: S_in·M + D equals the sequential state; M, D equal kda_package;
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -211,9 +213,11 @@ void check_close(const Close& c, const std::string& what) {
   MESSAGE(what << ": " << c.text());
 }
 
-const char* walk_name(KdaWalk w) { return w == KdaWalk::kHead ? "head walk" : "slice walk"; }
+const char* walk_name(KdaWalk w) {
+  return w == KdaWalk::kHead ? "head walk" : w == KdaWalk::kHalves ? "halves walk" : "slice walk";
+}
 const char* prep_name(KdaPrepare p) { return p == KdaPrepare::kV2 ? "prepare v2" : "prepare v1"; }
-constexpr KdaWalk kWalks[] = {KdaWalk::kHead, KdaWalk::kSlices};
+constexpr KdaWalk kWalks[] = {KdaWalk::kHead, KdaWalk::kSlices, KdaWalk::kHalves};
 constexpr KdaPrepare kPreps[] = {KdaPrepare::kV2, KdaPrepare::kV1};
 
 TEST_CASE("kda forward vs the sequential recurrence") {
@@ -441,6 +445,79 @@ TEST_CASE("kda fold of 3 packages equals the sequential state") {
                       ref::kda_default_scale(kD), nullptr, o_ref.data(), nullptr);
   const std::vector<double> o_tail(o_ref.begin() + (lens[0] + lens[1]) * in.width, o_ref.end());
   check_close(compare(bf16_to_double(tail.o), o_tail), "forward from the fold vs sequential tail");
+}
+
+// Bit patterns of a and b that differ (element count), and max |a − b| / max |b| over the
+// finite elements (for the message when they differ); all elements of both must be finite.
+struct BitDiff {
+  int64_t differ = 0;
+  bool finite = true;
+  double rel = 0;
+};
+template <class T, class F>
+BitDiff bit_diff(const std::vector<T>& a, const std::vector<T>& b, F value) {
+  REQUIRE(a.size() == b.size());
+  BitDiff d;
+  double max_d = 0, max_b = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = value(a[i]), y = value(b[i]);
+    d.finite = d.finite && std::isfinite(x) && std::isfinite(y);
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) ++d.differ;
+    if (std::isfinite(x) && std::isfinite(y)) {
+      max_d = std::max(max_d, std::fabs(x - y));
+      max_b = std::max(max_b, std::fabs(y));
+    }
+  }
+  d.rel = max_d / std::max(max_b, 1e-300);
+  return d;
+}
+
+void check_bits(const BitDiff& d, const std::string& what) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, ": %lld elements differ in their bits, max rel %.3g%s", (long long)d.differ, d.rel,
+                d.finite ? "" : ", NON-FINITE");
+  const std::string text = what + buf;
+  INFO(text);
+  CHECK(d.finite);
+  CHECK(d.differ == 0);
+  MESSAGE(text);
+}
+
+// kda_walk_half_kernel builds every element from the same bf16 operands by the same mma
+// k-steps in the same order as kda_walk_kernel: the forward's o and S_out and the package's
+// M and D equal bit for bit (one workspace, so both walks read the same products).
+TEST_CASE("kda halves walk equals the head walk bit for bit") {
+  const int H = 96;
+  const int64_t T = 200;  // the last chunk is short
+  const Inputs in(T, H, 401);
+  const std::vector<float> S_in = random_state(H, 402, 0.5f);
+  KdaWorkspace ws(T, H);
+  kda_prepare(in.view(0), T, H, ws, nullptr);
+  const size_t state = size_t(H) * kD * kD;
+  DeviceBuffer<float> s_in(state), s_out(state), M(state), D(state);
+  DeviceBuffer<bf16> o(size_t(T * in.width));
+  s_in.upload(S_in);
+  struct Out {
+    std::vector<uint16_t> o;
+    std::vector<float> S, M, D;
+  };
+  auto run = [&](KdaWalk walk) {
+    o.poison();
+    s_out.poison();
+    M.poison();
+    D.poison();
+    kda_forward_state(ws, T, s_in.get(), o.get(), in.width, s_out.get(), nullptr, walk);
+    kda_package(ws, T, M.get(), D.get(), nullptr, walk);
+    PB_CUDA(cudaDeviceSynchronize());
+    return Out{o.download<uint16_t>(), s_out.download(), M.download(), D.download()};
+  };
+  const Out head = run(KdaWalk::kHead), halves = run(KdaWalk::kHalves);
+  auto of_bf16 = [](uint16_t x) { return double(ref::bf16_to_f32(x)); };
+  auto of_f32 = [](float x) { return double(x); };
+  check_bits(bit_diff(halves.o, head.o, of_bf16), "halves vs head walk: o");
+  check_bits(bit_diff(halves.S, head.S, of_f32), "halves vs head walk: S_out");
+  check_bits(bit_diff(halves.M, head.M, of_f32), "halves vs head walk: M");
+  check_bits(bit_diff(halves.D, head.D, of_f32), "halves vs head walk: D");
 }
 
 TEST_CASE("kda launcher contract") {
