@@ -111,7 +111,7 @@ class MlaBlock {
   DeviceBuffer<__nv_bfloat16> normed_, q_a_, q_norm_, gate_, attn_, gated_, attn_out_, o_win_;
   DeviceBuffer<float> partial_, lse_win_, o_acc_, lse_acc_;
   DeviceBuffer<__nv_bfloat16> local_kv_, local_q_;  // the window at cp 1
-  DeviceBuffer<__nv_bfloat16> staged_q_;            // PB_DEBUG_HELPED_COPY only
+  DeviceBuffer<__nv_bfloat16> staged_q_;            // a helped window's queries (cp > 1)
   // Expanded keys: [0] the own segment's, [1] the foreign segment of the
   // current window (reused: windows run in stream order); expanded_[k] =
   // buffer holding segment k this call, -1 when not expanded yet.

@@ -1,18 +1,37 @@
 #include "turns.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
 #include "check.h"
 #include "fabric.h"
 
 namespace pb {
 
+namespace {
+// PB_TRACE_TURNS=1: every serialized turn prints when this rank starts its
+// phase and when it has drained and synchronized it (finding a stuck turn).
+bool trace_turns() {
+  const char* e = std::getenv("PB_TRACE_TURNS");
+  return e && std::string(e) == "1";
+}
+}  // namespace
+
 Turn make_turn(const Gang& gang, bool serial, IpcFabric* fab, cudaStream_t stream) {
   if (!serial) return [](const std::function<void()>& phase) { phase(); };
-  return [&gang, fab, stream](const std::function<void()>& phase) {
+  auto count = std::make_shared<long>(0);
+  const bool trace = trace_turns();
+  return [&gang, fab, stream, count, trace](const std::function<void()>& phase) {
+    const long n = (*count)++;
     for (int r = 0; r < gang.size(); ++r) {
       if (r == gang.rank()) {
+        if (trace) std::fprintf(stderr, "rank %d: turn %ld starts\n", r, n);
         phase();
         if (fab) fab->drain();
         PB_CUDA(cudaStreamSynchronize(stream));
+        if (trace) std::fprintf(stderr, "rank %d: turn %ld done\n", r, n);
       }
       gang.barrier();
     }
