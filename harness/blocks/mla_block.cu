@@ -164,12 +164,21 @@ void MlaBlock::attend(Timeline& tl, const Blas& blas) {
     if (expanded_[step.window.k] < 0) expand_keys(step.window.k, tl, blas);
     run_window(step.window, tl);
   }
-  // Every window this rank may read under either schedule is released, read or not.
+  // Every window this rank may read under either schedule is released, read or
+  // not. And every return slot this rank is helped into under the stripe is
+  // acknowledged in a prefix call too (nothing was written there): a helper's
+  // wait for "consumed, call seq - 2" must hold whichever schedule that call ran,
+  // else the first stripe call after two prefix calls would wait forever.
   const std::vector<int> read = windows_read_any(lane_.cp, lane_.rank);
+  const std::vector<int> unmerged_helpers = sched_ == Schedule::stripe ? std::vector<int>{} : stripe_helpers(lane_.cp, lane_.rank);
+  PB_CHECK(unmerged_helpers.empty() || !read.empty(), "MlaBlock: a helped rank that reads no window");
   if (!read.empty())
     tl.launch("fabric", "fabric.release_window", [&] {
       for (int k : read)
         lane_.fabric->ring(k, doorbell_index(lane_.cp, lane_.rank, Bell::released), doorbell_value(seq_, 0),
+                           tl.stream());
+      for (int k : unmerged_helpers)
+        lane_.fabric->ring(k, doorbell_index(lane_.cp, lane_.rank, Bell::consumed), doorbell_value(seq_, 0),
                            tl.stream());
     });
 }

@@ -34,6 +34,13 @@ std::vector<int> helped(int cp, int helper) {
 
 int return_slots(int cp) { return (cp - 1) / 2; }
 
+std::vector<int> stripe_helpers(int cp, int owner) {
+  std::vector<int> ks;
+  for (int slot = return_slots(cp) - 1; slot >= 0; --slot)
+    if (owner - 2 * (slot + 1) >= 0) ks.push_back(owner - 2 * (slot + 1));
+  return ks;
+}
+
 namespace {
 
 RankAttention::Step fmha_step(int q, int k, int runner, int slot) {

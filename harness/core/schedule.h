@@ -71,6 +71,10 @@ struct RankAttention {
 std::vector<int> kept(int cp, int owner);   // {k < owner : (owner - k) odd}, ascending
 std::vector<int> helped(int cp, int helper);  // {q > helper : (q - helper) even, q < cp}, ascending
 int return_slots(int cp);                   // (cp - 1) / 2
+// The stripe's helpers of an owner, i.e. the ranks whose returns it merges:
+// {owner - 2(s + 1) >= 0 : s < return_slots(cp)}, ascending (k is one exactly
+// when owner is in helped(cp, k)).
+std::vector<int> stripe_helpers(int cp, int owner);
 
 RankAttention rank_attention(Schedule schedule, int cp, int rank);
 std::vector<RankAttention> gang_attention(Schedule schedule, int cp);

@@ -82,6 +82,18 @@ TEST_CASE("owner and helper views mirror each other") {
       CHECK(slot < return_slots(cp));
       CHECK(helper == owner - 2 * (slot + 1));
     }
+    // stripe_helpers(owner): exactly the helpers whose returns the owner merges, ascending.
+    for (int owner = 0; owner < cp; ++owner) {
+      std::vector<int> merged;
+      for (const auto& [o, helper, slot] : consumed)
+        if (o == owner) merged.push_back(helper);
+      std::sort(merged.begin(), merged.end());
+      CHECK(stripe_helpers(cp, owner) == merged);
+      for (int h : stripe_helpers(cp, owner)) {
+        const std::vector<int> q = helped(cp, h);
+        CHECK(std::find(q.begin(), q.end(), owner) != q.end());
+      }
+    }
   }
 }
 

@@ -102,11 +102,15 @@ void check_cp_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
                                   int(m.v_head)),
                 30.0);
   MlaBlock block(m, w, {me, cp, segs, rows, &fab}, FmhaEngine::native);
+  // Two prefix calls before the first stripe call: a helper's wait for the
+  // owner's acknowledgement of call seq - 2 must hold after a prefix call too
+  // (verify and run switch schedules that way); then back and forth.
   const Bits prefix = run_block(block, local.get(), 0, cuts_with(false, false), tl, blas, &fab, m.hidden);
-  const Bits stripe = run_block(block, local.get(), 1, cuts_with(true, true), tl, blas, &fab, m.hidden);
-  const Bits stripe_no4 = run_block(block, local.get(), 2, cuts_with(true, false), tl, blas, &fab, m.hidden);
-  const Bits prefix_4 = run_block(block, local.get(), 3, cuts_with(false, true), tl, blas, &fab, m.hidden);
-  const Bits stripe_again = run_block(block, local.get(), 4, cuts_with(true, true), tl, blas, &fab, m.hidden);
+  const Bits prefix_4 = run_block(block, local.get(), 1, cuts_with(false, true), tl, blas, &fab, m.hidden);
+  const Bits stripe = run_block(block, local.get(), 2, cuts_with(true, true), tl, blas, &fab, m.hidden);
+  const Bits stripe_no4 = run_block(block, local.get(), 3, cuts_with(true, false), tl, blas, &fab, m.hidden);
+  const Bits prefix_again = run_block(block, local.get(), 4, cuts_with(false, false), tl, blas, &fab, m.hidden);
+  const Bits stripe_again = run_block(block, local.get(), 5, cuts_with(true, true), tl, blas, &fab, m.hidden);
 
   const double e_prefix = rel_l2_bf16(prefix, cp1_none), e_stripe = rel_l2_bf16(stripe, cp1_all);
   const double e_between = rel_l2_bf16(stripe, prefix);
@@ -116,6 +120,7 @@ void check_cp_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
   CHECK_MESSAGE(stripe == stripe_no4, "cut 4 on/off differs under the stripe");
   CHECK_MESSAGE(prefix == prefix_4, "cut 4 on/off differs under the prefix schedule");
   CHECK_MESSAGE(stripe == stripe_again, "a repeated stripe call changed bits");
+  CHECK_MESSAGE(prefix == prefix_again, "a repeated prefix call changed bits");
   if (me == cp - 1) {
     const int64_t last = (mine.len - 1) * m.hidden;
     const int want = probe_argmax(cp1_none.data() + last, m.hidden);
