@@ -42,9 +42,8 @@ TEST_CASE("a ring of doorbells carries a pattern into the next rank's slab, regi
   const int next = (me + 1) % cp, prev = (me + cp - 1) % cp;
   IpcFabric fab(gang, slab_layout(cp, 64, 4), 30.0);
   const SlabLayout& L = fab.layout();
-  REQUIRE(L.slots >= 1);
   std::vector<Region> regions = {L.kv, L.q};
-  for (int s = 0; s < 2; ++s) {
+  for (int s = 0; s < 2 && L.slots >= 1; ++s) {  // return slots exist from cp 3 on
     regions.push_back(L.o[s][0]);
     regions.push_back(L.lse[s][0]);
   }
