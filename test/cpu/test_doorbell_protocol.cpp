@@ -1,0 +1,305 @@
+// The CP lane's doorbell protocol, simulated on the host. Per call, every wait,
+// ring, slab write and slab read that MlaBlock (harness/blocks/mla_block.cu)
+// and KdaBlock (harness/blocks/kda_block.cu) issue, in their order, built from
+// the same schedule and slab-layout functions the blocks use. This file
+// mirrors those two: change it with them.
+//
+// Checked for cp 1..8 over call sequences that switch schedules the way
+// `verify` (prefix runs, then stripe runs) and `run` (variants interleaved) do:
+//   - serialized turns (serialize_ranks): when a rank's turn runs, each of its
+//     waits already holds (a wait on a later turn is a hang);
+//   - concurrent ranks, many random interleavings of the ranks' streams: no
+//     deadlock, and every read finds its own call's content (nothing
+//     overwritten before its readers are done, nothing read before written).
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "schedule.h"
+#include "slab_layout.h"
+
+using namespace pb;
+
+namespace {
+
+enum class OpKind { wait, ring, write, read };
+enum class Buf { window, ret, halo, package };
+
+// A buffer in some rank's slab: (kind, holder, index, sub-index).
+using BufKey = std::tuple<Buf, int, int, int>;
+
+struct Op {
+  OpKind kind;
+  int holder = 0;  // wait: the waiting rank; ring: the rank whose flag is set; read/write: the slab's rank
+  int sender = 0;  // the flag's sender (wait, ring)
+  Bell bell = Bell::window;
+  uint64_t value = 0;
+  BufKey buf{};
+  int64_t seq = 0;  // read/write: the call whose content it is
+  std::string what;
+};
+
+using Ops = std::vector<Op>;
+
+Op wait_op(int me, int sender, Bell b, uint64_t v, const std::string& what) {
+  return {OpKind::wait, me, sender, b, v, {}, 0, what};
+}
+Op ring_op(int me, int target, Bell b, uint64_t v) { return {OpKind::ring, target, me, b, v, {}, 0, ""}; }
+Op write_op(BufKey k, int64_t seq, const std::string& what) { return {OpKind::write, 0, 0, Bell::window, 0, k, seq, what}; }
+Op read_op(BufKey k, int64_t seq, const std::string& what) { return {OpKind::read, 0, 0, Bell::window, 0, k, seq, what}; }
+
+// ---- MlaBlock ----
+// project: wait until last call's readers released the window, write it, publish it.
+void mla_project(Ops& ops, int cp, int me, int64_t seq) {
+  const std::vector<int> readers = window_readers_any(cp, me);
+  for (int r : readers) ops.push_back(wait_op(me, r, Bell::released, doorbell_value_done(seq, 1), "released"));
+  ops.push_back(write_op({Buf::window, me, 0, 0}, seq, "window"));
+  for (int r : readers) ops.push_back(ring_op(me, r, Bell::window, doorbell_value(seq, 0)));
+}
+
+// attend: the schedule's steps; then release every window possibly read and, in
+// a prefix call, acknowledge the stripe's return slots (ack_unmerged = false
+// drops that acknowledgement: the protocol before it was added).
+void mla_attend(Ops& ops, int cp, int me, int64_t seq, Schedule sched, bool ack_unmerged) {
+  const RankAttention a = rank_attention(sched, cp, me);
+  const int slab = return_slab(seq);
+  std::vector<bool> expanded(size_t(cp), false);
+  for (const auto& step : a.steps) {
+    if (step.is_merge) {
+      if (step.merge.slot >= 0) {
+        ops.push_back(wait_op(me, step.merge.k, Bell::returned, doorbell_value(seq, step.merge.slot), "returned"));
+        ops.push_back(read_op({Buf::ret, me, slab, step.merge.slot}, seq, "return slot"));
+        ops.push_back(ring_op(me, step.merge.k, Bell::consumed, doorbell_value(seq, 0)));
+      }
+      continue;
+    }
+    const FmhaWindow& w = step.window;
+    if (!expanded[size_t(w.k)]) {
+      expanded[size_t(w.k)] = true;
+      if (w.k != me) {
+        ops.push_back(wait_op(me, w.k, Bell::window, doorbell_value(seq, 0), "keys' window"));
+        ops.push_back(read_op({Buf::window, w.k, 0, 0}, seq, "keys' window"));
+      }
+    }
+    if (w.q != me) {  // helped: the owner's queries in, the result into its return slot
+      ops.push_back(wait_op(me, w.q, Bell::window, doorbell_value(seq, 0), "queries' window"));
+      if (seq >= 2) ops.push_back(wait_op(me, w.q, Bell::consumed, doorbell_value_done(seq, 2), "consumed"));
+      ops.push_back(read_op({Buf::window, w.q, 0, 0}, seq, "queries"));
+      ops.push_back(write_op({Buf::ret, w.q, slab, w.slot}, seq, "return slot"));
+      ops.push_back(ring_op(me, w.q, Bell::returned, doorbell_value(seq, w.slot)));
+    }
+  }
+  for (int k : windows_read_any(cp, me)) ops.push_back(ring_op(me, k, Bell::released, doorbell_value(seq, 0)));
+  if (ack_unmerged && sched != Schedule::stripe)
+    for (int k : stripe_helpers(cp, me)) ops.push_back(ring_op(me, k, Bell::consumed, doorbell_value(seq, 0)));
+}
+
+// ---- KdaBlock ----
+// project (the halo): send the last rows downstream, receive them from upstream.
+void kda_project(Ops& ops, int cp, int me, int64_t seq) {
+  const int par = kda_parity(seq);
+  if (me < cp - 1) {
+    ops.push_back(wait_op(me, me + 1, Bell::halo_read, doorbell_value_done(seq, 2), "halo_read"));
+    ops.push_back(write_op({Buf::halo, me + 1, par, 0}, seq, "halo"));
+    ops.push_back(ring_op(me, me + 1, Bell::halo, doorbell_value(seq, 0)));
+  }
+  if (me > 0) {
+    ops.push_back(wait_op(me, me - 1, Bell::halo, doorbell_value(seq, 0), "halo"));
+    ops.push_back(read_op({Buf::halo, me, par, 0}, seq, "halo"));
+    ops.push_back(ring_op(me, me - 1, Bell::halo_read, doorbell_value(seq, 0)));
+  }
+}
+
+// recur: publish this rank's package, fold the upstream ones.
+void kda_recur(Ops& ops, int cp, int me, int64_t seq) {
+  const int par = kda_parity(seq);
+  if (me < cp - 1) {
+    for (int r = me + 1; r < cp; ++r)
+      ops.push_back(wait_op(me, r, Bell::state_read, doorbell_value_done(seq, 2), "state_read"));
+    ops.push_back(write_op({Buf::package, me, par, 0}, seq, "package"));
+    for (int r = me + 1; r < cp; ++r) ops.push_back(ring_op(me, r, Bell::state, doorbell_value(seq, 0)));
+  }
+  if (me > 0) {
+    for (int j = 0; j < me; ++j) ops.push_back(wait_op(me, j, Bell::state, doorbell_value(seq, 0), "state"));
+    for (int j = 0; j < me; ++j) ops.push_back(read_op({Buf::package, j, par, 0}, seq, "package"));
+    for (int j = 0; j < me; ++j) ops.push_back(ring_op(me, j, Bell::state_read, doorbell_value(seq, 0)));
+  }
+}
+
+// One layer call of the superstep: its kind and, for MLA, the schedule.
+struct Call {
+  bool mla;
+  Schedule sched;
+};
+
+// ops[rank][phase] over the whole sequence: phase 2i = layer i's projection
+// turn, 2i + 1 = its attention / recurrence turn (the output turn has no bells).
+std::vector<std::vector<Ops>> build(int cp, const std::vector<Call>& calls, bool ack_unmerged) {
+  std::vector<std::vector<Ops>> ops(size_t(cp), std::vector<Ops>(2 * calls.size()));
+  int64_t mla_seq = 0, kda_seq = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const Call& c = calls[i];
+    for (int r = 0; r < cp; ++r) {
+      if (cp == 1) continue;  // no fabric at cp 1
+      if (c.mla) {
+        mla_project(ops[size_t(r)][2 * i], cp, r, mla_seq);
+        mla_attend(ops[size_t(r)][2 * i + 1], cp, r, mla_seq, c.sched, ack_unmerged);
+      } else {
+        kda_project(ops[size_t(r)][2 * i], cp, r, kda_seq);
+        kda_recur(ops[size_t(r)][2 * i + 1], cp, r, kda_seq);
+      }
+    }
+    if (c.mla) ++mla_seq;
+    else ++kda_seq;
+  }
+  return ops;
+}
+
+struct World {
+  std::map<std::tuple<int, int, Bell>, uint64_t> flags;  // (holder, sender, bell)
+  std::map<BufKey, int64_t> content;                     // the seq of a buffer's content
+};
+
+std::string describe(int rank, const Op& op) {
+  return "rank " + std::to_string(rank) + " " + op.what + " (seq " + std::to_string(op.seq) + ", value seq " +
+         std::to_string(doorbell_seq(op.value)) + ")";
+}
+
+bool runnable(const World& w, const Op& op) {
+  if (op.kind != OpKind::wait) return true;
+  auto it = w.flags.find({op.holder, op.sender, op.bell});
+  return (it == w.flags.end() ? 0 : it->second) >= op.value;
+}
+
+// Runs one op; returns "" or what went wrong.
+std::string apply(World& w, int rank, const Op& op) {
+  switch (op.kind) {
+    case OpKind::wait:
+      return runnable(w, op) ? "" : "stuck: " + describe(rank, op);
+    case OpKind::ring:
+      w.flags[{op.holder, op.sender, op.bell}] = op.value;
+      return "";
+    case OpKind::write:
+      w.content[op.buf] = op.seq;
+      return "";
+    case OpKind::read: {
+      auto it = w.content.find(op.buf);
+      const int64_t got = it == w.content.end() ? -1 : it->second;
+      return got == op.seq ? "" : describe(rank, op) + " found the content of seq " + std::to_string(got);
+    }
+  }
+  return "unknown op";
+}
+
+// Serialized turns: every phase, rank by rank, each rank's ops in order.
+std::string run_serialized(int cp, const std::vector<std::vector<Ops>>& ops) {
+  World w;
+  const size_t phases = ops.empty() ? 0 : ops[0].size();
+  for (size_t p = 0; p < phases; ++p)
+    for (int r = 0; r < cp; ++r)
+      for (const Op& op : ops[size_t(r)][p])
+        if (std::string e = apply(w, r, op); !e.empty()) return "phase " + std::to_string(p) + ": " + e;
+  return "";
+}
+
+// Concurrent ranks: each rank's stream runs its ops in order; a random runnable
+// rank moves one op at a time.
+std::string run_concurrent(int cp, const std::vector<std::vector<Ops>>& ops, uint32_t seed) {
+  std::vector<Ops> flat(static_cast<size_t>(cp));
+  for (int r = 0; r < cp; ++r)
+    for (const Ops& phase : ops[size_t(r)]) flat[size_t(r)].insert(flat[size_t(r)].end(), phase.begin(), phase.end());
+  std::vector<size_t> next(static_cast<size_t>(cp), 0);
+  World w;
+  std::mt19937 rng(seed);
+  for (;;) {
+    std::vector<int> ready;
+    bool done = true;
+    for (int r = 0; r < cp; ++r) {
+      if (next[size_t(r)] == flat[size_t(r)].size()) continue;
+      done = false;
+      if (runnable(w, flat[size_t(r)][next[size_t(r)]])) ready.push_back(r);
+    }
+    if (done) return "";
+    if (ready.empty()) {
+      std::string e = "deadlock:";
+      for (int r = 0; r < cp; ++r)
+        if (next[size_t(r)] < flat[size_t(r)].size()) e += " " + describe(r, flat[size_t(r)][next[size_t(r)]]) + ";";
+      return e;
+    }
+    const int r = ready[std::uniform_int_distribution<size_t>(0, ready.size() - 1)(rng)];
+    if (std::string e = apply(w, r, flat[size_t(r)][next[size_t(r)]++]); !e.empty()) return e;
+  }
+}
+
+// A superstep's layers (MLA every 4th and the last, as in K3) under one schedule.
+void append_superstep(std::vector<Call>& calls, int layers, Schedule sched) {
+  for (int l = 0; l < layers; ++l) calls.push_back({l % 4 == 3 || l == layers - 1, sched});
+}
+
+// verify: the baseline and the exact cuts (prefix), then the stripe and all cuts.
+std::vector<Call> verify_order(int layers) {
+  std::vector<Call> calls;
+  for (int i = 0; i < 6; ++i) append_superstep(calls, layers, Schedule::prefix);
+  for (int i = 0; i < 2; ++i) append_superstep(calls, layers, Schedule::stripe);
+  return calls;
+}
+
+// run: warm-up and reps of baseline and all, interleaved.
+std::vector<Call> run_order(int layers) {
+  std::vector<Call> calls;
+  for (int rep = 0; rep < 3; ++rep) {
+    append_superstep(calls, layers, Schedule::prefix);
+    append_superstep(calls, layers, Schedule::stripe);
+  }
+  return calls;
+}
+
+std::vector<Call> random_order(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<Call> calls;
+  for (int i = 0; i < n; ++i)
+    calls.push_back({rng() % 2 == 0, rng() % 2 == 0 ? Schedule::prefix : Schedule::stripe});
+  return calls;
+}
+
+void check_all(int cp, const std::vector<Call>& calls, const char* order) {
+  CAPTURE(cp);
+  CAPTURE(order);
+  const auto ops = build(cp, calls, true);
+  CHECK(run_serialized(cp, ops) == "");
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    CAPTURE(seed);
+    CHECK(run_concurrent(cp, ops, seed) == "");
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the lane's doorbells never hang and never expose a stale buffer, cp 1..8") {
+  for (int cp = 1; cp <= 8; ++cp) {
+    check_all(cp, verify_order(6), "verify");
+    check_all(cp, run_order(5), "run");
+    check_all(cp, random_order(40, 7u * uint32_t(cp)), "random");
+  }
+}
+
+TEST_CASE("without the prefix call's acknowledgement of return slots, verify and run hang from cp 3 on") {
+  for (int cp = 2; cp <= 8; ++cp) {
+    CAPTURE(cp);
+    const auto ops = build(cp, verify_order(6), false);
+    const std::string e = run_serialized(cp, ops);
+    if (cp < 3) {
+      CHECK(e == "");  // no return slots below cp 3
+    } else {
+      CHECK(e.find("stuck") != std::string::npos);
+      CHECK(e.find("consumed") != std::string::npos);
+    }
+    const std::string e_run = run_serialized(cp, build(cp, run_order(5), false));
+    CHECK((cp < 3 ? e_run == "" : e_run.find("stuck") != std::string::npos));
+  }
+}
