@@ -148,3 +148,11 @@ set_tests_properties(mpi_gpu.verify_smoke mpi_gpu.verify_smoke_cp2 mpi_gpu.verif
 add_test(NAME cpu.compare_savings COMMAND $<TARGET_FILE:prefill-bench> compare ${PB_PLAN_OUT})
 set_tests_properties(cpu.compare_savings PROPERTIES LABELS cpu TIMEOUT 120 FIXTURES_REQUIRED plan_cp8
   ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "savings against 'baseline'.*all")
+
+# The multi-host launch (scripts/launch.sh --dry-run): one rank per GPU over a
+# hostfile of two 4-GPU hosts for cp8, the NCCL environment exported.
+add_test(NAME cpu.launch_dry_run
+  COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/launch.sh --dry-run ${CMAKE_SOURCE_DIR}/test/data/hosts-2x4.txt
+          ${CMAKE_SOURCE_DIR}/scenarios/cp8-128k.yaml)
+set_tests_properties(cpu.launch_dry_run PROPERTIES LABELS cpu TIMEOUT 60 ENVIRONMENT "PB_BUILD=${CMAKE_BINARY_DIR}"
+  PASS_REGULAR_EXPRESSION "mpirun --hostfile .*hosts-2x4.txt -np 8 --map-by slot --bind-to none -x NCCL_NVLS_ENABLE=0 .*prefill-bench run")
