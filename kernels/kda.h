@@ -107,6 +107,14 @@
 //     (the exposed single-stage loads cost what the shorter chain saves), package 1285.8 µs
 //     against 1497.7 (-14%: half-length chains in its two waves). So the forward keeps kHead
 //     and the KDA block's package takes kHalves.
+//   Shared-memory traffic of the head walk per chunk (counted from the code, an estimate for
+//     ncu to confirm): A's ldmatrix.x4 (W, Qg, S0 twice; 16 warps re-read each other's
+//     operands 4x) 256 KB, B 60 KB, C 128 KB, U and S0 (bf16) stores 64 KB, the cp.async
+//     fill 74 KB: ~580 KB ≈ 4.5 k cycles at 128 B/clk ≈ 2.3-2.5 µs of the measured 4.8 µs,
+//     against ~1 µs of tensor work. So the walk is bound by shared memory and the chunk's
+//     barriers more than by mma or DRAM; warpgroup MMA (wgmma: 64-row tiles read once per
+//     warpgroup from smem, S as its register accumulator) would cut the operand traffic
+//     about 2.5x. The forward's 0.20 bar needs that and a prepare closer to its DRAM floor.
 #pragma once
 
 #include <cuda_bf16.h>
