@@ -5,7 +5,9 @@
 # plus each benchmark's .h5. Usage:
 #   scripts/gpu-round.sh "test_a test_b" "mpi:test_x" "kda moe kernels:attnres lane:cp4-64k"
 # Benchmark specs: kernels:<family>, lane:<scenario> (serialized ranks),
-# lane-staged:<scenario> (the same with PB_DEBUG_HELPED_COPY=1), verify:<scenario>
+# lane-in-place:<scenario> (helped windows in place, PB_HELPED_IN_PLACE=1),
+# lane-split:<scenario> (cuDNN causal squares >= 8192 in two calls,
+# PB_FMHA_CAUSAL_SPLIT_MIN=8192), verify:<scenario>
 # (mpirun -np cp verify), or a single-process command (kda, moe, fmha).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -42,11 +44,12 @@ for spec in ${3:-}; do
   echo "== $spec" >>"$OUT/bench.log"
   case $cmd in
     kernels) timeout 300 "$B/prefill-bench" kernels --family "$arg" -o "$OUT/$arg.h5" --overwrite >/tmp/b.log 2>&1 ;;
-    lane | lane-staged)
+    lane | lane-in-place | lane-split)
       np=$("$B/prefill-bench" ranks "scenarios/$arg.yaml")
-      staged=0
-      [[ $cmd == lane-staged ]] && staged=1
-      PB_DEBUG_HELPED_COPY=$staged timeout 300 mpirun --oversubscribe -np "$np" -x PB_DEBUG_HELPED_COPY \
+      env=(PB_HELPED_IN_PLACE=0 PB_FMHA_CAUSAL_SPLIT_MIN=0)
+      [[ $cmd == lane-in-place ]] && env[0]=PB_HELPED_IN_PLACE=1
+      [[ $cmd == lane-split ]] && env[1]=PB_FMHA_CAUSAL_SPLIT_MIN=8192
+      env "${env[@]}" timeout 300 mpirun --oversubscribe -np "$np" -x PB_HELPED_IN_PLACE -x PB_FMHA_CAUSAL_SPLIT_MIN \
         "$B/prefill-bench" lane "scenarios/$arg.yaml" --set serialize_ranks=true -o "$OUT/$cmd-$arg.h5" \
         --overwrite >/tmp/b.log 2>&1 ;;
     verify)
