@@ -59,7 +59,8 @@ MlaBlock::MlaBlock(const ModelShape& m, const MlaWeights& w, const MlaLane& lane
   // ~1.2x a local pair, staged ~1.0x (README, the CP lane). PB_HELPED_IN_PLACE=1
   // restores the in-place form for that A/B.
   const char* in_place = std::getenv("PB_HELPED_IN_PLACE");
-  if (lane_.cp > 1 && !(in_place && std::string(in_place) == "1"))
+  const bool helps = lane_.cp > 1 && !helped(lane_.cp, lane_.rank).empty();  // under the stripe
+  if (helps && !(in_place && std::string(in_place) == "1"))
     staged_q_ = DeviceBuffer<bf16>(size_t(longest * q_width));
   o_acc_ = DeviceBuffer<float>(size_t(t * v_width));
   lse_acc_ = DeviceBuffer<float>(size_t(heads * t));
