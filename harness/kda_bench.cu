@@ -11,6 +11,8 @@
 //   kda.fold     one fold step S·M + D (cuBLAS f32 batched + add): 2 d³ per head
 //   kda.forward_halves / kda.state_halves / kda.package_halves  the same passes with the
 //                halves walk (KdaWalk::kHalves: two 64-row CTAs per head)
+//   kda.forward_wgmma / kda.state_wgmma  the forward passes with the wgmma walk
+//                (KdaWalk::kWgmma: one 4-warpgroup CTA per head on wgmma; forward only)
 // The fraction column is TFLOP/s over the measured GEMM rate; "vs fla" is
 // chunk_kda's 5.16 ms per 16k (DESIGN.md §5) over our ms per 16k tokens.
 // Checks (the `wrong` column): o of tokens [0, 256) of heads 0, H/2, H−1 against
@@ -21,6 +23,8 @@
 // The *_halves rows: o as above and S_out against the head walk's (forward_halves,
 // state_halves), M and D against the head walk's (package_halves), within kda.h's floors;
 // whether they equal the head walk's bit for bit (as designed) is printed under the table.
+// The *_wgmma rows: o as above and S_out against the head walk's within kda.h's floors (not
+// bit for bit: the tensor core's f32 summation order differs).
 #include "kda_bench.h"
 
 #include <cuda_bf16.h>
@@ -222,6 +226,15 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
                       S_out.get(), st, KdaWalk::kHalves);
         },
         slots, o.warmup, o.reps, stream);
+    const bool with_wg = kda_wgmma_walk_supported();  // sm_90 only: rows left out elsewhere
+    Timing t_fwd_wg{}, t_state_wg{};
+    if (with_wg)
+      t_fwd_wg = time_launches(
+          [&](int slot, cudaStream_t st) {
+            kda_forward(inputs_of(in[size_t(slot)], H, A_log.get(), dt_bias.get()), T, H, ws, S_in.get(), out.get(), W,
+                        S_out.get(), st, KdaWalk::kWgmma);
+          },
+          slots, o.warmup, o.reps, stream);
     const Timing t_prep = time_launches(
         [&](int slot, cudaStream_t st) {
           kda_prepare(inputs_of(in[size_t(slot)], H, A_log.get(), dt_bias.get()), T, H, ws, st);
@@ -248,6 +261,12 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     const Timing t_pkg_hv = time_launches(
         [&](int, cudaStream_t st) { kda_package(ws, T, M.get(), D.get(), st, KdaWalk::kHalves); }, 1, o.warmup,
         o.reps, stream);
+    if (with_wg)
+      t_state_wg = time_launches(
+          [&](int, cudaStream_t st) {
+            kda_forward_state(ws, T, S_in.get(), out.get(), W, S_out.get(), st, KdaWalk::kWgmma);
+          },
+          1, o.warmup, o.reps, stream);
     // v1 walk (kda_state_kernel, four 32-row slices per head) for comparison: printed, and
     // stored as numbers kda_state_slices_us.<T> / kda_package_slices_us.<T>
     const Timing t_state_v1 = time_launches(
@@ -334,6 +353,24 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
                 bits_s ? "equals" : "DIFFERS from", bits_m ? "equals" : "DIFFERS from",
                 bits_d ? "equals" : "DIFFERS from");
     failed += int(wrong_hv + wrong_pkg_hv);
+    // the wgmma walk: o against the reference, S_out against the head walk's (kda.forward_wgmma,
+    // kda.state_wgmma)
+    int64_t wrong_wg = 0;
+    if (with_wg) {
+      out.poison(stream);
+      S_fold.poison(stream);
+      kda_forward_state(ws, T, S_in.get(), out.get(), W, S_fold.get(), stream, KdaWalk::kWgmma);
+      PB_CUDA(cudaStreamSynchronize(stream));
+      wrong_wg = check_outputs(in[0], A_log.get(), dt_bias.get(), S_in.get(), out.get(), T, H);
+      const std::vector<float> s_wg = S_fold.download();
+      const Agreement st_wg = agree(std::vector<double>(s_wg.begin(), s_wg.end()),
+                                    std::vector<double>(s_fwd.begin(), s_fwd.end()));
+      std::printf("  wgmma walk (kda_walk_wgmma_kernel): S_out vs the head walk: rel-L2 %.3g max-abs %.3g"
+                  " (max %.3g)%s\n",
+                  st_wg.rel_l2, st_wg.max_abs, st_wg.max_ref, st_wg.ok() ? "" : ": outside the floors");
+      if (!st_wg.ok()) ++wrong_wg;
+      failed += int(wrong_wg);
+    }
     // the v1 prepare's products through the head walk: o against the same check
     kda_prepare(inputs_of(in[0], H, A_log.get(), dt_bias.get()), T, H, ws, stream, KdaPrepare::kV1);
     out.poison(stream);
@@ -348,7 +385,7 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     const double prep_bytes = double(T) * W * 2 * 8 + double(T) * H * 2 + double(chunks) * H * kC * kC * 2;
     const double pkg_flops = 8.0 * kC * kD * kD * double(chunks) * H;
     const double fold_flops = gemm_flops(kD, kD, kD) * H + double(state);
-    const BenchRow rows[] = {
+    std::vector<BenchRow> rows = {
         row_of("kda.forward", t_fwd, fwd.flops, fwd.bytes),
         row_of("kda.prepare", t_prep, 0.0, prep_bytes),
         row_of("kda.prepare_v1", t_prep_v1, 0.0, prep_bytes),
@@ -359,13 +396,19 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
         row_of("kda.state_halves", t_state_hv, 0.0, walk_bytes),
         row_of("kda.package_halves", t_pkg_hv, pkg_flops, double(T) * W * 2 * 3 + 2.0 * state * 4),
     };
+    if (with_wg) {
+      rows.push_back(row_of("kda.forward_wgmma", t_fwd_wg, fwd.flops, fwd.bytes));
+      rows.push_back(row_of("kda.state_wgmma", t_state_wg, 0.0, walk_bytes));
+    }
     for (const BenchRow& r : rows) {
       const bool halves_row = r.kernel.find("_halves.") != std::string::npos;
+      const bool wgmma_row = r.kernel.find("_wgmma.") != std::string::npos;
       const bool fwd_row = r.kernel.rfind("kda.forward", 0) == 0;
       const bool state_row = r.kernel.rfind("kda.state", 0) == 0;
       const bool p1_row = r.kernel.rfind("kda.prepare_v1", 0) == 0;
       const bool pkg_row = r.kernel.rfind("kda.package", 0) == 0;
-      const int64_t wrong = halves_row ? (pkg_row ? wrong_pkg_hv : wrong_hv)
+      const int64_t wrong = wgmma_row    ? wrong_wg
+                            : halves_row ? (pkg_row ? wrong_pkg_hv : wrong_hv)
                             : fwd_row  ? wrong_o + wrong_s
                             : state_row ? wrong_v1
                             : p1_row    ? wrong_p1

@@ -34,6 +34,8 @@
 //   32 key channels), one stage of workspace tiles; W, Qg, Ũ's 64 columns of chunk n+1 issued
 //   after A of chunk n, K̂, Aqk, Γ of chunk n at its top barrier. Same phases and barriers as
 //   kda_walk_kernel, each warp's tiles halved; bit-identical results.
+// KdaWalk::kWgmma (forward only): kda_walk_wgmma_kernel in kda_walk_wgmma.cu (launch_walk_wgmma,
+//   kda_walk.h; StateParams in kda_state_params.h).
 // Swizzled smem tiles: 16-byte chunk j of row r sits at chunk j ^ (r & 7) of the row,
 // so the 8 rows an ldmatrix (or a fragment load) touches fall in distinct bank groups.
 #include "kda.h"
@@ -46,6 +48,8 @@
 #include "check.h"
 #include "ptx.cuh"
 #include "kda_tiles.h"
+#include "kda_state_params.h"
+#include "kda_walk.h"
 
 namespace pb {
 namespace {
@@ -727,19 +731,6 @@ __global__ void __launch_bounds__(kThreads, 3) kda_prepare2_kernel(const PrepPar
 // kda_state_kernel: the walk over chunks for 32 rows of S (or of [D; M])
 // ---------------------------------------------------------------------------
 
-struct StateParams {
-  const bf16 *w, *u, *khat, *qg, *aqk;
-  const float* gamma;
-  int64_t ws_chunks, tokens;
-  int chunks;
-  bool package;       // rows [D (dv); M (dk)]: grid.y = 8; else S: grid.y = 4
-  const float* s_in;  // forward: S_in or null
-  bf16* o;            // forward: o or null
-  int64_t o_ld;
-  float* s_out;  // forward: S_out or null; package: D
-  float* m_out;  // package: M
-};
-
 constexpr uint32_t kStW = 0, kStQg = 16384, kStKh = 32768, kStAqk = 49152, kStS = 57344, kStU = 65536;
 constexpr uint32_t kStGam = kStU + 64 * 80, kStSmem = kStGam + 512;  // 71168 bytes
 constexpr int kUPitchBytes = 80;  // sU [64 tokens][32 rows] bf16, rows padded to 5 chunks
@@ -1386,6 +1377,9 @@ void launch_state(const StateParams& p, int heads, KdaWalk walk, cudaStream_t st
       kda_walk_half_kernel<<<grid, kHvThreads, kHvSmem, stream>>>(p);
       break;
     }
+    case KdaWalk::kWgmma:
+      launch_walk_wgmma(p, heads, stream);  // kda_walk_wgmma.cu (forward only)
+      break;
     case KdaWalk::kSlices: {
       PB_CUDA(cudaFuncSetAttribute(kda_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStSmem)));
       const dim3 grid(unsigned(heads), p.package ? 8u : 4u);
@@ -1477,6 +1471,7 @@ void kda_forward(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& w
 }
 
 void kda_package(const KdaWorkspace& ws, int64_t tokens, float* M, float* D, cudaStream_t stream, KdaWalk walk) {
+  PB_CHECK(walk != KdaWalk::kWgmma, "kda_package: the wgmma walk covers the forward only");
   StateParams p = state_params(ws, tokens);
   PB_CHECK(M != nullptr && D != nullptr && aligned16(M) && aligned16(D), "kda_package: M and D must be 16-byte aligned");
   p.package = true;

@@ -115,6 +115,13 @@
 //     barriers more than by mma or DRAM; warpgroup MMA (wgmma: 64-row tiles read once per
 //     warpgroup from smem, S as its register accumulator) would cut the operand traffic
 //     about 2.5x. The forward's 0.20 bar needs that and a prepare closer to its DRAM floor.
+//   walk, wgmma (KdaWalk::kWgmma, forward only; NOT yet run on a GPU): one CTA of 4 warpgroups
+//     per head (195 KiB smem, 1 CTA/SM); per chunk 28 wgmma.m64n128k16 (P 8, Qg S0ᵀ 8, Aqk U 4,
+//     Uᵀ K̂ 2 x 4), each reading its A (2 KB) and B (4 KB) from smem once per warpgroup:
+//     ~168 KB of operand reads + Ũ 16 KB + U and S0 stores 48 KB + the 74 KB fill ≈ 306 KB per
+//     chunk (vs ~580 KB); two barriers per chunk; the chain P (8 wgmma, sharing the tensor core
+//     with Qg S0ᵀ) → barrier → Uᵀ K̂ (4 per warpgroup, with Aqk U) ≈ 28 x 64 = 1.8 k cycles at
+//     ~2048 MAC/clk/SM, below the ~2.6 µs of DRAM bytes per chunk at a 96-SM share.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -170,7 +177,13 @@ class KdaWorkspace {
 //            re-reads the chunk's W, Qg, K̂, Aqk (4x the L2 → SM traffic)
 //   kHalves  kda_walk_half_kernel: two CTAs of 16 warps per head (four for the package), 64
 //            rows of S each, 2 CTAs/SM; bit-identical to kHead (each re-reads W, Qg, K̂, Aqk)
-enum class KdaWalk { kHead, kSlices, kHalves };
+//   kWgmma   kda_walk_wgmma_kernel (kda_walk_wgmma.cu): one CTA of 4 warpgroups per head on
+//            wgmma (sm_90a), S as the f32 accumulator of two warpgroups; FORWARD ONLY
+//            (kda_package refuses it), equal to kHead up to f32 summation order; not yet run on a GPU
+enum class KdaWalk { kHead, kSlices, kHalves, kWgmma };
+
+// Whether KdaWalk::kWgmma runs on the current device (sm_90: wgmma); elsewhere it throws.
+bool kda_wgmma_walk_supported();
 
 // The prepare kernel (kda.cu; both write the same products up to rounding):
 //   kV2  kda_prepare2_kernel: exponentials once per (token, channel) and per (block pair,

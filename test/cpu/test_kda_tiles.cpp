@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "kda_tiles.h"
@@ -205,6 +206,112 @@ TEST_CASE("A operand stored [k][m], ldmatrix.trans (U^T in the state update)") {
           for (int k = 0; k < 16; ++k) CHECK(A[m][k] == tag(16 * ks + k, 16 * mt + m));
       }
   }
+}
+
+// ---- The wgmma walk (kda_walk_wgmma.cu): tiles in the wgmma canonical 128-byte-swizzle
+// layout (kda_tiles::wg_at), read through each product's descriptors (kda_tiles::wgwalk) by
+// the canonical-layout address model (kda_tiles::gmma_sw128_addr). Every (mn, k) of every
+// k-step of every product must reach exactly the intended element.
+
+using pb::kda_tiles::gmma_sw128_addr;
+using pb::kda_tiles::wg_at;
+namespace ww = pb::kda_tiles::wgwalk;
+
+// An image of the kernel's shared memory (from its 1024-aligned base) with one [rows][cols]
+// tile of tags (r * 128 + c + 1; 0 elsewhere) written at `at` through wg_at.
+std::vector<uint8_t> wg_image(uint32_t at, int rows, int cols) {
+  std::vector<uint8_t> img(ww::kEnd, 0);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const uint32_t off = at + wg_at(r, c, rows);
+      REQUIRE(off + 2 <= img.size());
+      const uint16_t t = uint16_t(r * 128 + c + 1);
+      img[off] = uint8_t(t & 0xff);
+      img[off + 1] = uint8_t(t >> 8);
+    }
+  return img;
+}
+uint16_t wg_tag(int r, int c) { return uint16_t(r * 128 + c + 1); }
+
+TEST_CASE("wgmma tiles: wg_at is a bijection onto the tile's bytes, 16-byte chunks intact") {
+  for (const auto& [rows, cols] : {std::pair{64, 128}, std::pair{128, 128}, std::pair{64, 64}}) {
+    std::set<uint32_t> seen;
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) {
+        const uint32_t off = wg_at(r, c, rows);
+        CHECK(off < uint32_t(rows * cols * 2));
+        CHECK(off % 2 == 0);
+        if (c % 8) CHECK(off == wg_at(r, c - c % 8, rows) + 2u * uint32_t(c % 8));
+        seen.insert(off);
+      }
+    CHECK(seen.size() == size_t(rows * cols));
+  }
+}
+
+TEST_CASE("wgmma walk: every descriptor reads the intended operand element") {
+  for (uint32_t stage = 0; stage < 2; ++stage) {
+    const uint32_t st = stage * ww::kStage;
+    // P = W S0^T, O = Qg S0^T: A (m = token, k = key 16 ks + k) K-major
+    for (uint32_t tile : {ww::kW, ww::kQg}) {
+      const auto img = wg_image(st + tile, 64, 128);
+      for (int ks = 0; ks < 8; ++ks)
+        for (int m = 0; m < 64; ++m)
+          for (int k = 0; k < 16; ++k)
+            CHECK(load16(img, gmma_sw128_addr(ww::desc_tok_k(st + tile, ks), false, m, k)) == wg_tag(m, 16 * ks + k));
+    }
+    // O += Aqk U: A (m = token, k = token 16 ks + k) K-major
+    {
+      const auto img = wg_image(st + ww::kAqk, 64, 64);
+      for (int ks = 0; ks < 4; ++ks)
+        for (int m = 0; m < 64; ++m)
+          for (int k = 0; k < 16; ++k)
+            CHECK(load16(img, gmma_sw128_addr(ww::desc_aqk(st, ks), false, m, k)) == wg_tag(m, 16 * ks + k));
+    }
+    // S += U^T K-hat: B (n = key channel, k = token 16 ks + k) MN-major
+    {
+      const auto img = wg_image(st + ww::kKh, 64, 128);
+      for (int ks = 0; ks < 4; ++ks)
+        for (int n = 0; n < 128; ++n)
+          for (int k = 0; k < 16; ++k)
+            CHECK(load16(img, gmma_sw128_addr(ww::desc_kh(st, ks), true, n, k)) == wg_tag(16 * ks + k, n));
+    }
+  }
+  // P, O: B (n = state row j, k = key 16 ks + k) K-major from S0 [128][128]
+  {
+    const auto img = wg_image(ww::kS, 128, 128);
+    for (int ks = 0; ks < 8; ++ks)
+      for (int n = 0; n < 128; ++n)
+        for (int k = 0; k < 16; ++k)
+          CHECK(load16(img, gmma_sw128_addr(ww::desc_s0(0, ks), false, n, k)) == wg_tag(n, 16 * ks + k));
+  }
+  // U [64 tokens][128 rows]: B of Aqk U (n = row j, k = token) and A of U^T K-hat (m = row 64 h + m)
+  {
+    const auto img = wg_image(ww::kU, 64, 128);
+    for (int ks = 0; ks < 4; ++ks)
+      for (int k = 0; k < 16; ++k) {
+        for (int n = 0; n < 128; ++n)
+          CHECK(load16(img, gmma_sw128_addr(ww::desc_u_b(0, ks), true, n, k)) == wg_tag(16 * ks + k, n));
+        for (int h = 0; h < 2; ++h)
+          for (int m = 0; m < 64; ++m)
+            CHECK(load16(img, gmma_sw128_addr(ww::desc_u_a(0, h, ks), true, m, k)) == wg_tag(16 * ks + k, 64 * h + m));
+      }
+  }
+}
+
+// The kernel's stores from accumulator fragments (U → sU, S → sS, Ũ reads): for each register
+// pair i, the 32 lanes of a warp (row 16 w + g + 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 t)
+// touch 32 distinct 4-byte banks.
+TEST_CASE("wgmma walk: fragment stores are free of bank conflicts") {
+  for (int rows : {64, 128})
+    for (int r0 = 0; r0 < rows; r0 += 16)  // the warp's 16 rows
+      for (int i = 0; i < 64; i += 2) {
+        std::set<uint32_t> banks;
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane >> 2, t = lane & 3;
+          banks.insert((wg_at(r0 + g + 8 * ((i >> 1) & 1), 8 * (i >> 2) + 2 * t, rows) / 4) % 32);
+        }
+        CHECK(banks.size() == 32);
+      }
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // on random inputs (never zeros; strong and weak decays both present):
 //   - the forward (o and the final state) vs the sequential recurrence: 2 heads at
 //     T = 1, 63, 65, 200 (with and without S_in), and 96 heads at T = 256; each with both
-//     prepare kernels (KdaPrepare) and the three walks (KdaWalk);
+//     prepare kernels (KdaPrepare) and the four walks (KdaWalk; the wgmma walk: forward only);
 //   - the halves walk's o, S_out, M and D equal the head walk's bit for bit (96 heads, T = 200);
 //   - two chunked segments, the second fed the first's final state, equal one
 //     pass over the concatenation;
@@ -214,10 +214,15 @@ void check_close(const Close& c, const std::string& what) {
 }
 
 const char* walk_name(KdaWalk w) {
-  return w == KdaWalk::kHead ? "head walk" : w == KdaWalk::kHalves ? "halves walk" : "slice walk";
+  return w == KdaWalk::kHead     ? "head walk"
+         : w == KdaWalk::kHalves ? "halves walk"
+         : w == KdaWalk::kWgmma  ? "wgmma walk"
+                                 : "slice walk";
 }
 const char* prep_name(KdaPrepare p) { return p == KdaPrepare::kV2 ? "prepare v2" : "prepare v1"; }
-constexpr KdaWalk kWalks[] = {KdaWalk::kHead, KdaWalk::kSlices, KdaWalk::kHalves};
+// The forward's walks, and the package's (the wgmma walk covers the forward only).
+constexpr KdaWalk kForwardWalks[] = {KdaWalk::kHead, KdaWalk::kSlices, KdaWalk::kHalves, KdaWalk::kWgmma};
+constexpr KdaWalk kPackageWalks[] = {KdaWalk::kHead, KdaWalk::kSlices, KdaWalk::kHalves};
 constexpr KdaPrepare kPreps[] = {KdaPrepare::kV2, KdaPrepare::kV1};
 
 TEST_CASE("kda forward vs the sequential recurrence") {
@@ -239,7 +244,8 @@ TEST_CASE("kda forward vs the sequential recurrence") {
     ref::kda_sequential(r.q.data(), r.k.data(), r.v.data(), r.la.data(), r.beta.data(), r.shape,
                         ref::kda_default_scale(kD), c.s_in ? S_in_d.data() : nullptr, o_ref.data(), S_ref.data());
     for (KdaPrepare prep : kPreps)
-      for (KdaWalk walk : kWalks) {
+      for (KdaWalk walk : kForwardWalks) {
+        if (walk == KdaWalk::kWgmma && !kda_wgmma_walk_supported()) continue;  // sm_90 only
         const GpuRun g = gpu_forward(in, 0, c.tokens, S_in, walk, prep);
         const std::string how = std::string(prep_name(prep)) + ", " + walk_name(walk);
         check_close(compare(bf16_to_double(g.o), o_ref), tag + " o, " + how);
@@ -394,7 +400,7 @@ void check_package(bool weak, KdaWalk walk, KdaPrepare prep) {
 
 TEST_CASE("kda package: S_in M + D equals the sequential state") {
   for (KdaPrepare prep : kPreps)
-    for (KdaWalk walk : kWalks) {
+    for (KdaWalk walk : kPackageWalks) {
       check_package(true, walk, prep);
       check_package(false, walk, prep);
     }
@@ -526,6 +532,8 @@ TEST_CASE("kda launcher contract") {
   CHECK_THROWS_AS(kda_prepare(bad, 10, 1, ws, nullptr), pb::Error);
   CHECK_THROWS_AS(kda_prepare(bad, 65, 1, ws, nullptr), pb::Error);
   CHECK_THROWS_AS(kda_prepare(bad, 10, 2, ws, nullptr), pb::Error);
+  DeviceBuffer<float> M(size_t(kD) * kD), D(size_t(kD) * kD);
+  CHECK_THROWS_AS(kda_package(ws, 10, M.get(), D.get(), nullptr, KdaWalk::kWgmma), pb::Error);  // forward only
 }
 
 }  // namespace
