@@ -727,6 +727,45 @@ __global__ void __launch_bounds__(kThreads, 3) kda_prepare2_kernel(const PrepPar
   }
 }
 
+// Phase A of the 64-row and 32-row walks, one warp's 16 tokens (16 tb..) × 16 S rows (16 dh..
+// of the bf16 S0 tile sS, 256-byte swizzled rows): P += W S0ᵀ and, with o, O += Qg S0ᵀ, k over
+// the 128 key channels in 8 steps of 16 (the B fragments shared by both products).
+__device__ __forceinline__ void products_16x16(const unsigned char* sS, const unsigned char* sW,
+                                               const unsigned char* sQg, int tb, int dh, RowChunk pa, RowChunk pb,
+                                               bool with_o, float (&pw)[2][4], float (&acc_o)[2][4]) {
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    uint32_t a[4], b[4];
+    const int arow = 16 * tb + pa.row, achunk = 2 * ks + pa.chunk;
+    ldmatrix_x4(smem_addr(sS + swz(16 * dh + pb.row, 2 * ks + pb.chunk, 256)), b);
+    ldmatrix_x4(smem_addr(sW + swz(arow, achunk, 256)), a);
+    mma_16816(pw[0], a, b[0], b[1]);
+    mma_16816(pw[1], a, b[2], b[3]);
+    if (with_o) {
+      ldmatrix_x4(smem_addr(sQg + swz(arow, achunk, 256)), a);
+      mma_16816(acc_o[0], a, b[0], b[1]);
+      mma_16816(acc_o[1], a, b[2], b[3]);
+    }
+  }
+}
+
+// o of one warp's 16 tokens of chunk ch (16 tb..) × 8 NT columns from col0 (the m16n8 C
+// fragments acc_o[nt]), bf16, rows < tokens.
+template <int NT>
+__device__ __forceinline__ void store_o(const StateParams& p, int ch, int tb, int col0, int g, int t4,
+                                        const float (&acc_o)[NT][4]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int64_t tok = int64_t(ch) * kC + 16 * tb + g + 8 * hr;
+      if (tok < p.tokens) {
+        const int col = col0 + 8 * nt + 2 * t4;
+        *reinterpret_cast<uint32_t*>(p.o + tok * p.o_ld + col) = pack_bf16x2(acc_o[nt][2 * hr], acc_o[nt][2 * hr + 1]);
+      }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // kda_state_kernel: the walk over chunks for 32 rows of S (or of [D; M])
 // ---------------------------------------------------------------------------
@@ -822,20 +861,7 @@ __global__ void __launch_bounds__(kThreads, 3) kda_state_kernel(const StateParam
 
     // ---- A: P = W S0ᵀ, O = Qg S0ᵀ (16 tokens × 16 rows) ----
     float pw[2][4] = {}, acc_o[2][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      uint32_t a[4], b[4];
-      const int arow = 16 * tb + pa.row, achunk = 2 * ks + pa.chunk;
-      ldmatrix_x4(smem_addr(sS + swz(16 * dh + pb.row, 2 * ks + pb.chunk, 256)), b);
-      ldmatrix_x4(smem_addr(sW + swz(arow, achunk, 256)), a);
-      mma_16816(pw[0], a, b[0], b[1]);
-      mma_16816(pw[1], a, b[2], b[3]);
-      if (with_o) {
-        ldmatrix_x4(smem_addr(sQg + swz(arow, achunk, 256)), a);
-        mma_16816(acc_o[0], a, b[0], b[1]);
-        mma_16816(acc_o[1], a, b[2], b[3]);
-      }
-    }
+    products_16x16(sS, sW, sQg, tb, dh, pa, pb, with_o, pw, acc_o);
     // U = Ũ − P → sU [token][row] bf16
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
@@ -859,16 +885,7 @@ __global__ void __launch_bounds__(kThreads, 3) kda_state_kernel(const StateParam
         mma_16816(acc_o[0], a, b[0], b[1]);
         mma_16816(acc_o[1], a, b[2], b[3]);
       }
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int64_t tok = int64_t(ch) * kC + 16 * tb + g + 8 * hr;
-          if (tok < p.tokens) {
-            const int col = head * kD + row0 + 16 * dh + 8 * nt + 2 * t4;
-            *reinterpret_cast<uint32_t*>(p.o + tok * p.o_ld + col) = pack_bf16x2(acc_o[nt][2 * hr], acc_o[nt][2 * hr + 1]);
-          }
-        }
+      store_o(p, ch, tb, head * kD + row0 + 16 * dh, g, t4, acc_o);
     }
 
     // ---- C: S = S0 Γ + Uᵀ K̂ (32 rows × key channels 16 warp..) ----
@@ -1044,17 +1061,7 @@ __global__ void __launch_bounds__(kWalkThreads, 1) kda_walk_kernel(const StatePa
         mma_16816(acc_o[2], a, b1[0], b1[1]);
         mma_16816(acc_o[3], a, b1[2], b1[3]);
       }
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int64_t tok = int64_t(ch) * kC + 16 * tb + g + 8 * hr;
-          if (tok < p.tokens) {
-            const int col = head * kD + 32 * dq + 8 * nt + 2 * t4;
-            *reinterpret_cast<uint32_t*>(p.o + tok * p.o_ld + col) =
-                pack_bf16x2(acc_o[nt][2 * hr], acc_o[nt][2 * hr + 1]);
-          }
-        }
+      store_o(p, ch, tb, head * kD + 32 * dq, g, t4, acc_o);
     }
 
     // ---- C: S = S0 Γ + Uᵀ K̂ (32 rows × 32 key channels per warp) ----
@@ -1243,20 +1250,7 @@ __global__ void __launch_bounds__(kHvThreads, 2) kda_walk_half_kernel(const Stat
 
     // ---- A: P = W S0ᵀ, O = Qg S0ᵀ (16 tokens × 16 rows per warp) ----
     float pw[2][4] = {}, acc_o[2][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      uint32_t a[4], b[4];
-      const int arow = 16 * tb + pa.row, achunk = 2 * ks + pa.chunk;
-      ldmatrix_x4(smem_addr(sS + swz(16 * dh + pb.row, 2 * ks + pb.chunk, 256)), b);
-      ldmatrix_x4(smem_addr(sW + swz(arow, achunk, 256)), a);
-      mma_16816(pw[0], a, b[0], b[1]);
-      mma_16816(pw[1], a, b[2], b[3]);
-      if (with_o) {
-        ldmatrix_x4(smem_addr(sQg + swz(arow, achunk, 256)), a);
-        mma_16816(acc_o[0], a, b[0], b[1]);
-        mma_16816(acc_o[1], a, b[2], b[3]);
-      }
-    }
+    products_16x16(sS, sW, sQg, tb, dh, pa, pb, with_o, pw, acc_o);
     // U = Ũ − P → sU [token][row] bf16
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
@@ -1281,17 +1275,7 @@ __global__ void __launch_bounds__(kHvThreads, 2) kda_walk_half_kernel(const Stat
         mma_16816(acc_o[0], a, b[0], b[1]);
         mma_16816(acc_o[1], a, b[2], b[3]);
       }
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int64_t tok = int64_t(ch) * kC + 16 * tb + g + 8 * hr;
-          if (tok < p.tokens) {
-            const int col = head * kD + row0 + 16 * dh + 8 * nt + 2 * t4;
-            *reinterpret_cast<uint32_t*>(p.o + tok * p.o_ld + col) =
-                pack_bf16x2(acc_o[nt][2 * hr], acc_o[nt][2 * hr + 1]);
-          }
-        }
+      store_o(p, ch, tb, head * kD + row0 + 16 * dh, g, t4, acc_o);
     }
 
     // ---- C: S = S0 Γ + Uᵀ K̂ (16 rows × 32 key channels per warp) ----
