@@ -184,6 +184,19 @@ __global__ void __launch_bounds__(kWgThreads, 1) kda_walk_wgmma_kernel(const Sta
     for (int i = 0; i < 64; i += 2)
       *reinterpret_cast<uint32_t*>(sS + wg_at(s_row(i), col_of(i), kD)) = pack_bf16x2(acc[i], acc[i + 1]);
   };
+  // acc = X S0ᵀ for the [64 tokens][128] tile X at shared address x (W for WG0, Qg for WG1):
+  // 8 wgmma over the 128 key channels, waited, so S0 (bf16) is read when it returns.
+  auto times_s0 = [&](uint32_t x) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    acc_fence(acc);
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) wgmma_m64n128k16<0, 0>(acc, ww::desc_tok_k(x, ks), ww::desc_s0(base, ks));
+    wg_commit();
+    wg_wait0();
+    acc_fence(acc);
+  };
   if (wg >= 2) {
 #pragma unroll
     for (int i = 0; i < 64; i += 2) {
@@ -208,16 +221,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) kda_walk_wgmma_kernel(const Sta
 
     if (wg == 0) {
       // ---- P = W S0ᵀ; U = Ũ − P → sU ----
-#pragma unroll
-      for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-      acc_fence(acc);
-      wg_fence();
-#pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks)
-        wgmma_m64n128k16<0, 0>(acc, ww::desc_tok_k(st + ww::kW, ks), ww::desc_s0(base, ks));
-      wg_commit();
-      wg_wait0();
-      acc_fence(acc);
+      times_s0(st + ww::kW);
 #pragma unroll
       for (int i = 0; i < 64; i += 2) {
         const uint32_t off = wg_at(16 * wq + g + 8 * ((i >> 1) & 1), col_of(i), kC);
@@ -229,16 +233,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) kda_walk_wgmma_kernel(const Sta
     } else if (wg == 1) {
       // ---- O = Qg S0ᵀ; after U: O += Aqk U → o ----
       if (with_o) {
-#pragma unroll
-        for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-        acc_fence(acc);
-        wg_fence();
-#pragma unroll
-        for (int ks = 0; ks < kD / 16; ++ks)
-          wgmma_m64n128k16<0, 0>(acc, ww::desc_tok_k(st + ww::kQg, ks), ww::desc_s0(base, ks));
-        wg_commit();
-        wg_wait0();  // S0 (bf16) read: WG2/3 overwrite it after the U barrier
-        acc_fence(acc);
+        times_s0(st + ww::kQg);  // S0 (bf16) read: WG2/3 overwrite it after the U barrier
       }
       bar_sync(1, kWgThreads);
       if (with_o) {
