@@ -214,69 +214,47 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     };
 
     // ---- timings ----
-    const Timing t_fwd = time_launches(
-        [&](int slot, cudaStream_t st) {
-          kda_forward(inputs_of(in[size_t(slot)], H, A_log.get(), dt_bias.get()), T, H, ws, S_in.get(), out.get(), W,
-                      S_out.get(), st);
-        },
-        slots, o.warmup, o.reps, stream);
-    const Timing t_fwd_hv = time_launches(
-        [&](int slot, cudaStream_t st) {
-          kda_forward(inputs_of(in[size_t(slot)], H, A_log.get(), dt_bias.get()), T, H, ws, S_in.get(), out.get(), W,
-                      S_out.get(), st, KdaWalk::kHalves);
-        },
-        slots, o.warmup, o.reps, stream);
-    const bool with_wg = kda_wgmma_walk_supported();  // sm_90 only: rows left out elsewhere
-    Timing t_fwd_wg{}, t_state_wg{};
-    if (with_wg)
-      t_fwd_wg = time_launches(
+    auto time_forward = [&](KdaWalk walk) {
+      return time_launches(
           [&](int slot, cudaStream_t st) {
-            kda_forward(inputs_of(in[size_t(slot)], H, A_log.get(), dt_bias.get()), T, H, ws, S_in.get(), out.get(), W,
-                        S_out.get(), st, KdaWalk::kWgmma);
+            kda_forward(inputs_of(in[size_t(slot)], H, A_log.get(), dt_bias.get()), T, H, ws, S_in.get(), out.get(),
+                        W, S_out.get(), st, walk);
           },
           slots, o.warmup, o.reps, stream);
-    const Timing t_prep = time_launches(
-        [&](int slot, cudaStream_t st) {
-          kda_prepare(inputs_of(in[size_t(slot)], H, A_log.get(), dt_bias.get()), T, H, ws, st);
-        },
-        slots, o.warmup, o.reps, stream);
-    const Timing t_prep_v1 = time_launches(
-        [&](int slot, cudaStream_t st) {
-          kda_prepare(inputs_of(in[size_t(slot)], H, A_log.get(), dt_bias.get()), T, H, ws, st, KdaPrepare::kV1);
-        },
-        slots, o.warmup, o.reps, stream);
+    };
+    auto time_state = [&](KdaWalk walk) {
+      return time_launches(
+          [&](int, cudaStream_t st) { kda_forward_state(ws, T, S_in.get(), out.get(), W, S_out.get(), st, walk); }, 1,
+          o.warmup, o.reps, stream);
+    };
+    auto time_package = [&](KdaWalk walk) {
+      return time_launches([&](int, cudaStream_t st) { kda_package(ws, T, M.get(), D.get(), st, walk); }, 1,
+                           o.warmup, o.reps, stream);
+    };
+    auto time_prepare = [&](KdaPrepare prep) {
+      return time_launches(
+          [&](int slot, cudaStream_t st) {
+            kda_prepare(inputs_of(in[size_t(slot)], H, A_log.get(), dt_bias.get()), T, H, ws, st, prep);
+          },
+          slots, o.warmup, o.reps, stream);
+    };
+    const bool with_wg = kda_wgmma_walk_supported();  // sm_90 only: rows left out elsewhere
+    const Timing t_fwd = time_forward(KdaWalk::kHead);
+    const Timing t_fwd_hv = time_forward(KdaWalk::kHalves);
+    const Timing t_fwd_wg = with_wg ? time_forward(KdaWalk::kWgmma) : Timing{};
+    const Timing t_prep = time_prepare(KdaPrepare::kV2);
+    const Timing t_prep_v1 = time_prepare(KdaPrepare::kV1);
     // slot 0's products stay in the workspace for the walks and the checks
     kda_prepare(inputs_of(in[0], H, A_log.get(), dt_bias.get()), T, H, ws, stream);
-    const Timing t_state = time_launches(
-        [&](int, cudaStream_t st) { kda_forward_state(ws, T, S_in.get(), out.get(), W, S_out.get(), st); }, 1,
-        o.warmup, o.reps, stream);
-    const Timing t_pkg =
-        time_launches([&](int, cudaStream_t st) { kda_package(ws, T, M.get(), D.get(), st); }, 1, o.warmup, o.reps,
-                      stream);
-    const Timing t_state_hv = time_launches(
-        [&](int, cudaStream_t st) {
-          kda_forward_state(ws, T, S_in.get(), out.get(), W, S_out.get(), st, KdaWalk::kHalves);
-        },
-        1, o.warmup, o.reps, stream);
-    const Timing t_pkg_hv = time_launches(
-        [&](int, cudaStream_t st) { kda_package(ws, T, M.get(), D.get(), st, KdaWalk::kHalves); }, 1, o.warmup,
-        o.reps, stream);
-    if (with_wg)
-      t_state_wg = time_launches(
-          [&](int, cudaStream_t st) {
-            kda_forward_state(ws, T, S_in.get(), out.get(), W, S_out.get(), st, KdaWalk::kWgmma);
-          },
-          1, o.warmup, o.reps, stream);
+    const Timing t_state = time_state(KdaWalk::kHead);
+    const Timing t_pkg = time_package(KdaWalk::kHead);
+    const Timing t_state_hv = time_state(KdaWalk::kHalves);
+    const Timing t_pkg_hv = time_package(KdaWalk::kHalves);
+    const Timing t_state_wg = with_wg ? time_state(KdaWalk::kWgmma) : Timing{};
     // v1 walk (kda_state_kernel, four 32-row slices per head) for comparison: printed, and
     // stored as numbers kda_state_slices_us.<T> / kda_package_slices_us.<T>
-    const Timing t_state_v1 = time_launches(
-        [&](int, cudaStream_t st) {
-          kda_forward_state(ws, T, S_in.get(), out.get(), W, S_out.get(), st, KdaWalk::kSlices);
-        },
-        1, o.warmup, o.reps, stream);
-    const Timing t_pkg_v1 = time_launches(
-        [&](int, cudaStream_t st) { kda_package(ws, T, M.get(), D.get(), st, KdaWalk::kSlices); }, 1, o.warmup,
-        o.reps, stream);
+    const Timing t_state_v1 = time_state(KdaWalk::kSlices);
+    const Timing t_pkg_v1 = time_package(KdaWalk::kSlices);
     result.numbers[fmt::format("kda_state_slices_us.{}", T)] = t_state_v1.median_us;
     result.numbers[fmt::format("kda_package_slices_us.{}", T)] = t_pkg_v1.median_us;
     const float* fold_m[2] = {nullptr, M.get()};
@@ -299,38 +277,39 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     if (!st.ok())
       std::printf("  check: S_out vs fold(S_in, M, D): rel-L2 %.3g max-abs %.3g (max %.3g): outside the floors\n",
                   st.rel_l2, st.max_abs, st.max_ref);
+    // Another walk's forward from slot 0's products: o against the reference, S_out (kept in
+    // s_got) against the head walk's; the wrong count of both.
+    struct WalkCheck {
+      int64_t wrong = 0;
+      Agreement s;
+      std::vector<float> s_got;
+    };
+    auto check_walk = [&](KdaWalk walk, const char* name) {
+      WalkCheck c;
+      out.poison(stream);
+      S_fold.poison(stream);
+      kda_forward_state(ws, T, S_in.get(), out.get(), W, S_fold.get(), stream, walk);
+      PB_CUDA(cudaStreamSynchronize(stream));
+      c.wrong = check_outputs(in[0], A_log.get(), dt_bias.get(), S_in.get(), out.get(), T, H);
+      c.s_got = S_fold.download();
+      c.s = agree(std::vector<double>(c.s_got.begin(), c.s_got.end()), std::vector<double>(s_fwd.begin(), s_fwd.end()));
+      if (!c.s.ok()) {
+        std::printf("  check: S_out of the %s vs the head walk: rel-L2 %.3g max-abs %.3g (max %.3g)\n", name,
+                    c.s.rel_l2, c.s.max_abs, c.s.max_ref);
+        ++c.wrong;
+      }
+      return c;
+    };
     // the v1 walk's o and S_out against the same checks (counted in `wrong` of kda.state)
-    out.poison(stream);
-    S_fold.poison(stream);
-    kda_forward_state(ws, T, S_in.get(), out.get(), W, S_fold.get(), stream, KdaWalk::kSlices);
-    PB_CUDA(cudaStreamSynchronize(stream));
-    int64_t wrong_v1 = check_outputs(in[0], A_log.get(), dt_bias.get(), S_in.get(), out.get(), T, H);
-    const std::vector<float> s_v1 = S_fold.download();
-    const Agreement st_v1 = agree(std::vector<double>(s_v1.begin(), s_v1.end()),
-                                  std::vector<double>(s_fwd.begin(), s_fwd.end()));
-    if (!st_v1.ok()) {
-      std::printf("  check: S_out of the slice walk vs the head walk: rel-L2 %.3g max-abs %.3g (max %.3g)\n",
-                  st_v1.rel_l2, st_v1.max_abs, st_v1.max_ref);
-      ++wrong_v1;
-    }
+    const int64_t wrong_v1 = check_walk(KdaWalk::kSlices, "slice walk").wrong;
     std::printf("  v1 slice walk (kda_state_kernel): state %.1f us, package %.1f us, wrong %lld\n",
                 t_state_v1.median_us, t_pkg_v1.median_us, (long long)wrong_v1);
     // the halves walk: o against the reference, S_out against the head walk's (kda.forward_halves,
     // kda.state_halves); M, D against the head walk's (kda.package_halves; M, D hold them now)
     const std::vector<float> m_head = M.download(), d_head = D.download();
-    out.poison(stream);
-    S_fold.poison(stream);
-    kda_forward_state(ws, T, S_in.get(), out.get(), W, S_fold.get(), stream, KdaWalk::kHalves);
-    PB_CUDA(cudaStreamSynchronize(stream));
-    int64_t wrong_hv = check_outputs(in[0], A_log.get(), dt_bias.get(), S_in.get(), out.get(), T, H);
-    const std::vector<float> s_hv = S_fold.download();
-    const Agreement st_hv = agree(std::vector<double>(s_hv.begin(), s_hv.end()),
-                                  std::vector<double>(s_fwd.begin(), s_fwd.end()));
-    if (!st_hv.ok()) {
-      std::printf("  check: S_out of the halves walk vs the head walk: rel-L2 %.3g max-abs %.3g (max %.3g)\n",
-                  st_hv.rel_l2, st_hv.max_abs, st_hv.max_ref);
-      ++wrong_hv;
-    }
+    const WalkCheck hv = check_walk(KdaWalk::kHalves, "halves walk");
+    const int64_t wrong_hv = hv.wrong;
+    const std::vector<float>& s_hv = hv.s_got;
     M.poison(stream);
     D.poison(stream);
     kda_package(ws, T, M.get(), D.get(), stream, KdaWalk::kHalves);
@@ -357,18 +336,11 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     // kda.state_wgmma)
     int64_t wrong_wg = 0;
     if (with_wg) {
-      out.poison(stream);
-      S_fold.poison(stream);
-      kda_forward_state(ws, T, S_in.get(), out.get(), W, S_fold.get(), stream, KdaWalk::kWgmma);
-      PB_CUDA(cudaStreamSynchronize(stream));
-      wrong_wg = check_outputs(in[0], A_log.get(), dt_bias.get(), S_in.get(), out.get(), T, H);
-      const std::vector<float> s_wg = S_fold.download();
-      const Agreement st_wg = agree(std::vector<double>(s_wg.begin(), s_wg.end()),
-                                    std::vector<double>(s_fwd.begin(), s_fwd.end()));
+      const WalkCheck wg = check_walk(KdaWalk::kWgmma, "wgmma walk");
       std::printf("  wgmma walk (kda_walk_wgmma_kernel): S_out vs the head walk: rel-L2 %.3g max-abs %.3g"
                   " (max %.3g)%s\n",
-                  st_wg.rel_l2, st_wg.max_abs, st_wg.max_ref, st_wg.ok() ? "" : ": outside the floors");
-      if (!st_wg.ok()) ++wrong_wg;
+                  wg.s.rel_l2, wg.s.max_abs, wg.s.max_ref, wg.s.ok() ? "" : ": outside the floors");
+      wrong_wg = wg.wrong;
       failed += int(wrong_wg);
     }
     // the v1 prepare's products through the head walk: o against the same check
