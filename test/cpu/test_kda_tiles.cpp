@@ -161,14 +161,16 @@ TEST_CASE("B operand stored [n][k], plain ldmatrix (S0 in W S0^T, Qg S0^T)") {
     }
 }
 
+// A [64][cols] bf16 tile in one of the walks' layouts (bytes: its size).
+struct TileUse {
+  Layout lay;
+  int cols;
+  size_t bytes;
+};
+
 TEST_CASE("B operand stored [k][n], ldmatrix.trans (kg, v, K-hat, U swizzled; U pitched)") {
-  struct Use {
-    Layout lay;
-    int cols;
-    size_t bytes;
-  };
-  const Use uses[] = {{swizzled(256), 128, 64 * 256}, {swizzled(128), 64, 64 * 128}, {pitched(80), 32, 64 * 80}};
-  for (const Use& u : uses) {
+  const TileUse uses[] = {{swizzled(256), 128, 64 * 256}, {swizzled(128), 64, 64 * 128}, {pitched(80), 32, 64 * 80}};
+  for (const TileUse& u : uses) {
     const auto img = make_tile(64, u.cols, u.lay, u.bytes);
     for (int ks = 0; ks < 4; ++ks)
       for (int np = 0; np < u.cols / 16; ++np) {
@@ -186,15 +188,10 @@ TEST_CASE("B operand stored [k][n], ldmatrix.trans (kg, v, K-hat, U swizzled; U 
 }
 
 TEST_CASE("A operand stored [k][m], ldmatrix.trans (U^T in the state update)") {
-  struct Use {
-    Layout lay;
-    int cols;
-    size_t bytes;
-  };
   // U [64 tokens][rows]: 80-byte pitch (slices), swizzled 256-byte rows (head walk),
   // swizzled 128-byte rows (halves walk)
-  const Use uses[] = {{pitched(80), 32, 64 * 80}, {swizzled(256), 128, 64 * 256}, {swizzled(128), 64, 64 * 128}};
-  for (const Use& u : uses) {
+  const TileUse uses[] = {{pitched(80), 32, 64 * 80}, {swizzled(256), 128, 64 * 256}, {swizzled(128), 64, 64 * 128}};
+  for (const TileUse& u : uses) {
     const auto img = make_tile(64, u.cols, u.lay, u.bytes);
     for (int ks = 0; ks < 4; ++ks)
       for (int mt = 0; mt < u.cols / 16; ++mt) {
