@@ -22,7 +22,7 @@ fi
 grep -E "cuDNN FMHA engine|cutlass MoE GEMM engine" /tmp/pb-build.log | tail -2
 B=$PB_BUILD
 for t in ${1:-}; do
-  timeout 300 "$B/$t" >>"$OUT/tests.log" 2>&1
+  timeout "${PB_TEST_TIMEOUT:-300}" "$B/$t" >>"$OUT/tests.log" 2>&1
   rc=$?
   echo "$t: exit $rc"
   ((rc != 0)) && grep -E "ERROR|FAILED|error" "$OUT/tests.log" | tail -8
@@ -55,7 +55,7 @@ for spec in ${3:-}; do
     verify)
       np=$("$B/prefill-bench" ranks "scenarios/$arg.yaml")
       timeout 400 mpirun --oversubscribe -np "$np" "$B/prefill-bench" verify "scenarios/$arg.yaml" >/tmp/b.log 2>&1 ;;
-    *) timeout 300 "$B/prefill-bench" "$cmd" -o "$OUT/$cmd.h5" --overwrite >/tmp/b.log 2>&1 ;;
+    *) timeout "${PB_BENCH_TIMEOUT:-300}" "$B/prefill-bench" "$cmd" -o "$OUT/$cmd.h5" --overwrite >/tmp/b.log 2>&1 ;;
   esac
   echo "$spec: exit $?" | tee -a "$OUT/bench.log"
   grep -vE "^lane: rep" /tmp/b.log >>"$OUT/bench.log"
