@@ -1,9 +1,12 @@
 #include "turns.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "check.h"
 #include "fabric.h"
@@ -17,16 +20,24 @@ bool trace_turns() {
   const char* e = std::getenv("PB_TRACE_TURNS");
   return e && std::string(e) == "1";
 }
+// PB_TURN_SETTLE_MS=<ms>: every serialized turn starts after the GPU has been
+// idle this long (an A/B of the power state a turn inherits from the last).
+int turn_settle_ms() {
+  const char* e = std::getenv("PB_TURN_SETTLE_MS");
+  return e && *e ? std::max(0, std::atoi(e)) : 0;
+}
 }  // namespace
 
 Turn make_turn(const Gang& gang, bool serial, IpcFabric* fab, cudaStream_t stream) {
   if (!serial) return [](const std::function<void()>& phase) { phase(); };
   auto count = std::make_shared<long>(0);
   const bool trace = trace_turns();
-  return [&gang, fab, stream, count, trace](const std::function<void()>& phase) {
+  const int settle_ms = turn_settle_ms();
+  return [&gang, fab, stream, count, trace, settle_ms](const std::function<void()>& phase) {
     const long n = (*count)++;
     for (int r = 0; r < gang.size(); ++r) {
       if (r == gang.rank()) {
+        if (settle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
         if (trace) std::fprintf(stderr, "rank %d: turn %ld starts\n", r, n);
         phase();
         if (fab) fab->drain();
