@@ -41,7 +41,7 @@ int64_t first_mla_layer(const ModelShape& m) {
 
 // One dense FMHA pair (q and k of one segment), timed alone: the unit of the
 // schedule's prediction.
-double measure_pair_ms(const ModelShape& m, int64_t t, FmhaEngine engine, cudaStream_t stream) {
+double measure_pair_ms(const ModelShape& m, int64_t t, FmhaEngine engine, int settle_ms, cudaStream_t stream) {
   const int64_t heads = m.heads, dq = m.d_qk(), dv = m.v_head;
   DeviceBuffer<__nv_bfloat16> q(size_t(t * heads * dq)), k(size_t(t * heads * dq)), v(size_t(t * heads * dv)),
       o(size_t(t * heads * dv));
@@ -56,7 +56,7 @@ double measure_pair_ms(const ModelShape& m, int64_t t, FmhaEngine engine, cudaSt
   s.d_qk = int(dq);
   s.d_v = int(dv);
   s.scale = float(1.0 / std::sqrt(double(dq)));
-  const Timing tm = time_launches([&](int, cudaStream_t st) { fmha(engine, x, s, st); }, 1, 2, 5, stream);
+  const Timing tm = time_launches([&](int, cudaStream_t st) { fmha(engine, x, s, st); }, 1, 2, 5, stream, settle_ms);
   return tm.median_us / 1e3;
 }
 
@@ -93,7 +93,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   cudaStream_t stream;
   PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   double pair_ms = 0;
-  if (me == 0) pair_ms = measure_pair_ms(m, segs[0].len, engine, stream);
+  if (me == 0) pair_ms = measure_pair_ms(m, segs[0].len, engine, serial ? s.turn_settle_ms : 0, stream);
   pair_ms = std::stod(gang.broadcast(std::to_string(pair_ms)));
   result.numbers["pair_ms"] = pair_ms;
 
@@ -109,7 +109,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   MlaBlock block(m, weights, {me, cp, segs, rows, fab.get()}, engine);
   Timeline tl(stream, true);
   tl.set_layer(int32_t(layer));
-  const Turn turn = make_turn(gang, serial, fab.get(), stream);
+  const Turn turn = make_turn(gang, serial, fab.get(), stream, s.turn_settle_ms);
   size_t free_b = 0, total_b = 0;
   PB_CUDA(cudaMemGetInfo(&free_b, &total_b));
 
@@ -184,9 +184,13 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
       v.rank_reps.insert(v.rank_reps.end(), part.begin(), part.end());
     }
     const Schedule sched = s.variants[vi].cuts[Cut::stripe] ? Schedule::stripe : Schedule::prefix;
+    const std::string ranks = !serial ? "concurrent"
+                              : s.turn_settle_ms > 0 ? "serialized (turns and pair after " +
+                                                           std::to_string(s.turn_settle_ms) + " ms idle)"
+                                                     : "serialized";
     std::printf("\nlane %s, variant %s (%s schedule), one MLA layer, %s ranks, pair = %.3f ms (%lld x %lld dense)\n",
-                s.name.c_str(), v.name.c_str(), sched == Schedule::stripe ? "stripe" : "prefix",
-                serial ? "serialized" : "concurrent", pair_ms, (long long)segs[0].len, (long long)segs[0].len);
+                s.name.c_str(), v.name.c_str(), sched == Schedule::stripe ? "stripe" : "prefix", ranks.c_str(),
+                pair_ms, (long long)segs[0].len, (long long)segs[0].len);
     std::printf("%5s %7s %12s %12s %7s %10s %11s\n", "rank", "pairs", "predicted_ms", "fmha_ms", "ratio", "wait_ms",
                 "fabric_MB");
     double deep = 0;

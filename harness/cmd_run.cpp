@@ -97,7 +97,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   Superstep step(s, me, fab.get(), blas, stream);
   const double peak_bytes = peak_device_bytes();
   Timeline tl(stream, true);
-  const Turn turn = make_turn(gang, s.serialize_ranks, fab.get(), stream);
+  const Turn turn = make_turn(gang, s.serialize_ranks, fab.get(), stream, s.turn_settle_ms);
 
   if (!s.debug.delay_family.empty()) tl.set_delay(s.debug.delay_family, s.debug.delay_us);
   std::signal(SIGINT, note_interrupt);

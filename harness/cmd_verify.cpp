@@ -70,7 +70,7 @@ int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
   Superstep step(s, me, fab.get(), blas, stream);
   Timeline tl(stream, false);
   const Turn direct = make_turn(gang, false, nullptr, stream);
-  const Turn turn = make_turn(gang, s.serialize_ranks, fab.get(), stream);
+  const Turn turn = make_turn(gang, s.serialize_ranks, fab.get(), stream, s.turn_settle_ms);
   const int64_t h = s.model.hidden, t = step.live_rows();
   const Segment mine = contiguous_segments(s.context, cp)[me];
 

@@ -4,7 +4,9 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "check.h"
 #include "random_fill.h"
@@ -21,7 +23,7 @@ namespace pb {
   } while (0)
 
 Timing time_launches(const std::function<void(int, cudaStream_t)>& launch, int slots, int warmup, int reps,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, int settle_ms) {
   PB_CHECK(slots >= 1 && reps >= 1, "time_launches: slots and reps must be positive");
   for (int i = 0; i < warmup; ++i) launch(i % slots, stream);
   cudaEvent_t start, stop;
@@ -29,6 +31,10 @@ Timing time_launches(const std::function<void(int, cudaStream_t)>& launch, int s
   PB_CUDA(cudaEventCreate(&stop));
   std::vector<double> us;
   for (int i = 0; i < reps; ++i) {
+    if (settle_ms > 0) {
+      PB_CUDA(cudaStreamSynchronize(stream));
+      std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
+    }
     PB_CUDA(cudaEventRecord(start, stream));
     launch((warmup + i) % slots, stream);
     PB_CUDA(cudaEventRecord(stop, stream));

@@ -17,9 +17,10 @@ struct Timing {
 
 // Times launch(slot, stream) `reps` times after `warmup` untimed calls, each
 // repetition between two events; slot cycles through 0..slots-1 so that each
-// repetition reads another copy of its inputs.
+// repetition reads another copy of its inputs. settle_ms > 0: each timed
+// repetition starts after the GPU has idled that long (turns.h).
 Timing time_launches(const std::function<void(int slot, cudaStream_t)>& launch, int slots, int warmup, int reps,
-                     cudaStream_t stream);
+                     cudaStream_t stream, int settle_ms = 0);
 
 // How many rotating copies of a working set of `bytes` keep the total at
 // least three times the device's L2 (at least 2).

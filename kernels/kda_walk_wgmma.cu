@@ -299,6 +299,8 @@ bool kda_wgmma_walk_supported() {
   return major == 9 && minor == 0;
 }
 
+KdaWalk kda_fastest_forward_walk() { return kda_wgmma_walk_supported() ? KdaWalk::kWgmma : KdaWalk::kHead; }
+
 void launch_walk_wgmma(const StateParams& p, int heads, cudaStream_t stream) {
   PB_CHECK(!p.package, "kda_package: the wgmma walk covers the forward only");
   PB_CHECK(kda_wgmma_walk_supported(), "kda: the wgmma walk (KdaWalk::kWgmma) needs an sm_90 GPU");

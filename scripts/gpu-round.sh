@@ -7,8 +7,8 @@
 # Benchmark specs: kernels:<family>, lane:<scenario> (serialized ranks),
 # lane-in-place:<scenario> (helped windows in place, PB_HELPED_IN_PLACE=1),
 # lane-split:<scenario> (cuDNN causal squares >= 8192 in two calls,
-# PB_FMHA_CAUSAL_SPLIT_MIN=8192), lane-settle:<scenario> (each serialized
-# turn after 50 ms of GPU idle, PB_TURN_SETTLE_MS=50), verify:<scenario>
+# PB_FMHA_CAUSAL_SPLIT_MIN=8192), lane-back-to-back:<scenario> (serialized
+# turns with no idle before them, turn_settle_ms=0), verify:<scenario>
 # (mpirun -np cp verify), or a single-process command (kda, moe, fmha).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -45,14 +45,15 @@ for spec in ${3:-}; do
   echo "== $spec" >>"$OUT/bench.log"
   case $cmd in
     kernels) timeout 300 "$B/prefill-bench" kernels --family "$arg" -o "$OUT/$arg.h5" --overwrite >/tmp/b.log 2>&1 ;;
-    lane | lane-in-place | lane-split | lane-settle)
+    lane | lane-in-place | lane-split | lane-back-to-back)
       np=$("$B/prefill-bench" ranks "scenarios/$arg.yaml")
-      env=(PB_HELPED_IN_PLACE=0 PB_FMHA_CAUSAL_SPLIT_MIN=0 PB_TURN_SETTLE_MS=0)
+      env=(PB_HELPED_IN_PLACE=0 PB_FMHA_CAUSAL_SPLIT_MIN=0)
       [[ $cmd == lane-in-place ]] && env[0]=PB_HELPED_IN_PLACE=1
       [[ $cmd == lane-split ]] && env[1]=PB_FMHA_CAUSAL_SPLIT_MIN=8192
-      [[ $cmd == lane-settle ]] && env[2]=PB_TURN_SETTLE_MS=50
-      env "${env[@]}" timeout 300 mpirun --oversubscribe -np "$np" -x PB_HELPED_IN_PLACE -x PB_FMHA_CAUSAL_SPLIT_MIN -x PB_TURN_SETTLE_MS \
-        "$B/prefill-bench" lane "scenarios/$arg.yaml" --set serialize_ranks=true -o "$OUT/$cmd-$arg.h5" \
+      opts=(--set serialize_ranks=true)
+      [[ $cmd == lane-back-to-back ]] && opts+=(--set turn_settle_ms=0)
+      env "${env[@]}" timeout 300 mpirun --oversubscribe -np "$np" -x PB_HELPED_IN_PLACE -x PB_FMHA_CAUSAL_SPLIT_MIN \
+        "$B/prefill-bench" lane "scenarios/$arg.yaml" "${opts[@]}" -o "$OUT/$cmd-$arg.h5" \
         --overwrite >/tmp/b.log 2>&1 ;;
     verify)
       np=$("$B/prefill-bench" ranks "scenarios/$arg.yaml")

@@ -228,7 +228,8 @@ void KdaBlock::recur(Timeline& tl, const Blas& blas) {
     });
   }
   tl.launch("kda", "kda.forward", [&] {
-    kda_forward_state(ws_, live_rows(), me > 0 ? s_in_.get() : nullptr, core_.get(), inner_, nullptr, s);
+    kda_forward_state(ws_, live_rows(), me > 0 ? s_in_.get() : nullptr, core_.get(), inner_, nullptr, s,
+                      forward_walk_);
   });
 }
 

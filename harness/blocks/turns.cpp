@@ -1,6 +1,5 @@
 #include "turns.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,19 +19,12 @@ bool trace_turns() {
   const char* e = std::getenv("PB_TRACE_TURNS");
   return e && std::string(e) == "1";
 }
-// PB_TURN_SETTLE_MS=<ms>: every serialized turn starts after the GPU has been
-// idle this long (an A/B of the power state a turn inherits from the last).
-int turn_settle_ms() {
-  const char* e = std::getenv("PB_TURN_SETTLE_MS");
-  return e && *e ? std::max(0, std::atoi(e)) : 0;
-}
 }  // namespace
 
-Turn make_turn(const Gang& gang, bool serial, IpcFabric* fab, cudaStream_t stream) {
+Turn make_turn(const Gang& gang, bool serial, IpcFabric* fab, cudaStream_t stream, int settle_ms) {
   if (!serial) return [](const std::function<void()>& phase) { phase(); };
   auto count = std::make_shared<long>(0);
   const bool trace = trace_turns();
-  const int settle_ms = turn_settle_ms();
   return [&gang, fab, stream, count, trace, settle_ms](const std::function<void()>& phase) {
     const long n = (*count)++;
     for (int r = 0; r < gang.size(); ++r) {

@@ -4,6 +4,13 @@
 // waits) and synchronized before the next, so each rank's kernels run alone on
 // a shared GPU. Phases must only wait on work of earlier turns (lower ranks,
 // or earlier phases): blocks split their work that way (mla_block.h, kda_block.h).
+//
+// settle_ms (scenario key turn_settle_ms): a serialized turn starts after the
+// GPU has idled this long. An H200 under load runs at its power cap with the
+// SM clock between ~1.5 and 1.98 GHz, set by the last few hundred ms of work;
+// without a settle a turn inherits the power state of the turns before it
+// (rank 0's FMHA, right after every rank's projection GEMMs, ran ~10% slower
+// per pair than rank 2's on the H200).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -19,6 +26,6 @@ class IpcFabric;
 using Turn = std::function<void(const std::function<void()>& phase)>;
 
 // The Turn keeps references to gang and fab: they must outlive it.
-Turn make_turn(const Gang& gang, bool serial, IpcFabric* fab, cudaStream_t stream);
+Turn make_turn(const Gang& gang, bool serial, IpcFabric* fab, cudaStream_t stream, int settle_ms = 0);
 
 }  // namespace pb

@@ -22,7 +22,7 @@ std::string join(const std::vector<std::string>& items) {
 
 const std::vector<std::string> kTopKeys = {
     "name", "model", "cp", "context", "bucket", "split_k", "fabric", "fmha", "moe_gemm", "gpu_profile",
-    "serialize_ranks", "cuts", "variants", "warmup", "reps", "seed", "output", "debug"};
+    "serialize_ranks", "turn_settle_ms", "cuts", "variants", "warmup", "reps", "seed", "output", "debug"};
 const std::vector<std::string> kDebugKeys = {"delay_family", "delay_us"};
 const std::vector<std::string> kVariantKeys = {"name", "cuts"};
 
@@ -341,6 +341,8 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
   if (root["moe_gemm"]) s.moe_gemm = get_choice(at, root["moe_gemm"], "moe_gemm", moe_gemm_engine_names());
   if (root["gpu_profile"]) s.gpu_profile = get_choice(at, root["gpu_profile"], "gpu_profile", gpu_profile_names());
   if (root["serialize_ranks"]) s.serialize_ranks = get_bool(at, root["serialize_ranks"], "serialize_ranks");
+  if (root["turn_settle_ms"])
+    s.turn_settle_ms = int(get_int(at, root["turn_settle_ms"], "turn_settle_ms", 0, 10000));
   if (root["warmup"]) s.warmup = int(get_int(at, root["warmup"], "warmup", 0, 1000));
   if (root["reps"]) s.reps = int(get_int(at, root["reps"], "reps", 1, 100000));
   if (root["seed"]) s.seed = uint64_t(get_int(at, root["seed"], "seed", 0, INT64_MAX));

@@ -10,6 +10,7 @@
 //   fmha: auto                             # native | cudnn | auto
 //   moe_gemm: grouped                      # grouped | loop | cutlass (the expert GEMMs' engine)
 //   serialize_ranks: false                 # ranks of one GPU take turns
+//   turn_settle_ms: 0                      # a serialized turn starts after this much GPU idle
 //   cuts: all                              # all | none | seed | [land, conv] | {land: on}
 //   variants: each-cut                     # or [{name: a, cuts: none}, ...]
 //   warmup: 1
@@ -68,6 +69,7 @@ struct Scenario {
   std::string moe_gemm = "auto";  // kernels/moe_gemm.h's engines
   std::string gpu_profile = "h200";
   bool serialize_ranks = false;
+  int turn_settle_ms = 0;  // serialized turns (and the lane's pair) start after this much GPU idle
   std::vector<VariantSpec> variants;  // at least one
   int warmup = 1;
   int reps = 5;

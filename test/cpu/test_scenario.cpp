@@ -47,6 +47,7 @@ TEST_CASE("the shipped scenarios load and validate") {
   CHECK(k3.model.layers == 93);
   CHECK(k3.bucket == 16896);
   CHECK(k3.segment() == 16384);
+  CHECK(k3.turn_settle_ms == 50);
   Scenario ab = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/ab-each-cut.yaml");
   CHECK(ab.variants.size() == 2 + kCutCount);
   CHECK(ab.variants[0].name == "baseline");
@@ -61,6 +62,7 @@ TEST_CASE("a good scenario parses with defaults") {
   CHECK(s.split_k == 1);
   CHECK(s.fabric == "auto");
   CHECK(s.moe_gemm == "auto");
+  CHECK(s.turn_settle_ms == 0);
   REQUIRE(s.variants.size() == 1);
   CHECK(s.variants[0].name == "baseline");
   CHECK(s.variants[0].cuts == CutSet::none());
@@ -134,6 +136,7 @@ TEST_CASE("bad inputs give errors naming file, line, key and allowed values") {
       {"cp out of range", "name: t\ncp: 0\ncontext: 8\n", {"cp", "between 1 and 64", "got 0"}},
       {"reps out of range", g + "reps: 0\n", {"bad.yaml:6", "reps", "between 1 and 100000"}},
       {"split_k out of range", g + "split_k: 64\n", {"split_k", "between 1 and 16"}},
+      {"turn_settle_ms out of range", g + "turn_settle_ms: -5\n", {"bad.yaml:6", "turn_settle_ms", "between 0 and 10000"}},
       {"model value out of range", "name: t\nmodel: {layers: 0}\ncp: 1\ncontext: 8\n",
        {"model.layers", "between 1 and 1024"}},
       {"unknown preset", "name: t\nmodel: {preset: k4}\ncp: 1\ncontext: 8\n",
