@@ -58,6 +58,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "check.h"
 #include "kda.h"
@@ -129,7 +130,7 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
 }
 #endif
 
-__global__ void __launch_bounds__(kWgThreads, 1) kda_walk_wgmma_kernel(const StateParams p) {
+__global__ void __launch_bounds__(kWgThreads, 1) kda_walk_wgmma_kernel(const StateParams p, int probe) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   // The dynamic window's base is 1024-aligned in practice; declared 128 so that the compiler
   // keeps the padding computation (0 when aligned; kWgSmem carries the 1 KiB slack).
@@ -153,6 +154,10 @@ __global__ void __launch_bounds__(kWgThreads, 1) kda_walk_wgmma_kernel(const Sta
   }
 
   auto load_chunk = [&](int ch) {
+    if (probe == 1 && ch >= 2) {  // diagnostic: chunk ch computes on chunk ch - 2's tiles
+      cp_async_commit();
+      return;
+    }
     unsigned char* st = smem + uint32_t(ch & 1) * ww::kStage;
     const int64_t t = head_tile + ch;
 #pragma unroll
@@ -216,6 +221,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) kda_walk_wgmma_kernel(const Sta
     fence_proxy_async();
     __syncthreads();  // chunk ch's stage and S0 (bf16) visible; the other stage and sU free
     if (ch + 1 < p.chunks) load_chunk(ch + 1);
+    if (probe == 2) continue;
     const uint32_t st = base + uint32_t(ch & 1) * ww::kStage;
     const unsigned char* stp = smem + uint32_t(ch & 1) * ww::kStage;
 
@@ -289,6 +295,14 @@ __global__ void __launch_bounds__(kWgThreads, 1) kda_walk_wgmma_kernel(const Sta
 #endif
 }
 
+// PB_KDA_WALK_PROBE (diagnostic, wrong results): 1 = chunks 2.. load nothing and compute on the
+// two stages already loaded (the per-chunk chain alone); 2 = every chunk loads and computes
+// nothing (the loads alone). Unset or 0: the walk.
+int walk_probe() {
+  const char* e = std::getenv("PB_KDA_WALK_PROBE");
+  return e && (e[0] == '1' || e[0] == '2') ? e[0] - '0' : 0;
+}
+
 }  // namespace
 
 bool kda_wgmma_walk_supported() {
@@ -305,7 +319,7 @@ void launch_walk_wgmma(const StateParams& p, int heads, cudaStream_t stream) {
   PB_CHECK(!p.package, "kda_package: the wgmma walk covers the forward only");
   PB_CHECK(kda_wgmma_walk_supported(), "kda: the wgmma walk (KdaWalk::kWgmma) needs an sm_90 GPU");
   PB_CUDA(cudaFuncSetAttribute(kda_walk_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWgSmem)));
-  kda_walk_wgmma_kernel<<<unsigned(heads), kWgThreads, kWgSmem, stream>>>(p);
+  kda_walk_wgmma_kernel<<<unsigned(heads), kWgThreads, kWgSmem, stream>>>(p, walk_probe());
   PB_CUDA_LAUNCH();
 }
 
