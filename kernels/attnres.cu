@@ -649,8 +649,10 @@ __device__ __forceinline__ void st_cs_hint(uint4* p, uint4 u, uint64_t pol) {
 // kHint: L2 eviction priorities -- the re-read candidates' prefetch and first
 // read evict_last (they are read again), their second read, the staged
 // cp.asyncs and the output stores evict_first (read once).
+// Registers: 64 per thread (4 blocks per SM) at C <= 3; 128 (2 blocks per SM, the
+// default B there) at C >= 4, where sw's 32 registers no longer fit in 64.
 template <int C, int kL2, int kAhead = 1, bool kHint = false>
-__global__ void __launch_bounds__(kThreads, 4)
+__global__ void __launch_bounds__(kThreads, C <= 3 ? 4 : 2)
     attnres_two_pass_kernel(const bf16* __restrict__ snap, const bf16* __restrict__ partial,
                             const float* __restrict__ sw, float* __restrict__ scores, bf16* __restrict__ out,
                             int64_t rows, int64_t hidden, int64_t snap_blocks, float eps) {
@@ -702,6 +704,17 @@ __global__ void __launch_bounds__(kThreads, 4)
 #pragma unroll
     for (int k = 0; k < kCutChunks; ++k) stage_chunk(first + a * step, k, a);
 
+  // This thread's chunks of sw, read once per block: the staged candidates leave
+  // little L1 at C >= 7 (B = 2: ~200 KB of shared memory), and re-reading sw's 28 KB
+  // per row through it then costs L2 traffic.
+  float4 w[kCutChunks][2];
+#pragma unroll
+  for (int k = 0; k < kCutChunks; ++k) {
+    const int j = t + k * kThreads;
+    w[k][0] = j < chunks ? __ldg(sw4 + 2 * j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    w[k][1] = j < chunks ? __ldg(sw4 + 2 * j + 1) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+
   int buf = 0;  // stage buffer of this row
   int hb = 0;   // held buffer of this row
   for (int64_t row = first; row < rows; row += step, buf ^= 1) {
@@ -723,10 +736,9 @@ __global__ void __launch_bounds__(kThreads, 4)
       }
       cp_async_wait_pending(kAhead * kCutChunks - 1 - k);  // k unrolled: one wait_group
       if (j < chunks) {
-        const float4 w[2] = {__ldg(sw4 + 2 * j), __ldg(sw4 + 2 * j + 1)};
 #pragma unroll
         for (int c = 0; c < C; ++c)
-          accumulate_chunk(c < S ? h[size_t(c) * chunks + j] : u[c - S < 0 ? 0 : c - S], w, v[c], v[C + c]);
+          accumulate_chunk(c < S ? h[size_t(c) * chunks + j] : u[c - S < 0 ? 0 : c - S], w[k], v[c], v[C + c]);
       }
     }
     // ---- tree, scores, softmax ----

@@ -48,7 +48,8 @@
 //             memory holds: all but 2 at most at hidden 7168) are staged in
 //             shared memory by cp.async, each thread copying and reading back
 //             only its own chunks; the last C - S are read from global memory
-//             in both passes, the second read an L2 hit. Pass 1 (chunk k outer,
+//             in both passes, the second read an L2 hit. Each thread holds
+//             its chunks of sw in registers for all its rows (read once). Pass 1 (chunk k outer,
 //             candidates inner): the sums; the tree (lanes, one barrier; lane c
 //             of every warp finishes candidate c over the 8 warps, its score,
 //             and the softmax by shuffles); pass 2 (chunk outer): the mix, per
