@@ -115,13 +115,21 @@
 //     barriers more than by mma or DRAM; warpgroup MMA (wgmma: 64-row tiles read once per
 //     warpgroup from smem, S as its register accumulator) would cut the operand traffic
 //     about 2.5x. The forward's 0.20 bar needs that and a prepare closer to its DRAM floor.
-//   walk, wgmma (KdaWalk::kWgmma, forward only; NOT yet run on a GPU): one CTA of 4 warpgroups
+//   walk, wgmma (KdaWalk::kWgmma, forward only; the KDA block's forward on sm_90): one CTA of 4 warpgroups
 //     per head (195 KiB smem, 1 CTA/SM); per chunk 28 wgmma.m64n128k16 (P 8, Qg S0ᵀ 8, Aqk U 4,
 //     Uᵀ K̂ 2 x 4), each reading its A (2 KB) and B (4 KB) from smem once per warpgroup:
 //     ~168 KB of operand reads + Ũ 16 KB + U and S0 stores 48 KB + the 74 KB fill ≈ 306 KB per
 //     chunk (vs ~580 KB); two barriers per chunk; the chain P (8 wgmma, sharing the tensor core
 //     with Qg S0ᵀ) → barrier → Uᵀ K̂ (4 per warpgroup, with Aqk U) ≈ 28 x 64 = 1.8 k cycles at
 //     ~2048 MAC/clk/SM, below the ~2.6 µs of DRAM bytes per chunk at a 96-SM share.
+//     Measured (H200, 16k x 96 heads): 1042-1058 µs (4.1 µs per chunk) against kHead's 1207-1239;
+//     S_out equal to kHead's bit for bit. The probes (PB_KDA_WALK_PROBE, kda_walk_wgmma.cu) split
+//     it: the chain alone (no loads) 909 µs, the loads alone 421 µs. So the walk is bound by its
+//     per-chunk chain (~3.5 µs ≈ 6.9 k cycles against 1.8 k of tensor work): ncu shows the tensor
+//     pipe 18% busy, DRAM 34%, and half of the stall cycles at CTA barriers, then long and short
+//     scoreboard and wgmma waits. Faster loads (TMA) would gain at most ~150 µs; the next step is
+//     a shorter chain: the o products (Qg S0ᵀ, Aqk U: 12 of the 28 wgmma) moved off it, e.g. o
+//     of chunk n computed while chunk n + 1's P runs, and fewer barriers per chunk.
 #pragma once
 
 #include <cuda_bf16.h>
