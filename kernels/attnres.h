@@ -44,7 +44,7 @@
 //             kernel): a 256-thread block per row (thread t = slot t),
 //             grid-stride over rows, B blocks per SM (default B = 3 at C <= 3,
 //             2 at C = 4 .. 9, from the H200 runs at hidden 7168; 2 .. 4 on
-//             request). Candidates c < S (as many as 1 / B of an SM's shared
+//             request, at most 2 at C >= 4: 128 registers). Candidates c < S (as many as 1 / B of an SM's shared
 //             memory holds: all but 2 at most at hidden 7168) are staged in
 //             shared memory by cp.async, each thread copying and reading back
 //             only its own chunks; the last C - S are read from global memory
