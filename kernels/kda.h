@@ -115,21 +115,25 @@
 //     barriers more than by mma or DRAM; warpgroup MMA (wgmma: 64-row tiles read once per
 //     warpgroup from smem, S as its register accumulator) would cut the operand traffic
 //     about 2.5x. The forward's 0.20 bar needs that and a prepare closer to its DRAM floor.
-//   walk, wgmma (KdaWalk::kWgmma, forward only; the KDA block's forward on sm_90): one CTA of 4 warpgroups
-//     per head (195 KiB smem, 1 CTA/SM); per chunk 28 wgmma.m64n128k16 (P 8, Qg S0ᵀ 8, Aqk U 4,
-//     Uᵀ K̂ 2 x 4), each reading its A (2 KB) and B (4 KB) from smem once per warpgroup:
-//     ~168 KB of operand reads + Ũ 16 KB + U and S0 stores 48 KB + the 74 KB fill ≈ 306 KB per
-//     chunk (vs ~580 KB); two barriers per chunk; the chain P (8 wgmma, sharing the tensor core
-//     with Qg S0ᵀ) → barrier → Uᵀ K̂ (4 per warpgroup, with Aqk U) ≈ 28 x 64 = 1.8 k cycles at
-//     ~2048 MAC/clk/SM, below the ~2.6 µs of DRAM bytes per chunk at a 96-SM share.
-//     Measured (H200, 16k x 96 heads): 1042-1058 µs (4.1 µs per chunk) against kHead's 1207-1239;
-//     S_out equal to kHead's bit for bit. The probes (PB_KDA_WALK_PROBE, kda_walk_wgmma.cu) split
-//     it: the chain alone (no loads) 909 µs, the loads alone 421 µs. So the walk is bound by its
-//     per-chunk chain (~3.5 µs ≈ 6.9 k cycles against 1.8 k of tensor work): ncu shows the tensor
-//     pipe 18% busy, DRAM 34%, and half of the stall cycles at CTA barriers, then long and short
-//     scoreboard and wgmma waits. Faster loads (TMA) would gain at most ~150 µs; the next step is
-//     a shorter chain: the o products (Qg S0ᵀ, Aqk U: 12 of the 28 wgmma) moved off it, e.g. o
-//     of chunk n computed while chunk n + 1's P runs, and fewer barriers per chunk.
+//   walk, wgmma (KdaWalk::kWgmma, forward only; the KDA block's forward on sm_90): one CTA of 2
+//     warpgroups per head (147 KiB smem, 1 CTA/SM). The rows of S are independent, so warpgroup h
+//     walks rows 64 h.. alone with S as its f32 accumulator, and every product is taken
+//     transposed so that the state is wgmma's A operand from registers (Pᵀ = S0 Wᵀ, Oᵀ = S0 Qgᵀ,
+//     S += Uᵀ K̂, Oᵀ += Uᵀ Aqkᵀ: the bf16-packed accumulator fragment is the A-register
+//     fragment): the tensor core reads only the B tiles (112 KB per chunk), nothing but the
+//     cp.async fill is stored to smem, and the warpgroups meet only at the one barrier per chunk
+//     that recycles a stage. Per chunk and head 28 wgmma-units of m64n64k16 work (3.5 M MAC,
+//     ~1.7 k cycles at 2048 MAC/clk/SM).
+//     History, H200, 16k x 96 heads: the first form (4 warpgroups, S0 and U through smem as
+//     shared operands, 195 KiB) ran 1042-1058 µs, bound by its chain: 909 µs with no loads (ncu:
+//     tensor pipe 18% busy, half the stall cycles at CTA barriers). The register-operand form:
+//     775 µs, 735.6 µs with Ũᵀ read by ldmatrix.trans (2-byte loads before); its chain alone
+//     (PB_KDA_WALK_PROBE=1) 655 µs (2.6 µs per chunk), its loads alone (=2) 426 µs. Taking
+//     Pᵀ and Oᵀ as one m64n128k16 over a [W; Qg] tile measured slower (770 µs), so the Oᵀ
+//     wgmmas overlap the U step instead. S_out equals kHead's bit for bit at 16k.
+//     What bounds it: the per-chunk chain (Pᵀ → U → S update → barrier), ~2.6x its tensor work;
+//     ptxas serializes the wgmma pipeline when the next chunk's loads or o's stores sit between a
+//     batch's issue and its wait (C7514), so those stay on the chain (the loads cost ~80 µs).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -185,11 +189,11 @@ class KdaWorkspace {
 //            re-reads the chunk's W, Qg, K̂, Aqk (4x the L2 → SM traffic)
 //   kHalves  kda_walk_half_kernel: two CTAs of 16 warps per head (four for the package), 64
 //            rows of S each, 2 CTAs/SM; bit-identical to kHead (each re-reads W, Qg, K̂, Aqk)
-//   kWgmma   kda_walk_wgmma_kernel (kda_walk_wgmma.cu): one CTA of 4 warpgroups per head on
-//            wgmma (sm_90a), S as the f32 accumulator of two warpgroups; FORWARD ONLY
-//            (kda_package refuses it), equal to kHead up to f32 summation order (on the H200
-//            its S_out equalled kHead's bit for bit at 4k and 16k); 1042 µs against kHead's
-//            1207 at 16k x 96 heads (H200)
+//   kWgmma   kda_walk_wgmma_kernel (kda_walk_wgmma.cu): one CTA of 2 warpgroups per head on
+//            wgmma (sm_90a), each walking 64 rows of S as its f32 accumulator, the state the A
+//            operand from registers; FORWARD ONLY (kda_package refuses it), equal to kHead up
+//            to f32 summation order (on the H200 its S_out equalled kHead's bit for bit at
+//            16k); 735.6 µs against kHead's ~1207 at 16k x 96 heads (H200)
 enum class KdaWalk { kHead, kSlices, kHalves, kWgmma };
 
 // Whether KdaWalk::kWgmma runs on the current device (sm_90: wgmma); elsewhere it throws.

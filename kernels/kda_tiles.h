@@ -74,36 +74,25 @@ PB_HD uint32_t gmma_sw128_addr(uint64_t desc, bool mn_major, int mn, int k) {
 }
 
 // The wgmma walk's shared memory (byte offsets from a 1024-aligned base) and the descriptor
-// of k-step ks of each of its products (st = the stage's address, b = the base's address).
+// of k-step ks of each of its B operands (st = the stage's address).
 namespace wgwalk {
 // one stage (chunk) of workspace tiles; two stages
 constexpr uint32_t kW = 0, kUt = 16384, kKh = 32768, kQg = 49152, kAqk = 65536, kGam = 73728;
 constexpr uint32_t kStage = 74752;  // 73 KiB: every tile base 1024-aligned
-constexpr uint32_t kS = 2 * kStage;  // S0 bf16 [128 rows][128 key channels]
-constexpr uint32_t kU = kS + 32768;  // U bf16 [64 tokens][128 rows]
-constexpr uint32_t kEnd = kU + 16384;
 static_assert(kW % 1024 == 0 && kUt % 1024 == 0 && kKh % 1024 == 0 && kQg % 1024 == 0 && kAqk % 1024 == 0 &&
-                  kStage % 1024 == 0 && kS % 1024 == 0 && kU % 1024 == 0 && kGam + 512 <= kStage,
+                  kStage % 1024 == 0 && kGam + 512 <= kStage,
               "wgwalk: tiles must be 1024-byte aligned (128-byte swizzle atoms)");
 
-// P = W S0ᵀ and O = Qg S0ᵀ (k = key channels 16 ks..): A = W or Qg [64 tok][128] K-major,
-// B = S0 [128 rows][128] K-major. K-major: k-step ks in column block ks / 4 at byte 32 (ks % 4)
-// of the 128-byte row; SBO = 1024 (8-row groups), LBO unused (16).
+// Pᵀ = S0 Wᵀ and Oᵀ = S0 Qgᵀ (k = key channels 16 ks..): B = W or Qg [64 tok][128] K-major
+// (n = token). K-major: k-step ks in column block ks / 4 at byte 32 (ks % 4) of the 128-byte
+// row; SBO = 1024 (8-row groups), LBO unused (16).
 PB_HD uint64_t desc_tok_k(uint32_t tile, int ks) {
   return gmma_desc_sw128(tile + (ks >> 2) * 8192 + (ks & 3) * 32, 16, 1024);
 }
-PB_HD uint64_t desc_s0(uint32_t b, int ks) {
-  return gmma_desc_sw128(b + kS + (ks >> 2) * 16384 + (ks & 3) * 32, 16, 1024);
-}
-// O += Aqk U (k = tokens 16 ks..): A = Aqk [64][64] K-major; B = U [64 tok][128 rows] MN-major:
-// k-step ks at row 16 ks (byte 2048 ks), SBO = 1024 (next 8 tokens), LBO = 8192 (rows 64..127).
+// Oᵀ += Uᵀ Aqkᵀ (k = tokens s = 16 ks..): B = Aqk [64 t][64 s] K-major (n = token t).
 PB_HD uint64_t desc_aqk(uint32_t st, int ks) { return gmma_desc_sw128(st + kAqk + ks * 32, 16, 1024); }
-PB_HD uint64_t desc_u_b(uint32_t b, int ks) { return gmma_desc_sw128(b + kU + ks * 2048, 8192, 1024); }
-// S[64 h.., :] += U[:, 64 h..]ᵀ K̂ (k = tokens 16 ks..): A = Uᵀ, MN-major from U's column block
-// h (M = 64 fits one block); B = K̂ [64 tok][128 key] MN-major as U above.
-PB_HD uint64_t desc_u_a(uint32_t b, int h, int ks) {
-  return gmma_desc_sw128(b + kU + h * 8192 + ks * 2048, 8192, 1024);
-}
+// S += Uᵀ K̂ (k = tokens 16 ks..): B = K̂ [64 tok][128 key] MN-major (n = key channel): k-step ks at
+// row 16 ks (byte 2048 ks), SBO = 1024 (next 8 tokens), LBO = 8192 (key channels 64..127).
 PB_HD uint64_t desc_kh(uint32_t st, int ks) { return gmma_desc_sw128(st + kKh + ks * 2048, 8192, 1024); }
 }  // namespace wgwalk
 

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <set>
 #include <utility>
 #include <vector>
@@ -217,7 +218,7 @@ namespace ww = pb::kda_tiles::wgwalk;
 // An image of the kernel's shared memory (from its 1024-aligned base) with one [rows][cols]
 // tile of tags (r * 128 + c + 1; 0 elsewhere) written at `at` through wg_at.
 std::vector<uint8_t> wg_image(uint32_t at, int rows, int cols) {
-  std::vector<uint8_t> img(ww::kEnd, 0);
+  std::vector<uint8_t> img(2 * ww::kStage, 0);
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c) {
       const uint32_t off = at + wg_at(r, c, rows);
@@ -248,23 +249,23 @@ TEST_CASE("wgmma tiles: wg_at is a bijection onto the tile's bytes, 16-byte chun
 TEST_CASE("wgmma walk: every descriptor reads the intended operand element") {
   for (uint32_t stage = 0; stage < 2; ++stage) {
     const uint32_t st = stage * ww::kStage;
-    // P = W S0^T, O = Qg S0^T: A (m = token, k = key 16 ks + k) K-major
+    // Pᵀ = S0 Wᵀ, Oᵀ = S0 Qgᵀ: B (n = token, k = key 16 ks + k) K-major
     for (uint32_t tile : {ww::kW, ww::kQg}) {
       const auto img = wg_image(st + tile, 64, 128);
       for (int ks = 0; ks < 8; ++ks)
-        for (int m = 0; m < 64; ++m)
+        for (int n = 0; n < 64; ++n)
           for (int k = 0; k < 16; ++k)
-            CHECK(load16(img, gmma_sw128_addr(ww::desc_tok_k(st + tile, ks), false, m, k)) == wg_tag(m, 16 * ks + k));
+            CHECK(load16(img, gmma_sw128_addr(ww::desc_tok_k(st + tile, ks), false, n, k)) == wg_tag(n, 16 * ks + k));
     }
-    // O += Aqk U: A (m = token, k = token 16 ks + k) K-major
+    // Oᵀ += Uᵀ Aqkᵀ: B (n = token t, k = token s = 16 ks + k) K-major
     {
       const auto img = wg_image(st + ww::kAqk, 64, 64);
       for (int ks = 0; ks < 4; ++ks)
-        for (int m = 0; m < 64; ++m)
+        for (int n = 0; n < 64; ++n)
           for (int k = 0; k < 16; ++k)
-            CHECK(load16(img, gmma_sw128_addr(ww::desc_aqk(st, ks), false, m, k)) == wg_tag(m, 16 * ks + k));
+            CHECK(load16(img, gmma_sw128_addr(ww::desc_aqk(st, ks), false, n, k)) == wg_tag(n, 16 * ks + k));
     }
-    // S += U^T K-hat: B (n = key channel, k = token 16 ks + k) MN-major
+    // S += Uᵀ K̂: B (n = key channel, k = token 16 ks + k) MN-major
     {
       const auto img = wg_image(st + ww::kKh, 64, 128);
       for (int ks = 0; ks < 4; ++ks)
@@ -273,42 +274,25 @@ TEST_CASE("wgmma walk: every descriptor reads the intended operand element") {
             CHECK(load16(img, gmma_sw128_addr(ww::desc_kh(st, ks), true, n, k)) == wg_tag(16 * ks + k, n));
     }
   }
-  // P, O: B (n = state row j, k = key 16 ks + k) K-major from S0 [128][128]
-  {
-    const auto img = wg_image(ww::kS, 128, 128);
-    for (int ks = 0; ks < 8; ++ks)
-      for (int n = 0; n < 128; ++n)
-        for (int k = 0; k < 16; ++k)
-          CHECK(load16(img, gmma_sw128_addr(ww::desc_s0(0, ks), false, n, k)) == wg_tag(n, 16 * ks + k));
-  }
-  // U [64 tokens][128 rows]: B of Aqk U (n = row j, k = token) and A of U^T K-hat (m = row 64 h + m)
-  {
-    const auto img = wg_image(ww::kU, 64, 128);
-    for (int ks = 0; ks < 4; ++ks)
-      for (int k = 0; k < 16; ++k) {
-        for (int n = 0; n < 128; ++n)
-          CHECK(load16(img, gmma_sw128_addr(ww::desc_u_b(0, ks), true, n, k)) == wg_tag(16 * ks + k, n));
-        for (int h = 0; h < 2; ++h)
-          for (int m = 0; m < 64; ++m)
-            CHECK(load16(img, gmma_sw128_addr(ww::desc_u_a(0, h, ks), true, m, k)) == wg_tag(16 * ks + k, 64 * h + m));
-      }
-  }
 }
 
-// The kernel's stores from accumulator fragments (U → sU, S → sS, Ũ reads): for each register
-// pair i, the 32 lanes of a warp (row 16 w + g + 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 t)
-// touch 32 distinct 4-byte banks.
-TEST_CASE("wgmma walk: fragment stores are free of bank conflicts") {
-  for (int rows : {64, 128})
-    for (int r0 = 0; r0 < rows; r0 += 16)  // the warp's 16 rows
-      for (int i = 0; i < 64; i += 2) {
-        std::set<uint32_t> banks;
-        for (int lane = 0; lane < 32; ++lane) {
-          const int g = lane >> 2, t = lane & 3;
-          banks.insert((wg_at(r0 + g + 8 * ((i >> 1) & 1), 8 * (i >> 2) + 2 * t, rows) / 4) % 32);
+// The kernel's 2-byte reads of Ũ [64 tokens][128 rows] for Uᵀ = Ũᵀ − Pᵀ: for each accumulator
+// pair i and each of its two tokens, lane (g, t) of warp w in warpgroup h reads element
+// (token 8 (i >> 2) + 2 t + e, row 64 h + 16 w + g + 8 ((i >> 1) & 1)). No two distinct 4-byte
+// words of one instruction may share a bank (lanes reading the same word are a broadcast).
+TEST_CASE("wgmma walk: the transposed reads of Ũ are free of bank conflicts") {
+  for (int h = 0; h < 2; ++h)
+    for (int w = 0; w < 4; ++w)
+      for (int i = 0; i < 32; i += 2)
+        for (int e = 0; e < 2; ++e) {
+          std::map<uint32_t, std::set<uint32_t>> words_of_bank;
+          for (int lane = 0; lane < 32; ++lane) {
+            const int g = lane >> 2, t = lane & 3;
+            const uint32_t word = wg_at(8 * (i >> 2) + 2 * t + e, 64 * h + 16 * w + g + 8 * ((i >> 1) & 1), 64) / 4;
+            words_of_bank[word % 32].insert(word);
+          }
+          for (const auto& [bank, words] : words_of_bank) CHECK(words.size() == 1);
         }
-        CHECK(banks.size() == 32);
-      }
 }
 
 }  // namespace
