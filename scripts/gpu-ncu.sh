@@ -4,26 +4,14 @@
 # Prints the headline metrics; the full report text goes to $OUT/<out name>.txt.
 # --stalls: the warp-state breakdown instead (every stall reason, cycles per
 # issued instruction, the reasons >= 0.2 printed largest first).
-# --source: the per-CUDA-line counters (instructions executed, warp stall
-# samples; the build has -lineinfo) as CSV in $OUT/<out name>-lines.csv.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-stalls=0 source_view=0
+stalls=0
 [[ ${1:-} == --stalls ]] && { stalls=1; shift; }
-[[ ${1:-} == --source ]] && { source_view=1; shift; }
 regex=${1:?kernel regex}; skip=${2:?skip}; name=${3:?name}; shift 4
 OUT=${OUT:-$here/../gpu-out}
 source "$here/env.sh"
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-if ((source_view)); then
-  timeout 240 "$ncu" --section SpeedOfLight --section SourceCounters --section WarpStateStats --import-source yes \
-    -k "regex:$regex" --launch-skip "$skip" --launch-count 1 -f -o "/tmp/$name" \
-    "$PB_BUILD/prefill-bench" "$@" >"$OUT/$name.txt" 2>&1
-  "$ncu" -i "/tmp/$name.ncu-rep" --page source --csv --print-source cuda >"$OUT/$name-lines.csv" 2>>"$OUT/$name.txt"
-  echo "gpu-ncu: $(wc -l <"$OUT/$name-lines.csv") lines in $name-lines.csv"
-  head -c 600 "$OUT/$name-lines.csv"
-  exit 0
-fi
 if ((stalls)); then
   what=(--section SpeedOfLight --section WarpStateStats --print-details all
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio')
