@@ -193,7 +193,7 @@ class KdaWorkspace {
 //            wgmma (sm_90a), each walking 64 rows of S as its f32 accumulator, the state the A
 //            operand from registers; FORWARD ONLY (kda_package refuses it), equal to kHead up
 //            to f32 summation order (on the H200 its S_out equalled kHead's bit for bit at
-//            16k); 735.6 µs against kHead's ~1207 at 16k x 96 heads (H200)
+//            16k); 711-736 µs against kHead's ~1207 at 16k x 96 heads (H200)
 enum class KdaWalk { kHead, kSlices, kHalves, kWgmma };
 
 // Whether KdaWalk::kWgmma runs on the current device (sm_90: wgmma); elsewhere it throws.
