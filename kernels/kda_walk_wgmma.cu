@@ -18,7 +18,7 @@
 //   to bf16 pairs is exactly wgmma's A-register fragment of k-step ks (pairs 8 ks + 0, 2, 4, 6).
 //   Per chunk and warpgroup:
 //     Pᵀ = S0 Wᵀ          8 wgmma m64n64k16 (A = bf16 S0 registers, B = W [64 tok][128] K-major)
-//     Oᵀ = S0 Qgᵀ         8 wgmma m64n64k16 (B = Qg K-major), waited after the U step [o only]
+//     Oᵀ = S0 Qgᵀ         8 wgmma m64n64k16 (B = Qg K-major), runs during the U step [o only]
 //     Uᵀ = bf16(Ũᵀ − Pᵀ)  in registers (Ũᵀ's fragments by ldmatrix.trans from the [tok][128 rows] tile)
 //     S = S ∘ Γ + Uᵀ K̂    4 wgmma m64n128k16 (A = Uᵀ registers, B = K̂ [64 tok][128] MN-major)
 //     Oᵀ += Uᵀ Aqkᵀ       4 wgmma m64n64k16 (B = Aqk [64 t][64 s] K-major)        [o only]
