@@ -63,9 +63,6 @@ static_assert(kD == 128 && kC == 64, "kda: the tiling assumes dk = dv = 128 and 
 
 using namespace ptx;  // the shared PTX wrappers (ptx.cuh)
 
-__device__ __forceinline__ float2 unpack_bf16x2(uint32_t u) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
-}
 __device__ __forceinline__ float sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
 // sigmoid with ex2.approx and the approximate divide (a few ulp; 0 for x → −inf).
 __device__ __forceinline__ float sigmoid_fast(float x) {

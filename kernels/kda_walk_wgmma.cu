@@ -128,11 +128,7 @@ __device__ __forceinline__ void acc_fence_n(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 __device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
-__device__ __forceinline__ float2 unpack2(uint32_t u) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
-}
 #endif
-
 
 constexpr int kWalkWarpgroups = 2;
 constexpr int kWalkThreads = 128 * kWalkWarpgroups;
@@ -253,7 +249,7 @@ __global__ void __launch_bounds__(kWalkThreads, 1) kda_walk_wgmma_kernel(const S
       ldmatrix_x4_trans(st + ww::kUt + ut_lane_offset(ks), ut);
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const float2 u = unpack2(ut[q]);
+        const float2 u = unpack_bf16x2(ut[q]);
         const int i = 8 * ks + 2 * q;
         ua[ks][q] = pack_bf16x2(__fsub_rn(u.x, pt[i]), __fsub_rn(u.y, pt[i + 1]));
       }
@@ -326,9 +322,8 @@ KdaWalk kda_fastest_forward_walk() { return kda_wgmma_walk_supported() ? KdaWalk
 void launch_walk_wgmma(const StateParams& p, int heads, cudaStream_t stream) {
   PB_CHECK(!p.package, "kda_package: the wgmma walk covers the forward only");
   PB_CHECK(kda_wgmma_walk_supported(), "kda: the wgmma walk (KdaWalk::kWgmma) needs an sm_90 GPU");
-  const int probe = walk_probe();
   PB_CUDA(cudaFuncSetAttribute(kda_walk_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWalkSmem)));
-  kda_walk_wgmma_kernel<<<unsigned(heads), kWalkThreads, kWalkSmem, stream>>>(p, probe);
+  kda_walk_wgmma_kernel<<<unsigned(heads), kWalkThreads, kWalkSmem, stream>>>(p, walk_probe());
   PB_CUDA_LAUNCH();
 }
 

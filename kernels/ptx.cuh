@@ -8,6 +8,7 @@
 //   fast_exp2          2^x by ex2.approx.ftz.f32 (rel. error 2^-22; a denormal
 //                      result flushes to +0, 2^-inf = +0)
 //   pack_bf16x2        two f32 -> bf16x2 (round to nearest), lo in the low half
+//   unpack_bf16x2      bf16x2 -> two f32 (exact), the low half in .x
 #pragma once
 
 #include <cuda_bf16.h>
@@ -56,6 +57,9 @@ __device__ __forceinline__ float fast_exp2(float x) {
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x = lo (low half)
   return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ float2 unpack_bf16x2(uint32_t u) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
 }
 
 }  // namespace pb::ptx
