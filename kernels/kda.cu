@@ -379,7 +379,7 @@ __global__ void __launch_bounds__(kThreads, 2) kda_prepare_kernel(const PrepPara
 }
 
 // ---------------------------------------------------------------------------
-// kda_prepare2_kernel (KdaPrepare::kTiles, the default): the same products as
+// kda_prepare2_kernel (KdaPrepare::kV2, the default): the same products as
 // kda_prepare_kernel with ~1/3 of the exponentials, the (I + L)^{-1} off-diagonal
 // blocks on tensor cores (tf32) and 73.75 KiB smem (3 CTAs/SM).
 //   thread (qt, cp) = (tid >> 6, tid & 63) owns token block qt (rows 16qt..16qt+15) and
@@ -397,8 +397,8 @@ __global__ void __launch_bounds__(kThreads, 2) kda_prepare_kernel(const PrepPara
 //     substitution, written over L_RR); warps 4-7 the six off-diagonal pairs.
 //   4 v → smem (cp.async, over kx), kg → smem (over ke); A_RI = −A_RR Σ_J L_RJ A_JI by
 //     block distance on mma.m16n8k8.tf32 (warp = (R, I, 8-column half)), f32 in smem
-//   5 W = (A·β) kg, Ũ = (A·β) V on mma.m16n8k16 (warp = row block × product, two column
-//     halves), staged, stored
+//   5 W = (A·β) kg, Ũ = (A·β) V on mma.m16n8k16 (warp = product × column half × row blocks
+//     {3, 0} or {2, 1}: 5 k-steps per warp), stored from the fragments
 // ---------------------------------------------------------------------------
 
 // d[16x8] += a[16x8] b[8x8], tf32 inputs (f32 bit patterns, low mantissa bits ignored).
@@ -682,15 +682,17 @@ __global__ void __launch_bounds__(kThreads, 3) kda_prepare2_kernel(const PrepPar
     }
   }
 
-  // ---- 5. W = (A·β) kg, Ũ = (A·β) v: warp = (row block R, product), one column half at a time,
-  //         stored from the fragments (each 8-row x 16-byte piece completes its 32-byte sector
-  //         with the next n-tile's store) ----
+  // ---- 5. W = (A·β) kg, Ũ = (A·β) v: warp = (product, column half, row-block pair {3, 0} or
+  //         {2, 1}: R + 1 k-steps each, so every warp runs 5), stored from the fragments (each
+  //         8-row x 16-byte piece completes its 32-byte sector with the next n-tile's store) ----
   {
-    const int R = warp & 3, prod = warp >> 2;
+    const int prod = warp >> 2, hf = warp & 1, R_first = 3 - ((warp >> 1) & 1);
     const unsigned char* sBop = prod == 0 ? sK : sX;
-    bf16* out = (prod == 0 ? p.w : p.u) + (tile * kC + 16 * R + g) * kD + 2 * t4;
+    bf16* const out0 = (prod == 0 ? p.w : p.u) + (tile * kC + g) * kD + 2 * t4 + 64 * hf;
 #pragma unroll 1
-    for (int hf = 0; hf < 2; ++hf) {
+    for (int job = 0; job < 2; ++job) {
+      const int R = R_first ^ (3 * job);
+      bf16* out = out0 + 16 * R * kD;
       float acc[8][4];
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
@@ -718,8 +720,7 @@ __global__ void __launch_bounds__(kThreads, 3) kda_prepare2_kernel(const PrepPar
       for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr)
-          *reinterpret_cast<uint32_t*>(out + 8 * hr * kD + 64 * hf + 8 * nt) =
-              pack_bf16x2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
+          *reinterpret_cast<uint32_t*>(out + 8 * hr * kD + 8 * nt) = pack_bf16x2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
     }
   }
 }
