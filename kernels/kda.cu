@@ -89,13 +89,18 @@ __device__ __forceinline__ T& sm(unsigned char* base, uint32_t off) {
 
 // cp.async a [64][kCols] bf16 tile (row r at g + r * ld) into a swizzled smem tile;
 // rows >= valid are zero-filled.
+// Thread tid moves chunk tid % (kCols / 8) of rows tid / (kCols / 8) + k · kRowStep.
 template <int kCols, int kNT = kThreads>
 __device__ __forceinline__ void load_tile(unsigned char* s, const bf16* g, int64_t ld, int valid, int tid) {
-  constexpr int kChunks = kCols / 8, kRowBytes = kCols * 2;
-  for (int i = tid; i < kC * kChunks; i += kNT) {
-    const int r = i / kChunks, c = i % kChunks;
+  constexpr int kChunks = kCols / 8, kRowBytes = kCols * 2, kRowStep = kNT / kChunks;
+  static_assert(kNT % kChunks == 0 && kC % kRowStep == 0, "load_tile: threads must cover whole rows");
+  const int c = tid % kChunks, r0 = tid / kChunks;
+  const bf16* src = g + int64_t(r0) * ld + c * 8;
+#pragma unroll
+  for (int k = 0; k < kC / kRowStep; ++k) {
+    const int r = r0 + k * kRowStep;
     const bool ok = r < valid;
-    cp_async_16(smem_addr(s + swz(r, c, kRowBytes)), ok ? g + int64_t(r) * ld + c * 8 : g, ok);
+    cp_async_16(smem_addr(s + swz(r, c, kRowBytes)), ok ? src + int64_t(k * kRowStep) * ld : g, ok);
   }
 }
 
@@ -432,6 +437,14 @@ __device__ __forceinline__ void p2_pair(int pr, int& R, int& I) {
   I = int((0x124e4u >> (2 * pr)) & 3u);
 }
 
+// Ab = bf16(A·β) (A's column c scaled by β_c), phase 5's A operand: block (R, I ≤ R) row r, column
+// c (< 16) as a bf16 [16][16] block in the 16-byte chunks 4R, 4R + 1 of rows 16 I + r of sQ's f32
+// [64][64] tile, i.e. in its block (I, R), which holds no A (above the diagonal, or on it: the
+// diagonal A blocks live in sL). ldmatrix-able: 8 rows of one chunk fall in 8 bank groups.
+__device__ __forceinline__ uint32_t ab_at(int R, int I, int r, int c) {
+  return swz(16 * I + r, 4 * R + (c >> 3), 256) + uint32_t(c & 7) * 2;
+}
+
 constexpr uint32_t kP2Q = 0, kP2K = 16384, kP2X = 32768, kP2L = 49152, kP2F = 65536;
 constexpr uint32_t kP2Tot = kP2F + kP2Pairs * kD * 4, kP2Loc0 = kP2Tot + 4 * kD * 4;
 constexpr uint32_t kP2Beta = kP2Loc0 + 4 * kD * 4, kP2InvQ = kP2Beta + 256, kP2InvK = kP2InvQ + 256;
@@ -440,7 +453,7 @@ static_assert(3 * (kP2Smem + 1024) <= 228 * 1024, "kda_prepare2_kernel: 3 CTAs/S
 
 __global__ void __launch_bounds__(kThreads, 3) kda_prepare2_kernel(const PrepParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char* sQ = smem + kP2Q;  // q raw → qe → A off-diagonal blocks f32 [64][64] → W staging
+  unsigned char* sQ = smem + kP2Q;  // q raw → qe → A off-diagonal blocks f32 [64][64] + Ab (ab_at)
   unsigned char* sK = smem + kP2K;  // k raw → ke → kg
   unsigned char* sX = smem + kP2X;  // kx → v
   unsigned char* sL = smem + kP2L;  // L f32 [64][64] (A_RR on the diagonal blocks) → Ũ staging
@@ -484,13 +497,13 @@ __global__ void __launch_bounds__(kThreads, 3) kda_prepare2_kernel(const PrepPar
     float2 run = make_float2(0.0f, 0.0f);
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-      float2 la = make_float2(0.0f, 0.0f);
-      if (16 * qt + i < n) {
-        const float2 gv = unpack_bf16x2(graw[i]);
-        // la2 = −5 log2(e) · sigmoid(a (g + bias))
-        la.x = __fmul_rn(-5.0f * kLog2e, fast_rcp(__fadd_rn(1.0f, fast_exp2(__fmaf_rn(gv.x, c1, cb.x)))));
-        la.y = __fmul_rn(-5.0f * kLog2e, fast_rcp(__fadd_rn(1.0f, fast_exp2(__fmaf_rn(gv.y, c1, cb.y)))));
-      }
+      // la2 = −5 log2(e) · sigmoid(a (g + bias)); 0 past T (computed on g = 0, then dropped: no branch)
+      const float2 gv = unpack_bf16x2(graw[i]);
+      const bool valid = 16 * qt + i < n;
+      float2 la;
+      la.x = __fmul_rn(-5.0f * kLog2e, fast_rcp(__fadd_rn(1.0f, fast_exp2(__fmaf_rn(gv.x, c1, cb.x)))));
+      la.y = __fmul_rn(-5.0f * kLog2e, fast_rcp(__fadd_rn(1.0f, fast_exp2(__fmaf_rn(gv.y, c1, cb.y)))));
+      la = valid ? la : make_float2(0.0f, 0.0f);
       run = make_float2(__fadd_rn(run.x, la.x), __fadd_rn(run.y, la.y));
       loc[i] = run;
     }
@@ -512,36 +525,43 @@ __global__ void __launch_bounds__(kThreads, 3) kda_prepare2_kernel(const PrepPar
     }
     blast = acc;
   }
-  // norms: rows 0..63 of q (warps 0-3), of k (warps 4-7); a half-warp per row, 8 channels a lane
-#pragma unroll 2
-  for (int it = 0; it < 8; ++it) {
-    const int row = warp * 16 + 2 * it + (lane >> 4), r = row & (kC - 1), j = lane & 15;
-    const unsigned char* t = warp < 4 ? sQ : sK;
-    const uint4 raw = sm<uint4>(const_cast<unsigned char*>(t), swz(r, j, 256));
-    const uint32_t w4[4] = {raw.x, raw.y, raw.z, raw.w};
-    float ss = 0.0f;
+  // norms: a thread per half row (threads 0-127 q, 128-255 k; row (tid / 2) % 64, channels
+  // 64 (tid % 2) ..), two accumulators; the odd thread walks its chunks from 4 on, so the 8
+  // lanes of each 16-byte access phase hit 8 distinct bank groups
+  {
+    const int r = (tid >> 1) & (kC - 1), half = tid & 1;
+    const unsigned char* t = tid < 2 * kC ? sQ : sK;
+    float ss[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 x = unpack_bf16x2(w4[e]);
-      ss = __fmaf_rn(x.x, x.x, ss);
-      ss = __fmaf_rn(x.y, x.y, ss);
+    for (int j = 0; j < 8; ++j) {
+      const uint4 raw = sm<uint4>(const_cast<unsigned char*>(t), swz(r, 8 * half + (j ^ (4 * half)), 256));
+      const uint32_t w4[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 x = unpack_bf16x2(w4[e]);
+        ss[e & 1] = __fmaf_rn(x.x, x.x, ss[e & 1]);
+        ss[e & 1] = __fmaf_rn(x.y, x.y, ss[e & 1]);
+      }
     }
-#pragma unroll
-    for (int o = 8; o >= 1; o >>= 1) ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, o));
-    if (j == 0) (warp < 4 ? sInvQ : sInvK)[r] = fast_rsqrt(__fadd_rn(ss, 1e-6f));
+    float s2 = __fadd_rn(ss[0], ss[1]);
+    s2 = __fadd_rn(s2, __shfl_xor_sync(0xffffffffu, s2, 1));
+    if (half == 0) (tid < 2 * kC ? sInvQ : sInvK)[r] = fast_rsqrt(__fadd_rn(s2, 1e-6f));
   }
-  // F_{R,I}[c] = 2^{b_{16R} − b_{16I+15}}, b_{16R} = off_R + loc0_R, b_{16I+15} = off_{I+1}
-  for (int e = tid; e < kP2Pairs * kD; e += kThreads) {
-    const int pr = e >> 7, c = e & (kD - 1);
-    int R, I;
-    p2_pair(pr, R, I);
-    float o = 0.0f, oe = 0.0f, oR = 0.0f;
-    for (int J = 0; J < 4; ++J) {
-      if (J == R) oR = o;
-      o = __fadd_rn(o, sTot[J * kD + c]);
-      if (J == I) oe = o;
+  // F_{R,I}[c] = 2^{b_{16R} − b_{16I+15}}, b_{16R} = off_R + loc0_R, b_{16I+15} = off_{I+1}:
+  // thread → channel tid % 128 of the pairs of parity tid / 128, prefix[J] = off_J
+  {
+    const int c = tid & (kD - 1);
+    float prefix[5];
+    prefix[0] = 0.0f;
+#pragma unroll
+    for (int J = 0; J < 4; ++J) prefix[J + 1] = __fadd_rn(prefix[J], sTot[J * kD + c]);
+#pragma unroll
+    for (int pr = 0; pr < kP2Pairs; ++pr) {
+      if ((pr & 1) != (tid >> 7)) continue;  // warp-uniform; R, I are constants once unrolled
+      int R, I;
+      p2_pair(pr, R, I);
+      sF[pr * kD + c] = fast_exp2(__fsub_rn(__fadd_rn(prefix[R], sLoc0[R * kD + c]), prefix[I + 1]));
     }
-    sF[e] = fast_exp2(__fsub_rn(__fadd_rn(oR, sLoc0[R * kD + c]), oe));
   }
   if (tid < kC) {
     *reinterpret_cast<float2*>(p.gamma + tile * kD + 2 * cp) = make_float2(fast_exp2(blast.x), fast_exp2(blast.y));
@@ -650,6 +670,14 @@ __global__ void __launch_bounds__(kThreads, 3) kda_prepare2_kernel(const PrepPar
     };
     for (int d = 1; d < 4; ++d) {
       const int units = 2 * (4 - d);
+      if (d == 1 && warp >= units) {  // the two idle warps: Ab of the diagonal blocks
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const int e = tid - units * 32 + 64 * k, R = e >> 7, r = (e >> 3) & 15, c = 2 * (e & 7);
+          const float2 bt = *reinterpret_cast<const float2*>(sBeta + 16 * R + c);
+          sm<uint32_t>(sQ, ab_at(R, R, r, c)) = pack2(mul2(sm<float2>(sL, at_f64(16 * R + r, 16 * R + c)), bt));
+        }
+      }
       if (warp < units) {
         const int I = warp >> 1, R = I + d, nt = warp & 1;
         float t[4] = {};
@@ -674,8 +702,12 @@ __global__ void __launch_bounds__(kThreads, 3) kda_prepare2_kernel(const PrepPar
           mma_1688_tf32(u, a, ablk(R, I, 8 * kk + t4, 8 * nt + g), ablk(R, I, 8 * kk + t4 + 4, 8 * nt + g));
         }
         __syncwarp();
-        *reinterpret_cast<float2*>(&ablk(R, I, g, 8 * nt + 2 * t4)) = make_float2(-u[0], -u[1]);
-        *reinterpret_cast<float2*>(&ablk(R, I, g + 8, 8 * nt + 2 * t4)) = make_float2(-u[2], -u[3]);
+        const float2 a0 = make_float2(-u[0], -u[1]), a8 = make_float2(-u[2], -u[3]);
+        *reinterpret_cast<float2*>(&ablk(R, I, g, 8 * nt + 2 * t4)) = a0;
+        *reinterpret_cast<float2*>(&ablk(R, I, g + 8, 8 * nt + 2 * t4)) = a8;
+        const float2 bt = *reinterpret_cast<const float2*>(sBeta + 16 * I + 8 * nt + 2 * t4);
+        sm<uint32_t>(sQ, ab_at(R, I, g, 8 * nt + 2 * t4)) = pack2(mul2(a0, bt));
+        sm<uint32_t>(sQ, ab_at(R, I, g + 8, 8 * nt + 2 * t4)) = pack2(mul2(a8, bt));
       }
       if (d == 3) cp_async_wait_all();
       __syncthreads();
@@ -699,15 +731,8 @@ __global__ void __launch_bounds__(kThreads, 3) kda_prepare2_kernel(const PrepPar
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
       for (int ks = 0; ks <= R; ++ks) {
-        const unsigned char* sAb = ks == R ? sL : sQ;
         uint32_t a[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {  // reg q: row g + 8 (q & 1), cols 2 t4 + 8 (q >> 1)
-          const int r = 16 * R + g + 8 * (q & 1), c = 16 * ks + 2 * t4 + 8 * (q >> 1);
-          const float2 av = sm<float2>(const_cast<unsigned char*>(sAb), at_f64(r, c));
-          const float2 bt = *reinterpret_cast<const float2*>(sBeta + c);
-          a[q] = pack2(mul2(av, bt));
-        }
+        ldmatrix_x4(smem_addr(sQ + ab_at(R, ks, pa.row, 8 * pa.chunk)), a);
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
           uint32_t b[4];

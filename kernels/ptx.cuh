@@ -58,8 +58,10 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x = lo (low half)
   return *reinterpret_cast<const uint32_t*>(&h);
 }
+// bf16 → f32 is exact: the bf16 bits are the f32's high half (one shift or mask per value;
+// __bfloat1622float2 takes three instructions for the pair).
 __device__ __forceinline__ float2 unpack_bf16x2(uint32_t u) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
+  return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
 }
 
 }  // namespace pb::ptx

@@ -26,7 +26,7 @@ for producer in 0 1; do
 done
 [[ ${PB_SKIP_NCU:-0} == 1 ]] && exit 0
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-timeout 200 "$ncu" --set full --import-source yes -k regex:kda_prepare2 --launch-count 1 -o /tmp/prep -f \
+timeout 200 "$ncu" --clock-control none --set full --import-source yes -k regex:kda_prepare2 --launch-count 1 -o /tmp/prep -f \
   "$PB_BUILD/prefill-bench" kda --tokens 16384 --reps 1 --warmup 0 -o /tmp/kda-ncu.h5 --overwrite >"$OUT/ncu.log" 2>&1
 echo "ncu exit $?"
 "$ncu" --import /tmp/prep.ncu-rep --page source --print-source sass --csv >"$OUT/prepare-sass.csv" 2>&1

@@ -19,7 +19,7 @@ else
   what=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats
     --section SchedulerStats --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis)
 fi
-timeout 240 "$ncu" "${what[@]}" -k "regex:$regex" --launch-skip "$skip" --launch-count 1 \
+timeout 240 "$ncu" --clock-control none "${what[@]}" -k "regex:$regex" --launch-skip "$skip" --launch-count 1 \
   "$PB_BUILD/prefill-bench" "$@" >"$OUT/$name.txt" 2>&1
 if ((stalls)); then
   grep -E "Duration|DRAM Throughput|Compute \(SM\)|issue_stalled" "$OUT/$name.txt" | sort -k3 -n -r |
