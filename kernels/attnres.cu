@@ -51,10 +51,13 @@
 #include <string>
 
 #include "check.h"
+#include "ptx.cuh"
 
 namespace pb {
 
 namespace {
+
+using ptx::prefetch_l2;
 
 using bf16 = __nv_bfloat16;
 using bf16x2 = __nv_bfloat162;
@@ -602,9 +605,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 // pending lands it.
 constexpr int kTwoPassMaxL2 = 6;  // candidates re-read from L2 (B = 4 at C = 9: S = 3)
 
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-}
 
 // L2 eviction priorities (kHint): createpolicy, then loads, cp.asyncs, stores
 // and prefetches that carry it. Only where data stays in L2 changes, never what

@@ -1,8 +1,9 @@
-// PTX wrappers the tensor-core kernels share (sm_80+; fmha.cu, kda.cu).
+// PTX wrappers the kernels share (sm_80+; fmha.cu, kda.cu, kda_walk_wgmma.cu, attnres.cu).
 //
 //   smem_addr          generic -> shared-window address of p
 //   cp_async_16        16 bytes global -> shared; !valid reads nothing and zero-fills
 //   cp_async_commit / cp_async_wait_all
+//   prefetch_l2        the line holding p into L2 (a hint: nothing is read into registers)
 //   ldmatrix_x4(_trans) four 8x8 b16 tiles from shared memory
 //   mma_16816          d[16x8] += a[16x16] b[16x8], bf16 in, f32 accumulate
 //   fast_exp2          2^x by ex2.approx.ftz.f32 (rel. error 2^-22; a denormal
@@ -26,6 +27,7 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
                : "memory");
 }
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
@@ -58,10 +60,8 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x = lo (low half)
   return *reinterpret_cast<const uint32_t*>(&h);
 }
-// bf16 → f32 is exact: the bf16 bits are the f32's high half (one shift or mask per value;
-// __bfloat1622float2 takes three instructions for the pair).
 __device__ __forceinline__ float2 unpack_bf16x2(uint32_t u) {
-  return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
 }
 
 }  // namespace pb::ptx
