@@ -43,7 +43,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "check.h"
@@ -116,7 +115,6 @@ struct PrepParams {
   float scale;
   bf16 *w, *u, *khat, *qg, *aqk;
   float* gamma;
-  int64_t wave;  // kV2: CTAs resident at once; each prefetches into L2 the inputs of the CTA one wave on (0: none)
 };
 
 constexpr uint32_t kPrepQ = 0, kPrepK = 16384, kPrepX = 32768, kPrepB = 49152, kPrepL = 81920;
@@ -391,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, 2) kda_prepare_kernel(const PrepPara
 // blocks on tensor cores (tf32) and 73.75 KiB smem (3 CTAs/SM).
 //   thread (qt, cp) = (tid >> 6, tid & 63) owns token block qt (rows 16qt..16qt+15) and
 //   channels 2cp, 2cp+1 from the gates to the per-element products, b in registers:
-//   0 cp.async q, k, g (g into sX); gates (one ex2 + one rcp each), in-block cumsum
+//   0 cp.async g (into sX), then q, k; gates once g lands (one ex2 + one rcp each), in-block cumsum
 //     loc (registers), block totals and first-row values → smem
 //   1 block offsets off_J (prefix of the totals), norms (half-warp per row, rsqrt),
 //     the pair factors F_{R,I}[c] = 2^{b_{16R} − b_{16I+15}} (10 × 128), Γ
@@ -453,29 +451,12 @@ constexpr uint32_t kP2Beta = kP2Loc0 + 4 * kD * 4, kP2InvQ = kP2Beta + 256, kP2I
 constexpr uint32_t kP2Smem = kP2InvK + 256;  // 75520 bytes: 3 CTAs/SM
 static_assert(3 * (kP2Smem + 1024) <= 228 * 1024, "kda_prepare2_kernel: 3 CTAs/SM do not fit");
 
-// The tile the block one wave of resident CTAs later (linear block id + p.wave, grid x = chunk
-// fastest) will load: its q, k, g, v rows (256 bytes = two 128-byte lines each) into L2 now, so
-// that block's loads hit L2 instead of paying a DRAM round trip. Thread → tensor tid / 64, row tid % 64.
-__device__ __forceinline__ void prefetch_next_wave(const PrepParams& p, int tid) {
-  if (p.wave <= 0) return;
-  const int64_t next = int64_t(blockIdx.y) * gridDim.x + blockIdx.x + p.wave;
-  if (next >= int64_t(gridDim.x) * gridDim.y) return;
-  const int64_t row = (next % gridDim.x) * kC + (tid & (kC - 1));
-  if (row >= p.tokens) return;
-  const int which = tid >> 6;
-  const bf16* base = which == 0 ? p.in.q : which == 1 ? p.in.k : which == 2 ? p.in.g : p.in.v;
-  const int64_t ld = which == 0 ? p.in.q_ld : which == 1 ? p.in.k_ld : which == 2 ? p.in.g_ld : p.in.v_ld;
-  const bf16* src = base + row * ld + (next / gridDim.x) * kD;
-  prefetch_l2(src);
-  prefetch_l2(src + 64);
-}
-
 __global__ void __launch_bounds__(kThreads, 3) kda_prepare2_kernel(const PrepParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* sQ = smem + kP2Q;  // q raw → qe → A off-diagonal blocks f32 [64][64] + Ab (ab_at)
   unsigned char* sK = smem + kP2K;  // k raw → ke → kg
   unsigned char* sX = smem + kP2X;  // g → kx → v
-  unsigned char* sL = smem + kP2L;  // L f32 [64][64] (A_RR on the diagonal blocks) → Ũ staging
+  unsigned char* sL = smem + kP2L;  // L f32 [64][64] (A_RR on the diagonal blocks); dead after phase 4
   float* sF = reinterpret_cast<float*>(smem + kP2F);      // [10][128]
   float* sTot = reinterpret_cast<float*>(smem + kP2Tot);  // [4][128] block sums of la2
   float* sLoc0 = reinterpret_cast<float*>(smem + kP2Loc0);  // [4][128] la2 of each block's first row
@@ -497,17 +478,18 @@ __global__ void __launch_bounds__(kThreads, 3) kda_prepare2_kernel(const PrepPar
   auto eoff = [&](int i) { return ebase + uint32_t(i) * 256 + (uint32_t(echunk ^ (i & 7)) << 4); };
 
   // ---- 0. loads; gates and the in-block cumsum in registers ----
+  // g first (its own group: the gates start when it lands, q and k may still be in flight)
+  load_tile<kD>(sX, p.in.g + t0 * p.in.g_ld + int64_t(h) * kD, p.in.g_ld, n, tid);
+  cp_async_commit();
   load_tile<kD>(sQ, p.in.q + t0 * p.in.q_ld + int64_t(h) * kD, p.in.q_ld, n, tid);
   load_tile<kD>(sK, p.in.k + t0 * p.in.k_ld + int64_t(h) * kD, p.in.k_ld, n, tid);
-  load_tile<kD>(sX, p.in.g + t0 * p.in.g_ld + int64_t(h) * kD, p.in.g_ld, n, tid);  // g: all loads in flight at once
   cp_async_commit();
-  prefetch_next_wave(p, tid);
   if (tid < kC) {
     sBeta[tid] = tid < n ? sigmoid_f32(__bfloat162float(p.in.beta_pre[(t0 + tid) * p.in.beta_ld + h])) : 0.0f;
   }
   const float a = expf(p.in.A_log[h]);
   const float2 bias = *reinterpret_cast<const float2*>(p.in.dt_bias + int64_t(h) * kD + 2 * cp);
-  cp_async_wait_all();
+  cp_async_wait_group<1>();
   __syncthreads();
   float2 loc[16];  // inclusive cumsum of la2 within the block (log2 units)
   {
@@ -529,6 +511,7 @@ __global__ void __launch_bounds__(kThreads, 3) kda_prepare2_kernel(const PrepPar
     *reinterpret_cast<float2*>(sTot + qt * kD + 2 * cp) = run;
     *reinterpret_cast<float2*>(sLoc0 + qt * kD + 2 * cp) = loc[0];
   }
+  cp_async_wait_all();
   __syncthreads();
 
   // ---- 1. offsets, norms, pair factors, Γ ----
@@ -1388,12 +1371,6 @@ StateParams state_params(const KdaWorkspace& ws, int64_t tokens) {
   return p;
 }
 
-// PB_KDA_PREPARE_PREFETCH=0 turns the prepare's next-wave L2 prefetch off (A/B).
-bool prepare_prefetch_enabled() {
-  const char* v = std::getenv("PB_KDA_PREPARE_PREFETCH");
-  return v == nullptr || std::string(v) != "0";
-}
-
 void launch_state(const StateParams& p, int heads, KdaWalk walk, cudaStream_t stream) {
   switch (walk) {
     case KdaWalk::kHead: {
@@ -1467,16 +1444,10 @@ void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& w
   p.gamma = ws.gamma.get();
   const dim3 grid{unsigned(chunks), unsigned(heads)};
   switch (prep) {
-    case KdaPrepare::kV2: {
+    case KdaPrepare::kV2:
       PB_CUDA(cudaFuncSetAttribute(kda_prepare2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kP2Smem)));
-      int dev = 0, sms = 0, per_sm = 0;
-      PB_CUDA(cudaGetDevice(&dev));
-      PB_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-      PB_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kda_prepare2_kernel, kThreads, kP2Smem));
-      p.wave = prepare_prefetch_enabled() ? int64_t(sms) * per_sm : 0;
       kda_prepare2_kernel<<<grid, kThreads, kP2Smem, stream>>>(p);
       break;
-    }
     case KdaPrepare::kV1:
       PB_CUDA(cudaFuncSetAttribute(kda_prepare_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kPrepSmem)));
       kda_prepare_kernel<<<grid, kThreads, kPrepSmem, stream>>>(p);

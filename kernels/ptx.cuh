@@ -2,7 +2,7 @@
 //
 //   smem_addr          generic -> shared-window address of p
 //   cp_async_16        16 bytes global -> shared; !valid reads nothing and zero-fills
-//   cp_async_commit / cp_async_wait_all
+//   cp_async_commit / cp_async_wait_all / cp_async_wait_group<N> (all but the N newest groups landed)
 //   prefetch_l2        the line holding p into L2 (a hint: nothing is read into registers)
 //   ldmatrix_x4(_trans) four 8x8 b16 tiles from shared memory
 //   mma_16816          d[16x8] += a[16x16] b[16x8], bf16 in, f32 accumulate
@@ -30,6 +30,10 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
