@@ -3,7 +3,7 @@
 // stability: kda_ref.h.
 //
 // kda_prepare2_kernel (KdaPrepare::kV2, the default) — grid (chunks, heads), 256 threads,
-//   73.75 KiB smem, 80 registers, 3 CTAs/SM: b per (token, channel) in registers, two ex2 per
+//   73.75 KiB smem, 80 registers (12 bytes spilled), 3 CTAs/SM: b per (token, channel) in registers, two ex2 per
 //   element, pair B operands rescaled per channel, inverse off-diagonal blocks on tf32 mma
 //   (steps at its definition below).
 // kda_prepare_kernel (v1, KdaPrepare::kV1) — grid (chunks, heads), 256 threads (8 warps), 96.75 KiB smem, 2 CTAs/SM
@@ -391,7 +391,7 @@ __global__ void __launch_bounds__(kThreads, 2) kda_prepare_kernel(const PrepPara
 //   channels 2cp, 2cp+1 from the gates to the per-element products, b in registers:
 //   0 cp.async g (into sX), then q, k; gates once g lands (one ex2 + one rcp each), in-block cumsum
 //     loc (registers), block totals and first-row values → smem
-//   1 block offsets off_J (prefix of the totals), norms (half-warp per row, rsqrt),
+//   1 block offsets off_J (prefix of the totals), norms (a thread per half row, rsqrt),
 //     the pair factors F_{R,I}[c] = 2^{b_{16R} − b_{16I+15}} (10 × 128), Γ
 //   2 per element: fr = 2^{b − b_a} (≤ 1), f1 = 2^{b_e − b} (≤ 1) (a, e: the block's first
 //     and last row): qe = q̂ fr, ke = k̂ fr, kx = k̂ f1 → smem; Qg = scale·qe·2^{b_a},
@@ -401,7 +401,9 @@ __global__ void __launch_bounds__(kThreads, 2) kda_prepare_kernel(const PrepPara
 //     finite). Warps 0-3 take the diagonal pairs and then invert their 16x16 block (f32
 //     substitution, written over L_RR); warps 4-7 the six off-diagonal pairs.
 //   4 v → smem (cp.async, over kx), kg → smem (over ke); A_RI = −A_RR Σ_J L_RJ A_JI by
-//     block distance on mma.m16n8k8.tf32 (warp = (R, I, 8-column half)), f32 in smem
+//     block distance on mma.m16n8k8.tf32 (warp = (R, I, 8-column half)), f32 in smem; each
+//     final block also as Ab = bf16(A·β) (ab_at; the diagonal ones by the two warps idle at
+//     distance 1)
 //   5 W = (A·β) kg, Ũ = (A·β) V on mma.m16n8k16 (warp = product × column half × row blocks
 //     {3, 0} or {2, 1}: 5 k-steps per warp), stored from the fragments
 // ---------------------------------------------------------------------------

@@ -69,19 +69,17 @@
 //     To reach ~1.0 ms it must drop to ≤ ~25 k warp-instr per tile: inverse off-diagonal
 //     blocks on mma, the pair B operands as k̂·2^{b_{16(I+1)} − b} (computed once per
 //     token and channel) times a per-channel block factor, 3+ CTAs/SM.
-//   prepare v2 (KdaPrepare::kV2, not yet measured) does that: MUFU ops per tile ~34 k (gates
-//     ex2 + rcp 16 k, fr and f1 per element 16 k, pair factors 1.3 k) against v1's ~61 k ex2
-//     + 8 k divides; per element one pass with b in registers (no f32 b tile, no separate
-//     K∘2^b pass); the 10 pairs' B operands rescaled from one bf16 tile (5 instr per bf16x2
-//     instead of ~15); off-diagonal inverse blocks on 12 warp-units of tf32 mma (~100 mma in
-//     all) instead of ~6 k warp-instr of FMAs; the four diagonal inverses run while the six
-//     off-diagonal pairs do; W, Ũ stored from fragments (no staging barrier); 73.75 KiB smem,
-//     80 registers, no spills → 3 CTAs/SM (24 warps) instead of 2. Counted by hand ≈ 20 k
-//     warp-instr per tile (v1 by the same count: ~34 k, measured 65 k), so expected ~35-40 k
-//     measured → ~1.3-1.6 ms at 16k, ~1.1 ms if the 3rd CTA lifts IPC to ~3. The DRAM floor
-//     of this workspace design stays ~1.0-1.1 ms (136.5 KB per tile), so ≤ 0.9 ms needs fewer
-//     bytes (e.g. Qg/K̂ recomputed by the walk from q, k and Γ-style factors, or bf16 Ũ
-//     dropped for v: see the walk) — not a faster kernel.
+//   prepare v2 (KdaPrepare::kV2) does that: exponentials once per (token, channel) and per
+//     (pair, channel), pair B operands rescaled from one bf16 tile, the inverse's off-diagonal
+//     blocks on tf32 mma, bf16(A·β) built once in phase 4 for phase 5's ldmatrix, 73.75 KiB smem,
+//     80 registers → 3 CTAs/SM (24 warps). H200, 16k x 96 heads: 1.36 ms first; ncu then counted
+//     33.7 k warp-instructions per tile at IPC 2.43 (issue 60%). Cutting them to 26.5 k gained
+//     nothing until g moved from 16 direct loads per thread (scheduled one at a time: 16 DRAM
+//     round trips per tile) to cp.async beside q and k: 1.23 ms (results/h200/kda-prepare.txt).
+//     What bounds it now is latency, not issue: five barrier-separated phases whose slowest warp
+//     sets each phase, and each tile's loads exposed at its start (no room to stage the next
+//     tile's 64 KB). ~1.25x its DRAM floor needs overlap across tiles (a persistent, pipelined
+//     form) or more warps per SM, not fewer instructions.
 //   walk, v1 (KdaWalk::kSlices, measured 1.43 ms): four 32-row CTAs per head each re-read
 //     W, Qg, K̂, Aqk: 4× the L2 → SM traffic (7.1 GB; ncu L2 throughput 86%, hit rate 27%,
 //     DRAM 3.05 TB/s).

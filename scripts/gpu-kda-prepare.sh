@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Device helper: the KDA forward's two kernels at 16k x 96 heads. Builds prefill-bench and
-# test_kda, runs test_kda, then the kda rows (prepare, forward_wgmma, state_wgmma) with the
-# walk's producer warpgroup off and on (PB_KDA_WALK_PRODUCER), then Nsight Compute on one
-# kda_prepare2_kernel launch: headline metrics and warp stalls printed, the per-SASS-line
-# source page (stall samples) to $OUT/prepare-sass.csv. Set PB_SKIP_NCU=1 to skip it.
+# Device helper: the KDA prepare at 16k x 96 heads. Builds prefill-bench and test_kda, runs
+# test_kda, then the kda rows (prepare, forward_wgmma, state_wgmma), then Nsight Compute on one
+# kda_prepare2_kernel launch (clocks left alone): headline metrics and warp stalls printed, the
+# per-SASS-line source page (instructions executed, stall samples) to $OUT/prepare-sass.csv.
+# Set PB_SKIP_NCU=1 to skip it.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$here/../gpu-out}
@@ -20,10 +20,7 @@ rows() {
   timeout 150 "$PB_BUILD/prefill-bench" kda --tokens 16384 --reps 10 --warmup 2 -o /tmp/kda-prep.h5 --overwrite 2>&1 |
     grep -E "^kda\.(forward|prepare|state_wgmma)|wgmma walk|GEMM ceiling|check"
 }
-for producer in 0 1; do
-  echo "== PB_KDA_WALK_PRODUCER=$producer"
-  PB_KDA_WALK_PRODUCER=$producer rows
-done
+rows
 [[ ${PB_SKIP_NCU:-0} == 1 ]] && exit 0
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 timeout 200 "$ncu" --clock-control none --set full --import-source yes -k regex:kda_prepare2 --launch-count 1 -o /tmp/prep -f \
