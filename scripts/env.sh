@@ -20,3 +20,13 @@ pb_build() {  # pb_build [targets...]
     cmake --build "$PB_BUILD" -j"$(nproc)"
   fi
 }
+# pb_build_logged <log> [targets...]: pb_build with its output in <log>; on failure prints the
+# log's errors and "<calling script>: build failed", and returns 1 (the device scripts' build step).
+pb_build_logged() {
+  local log=$1
+  shift
+  pb_build "$@" >"$log" 2>&1 && return 0
+  grep -E "error" -A3 "$log" | head -40
+  echo "$(basename "$0" .sh): build failed"
+  return 1
+}

@@ -8,11 +8,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$here/../gpu-out}
 mkdir -p "$OUT"
 source "$here/env.sh"
-if ! pb_build prefill-bench test_kda test_kda_cp >/tmp/pb-build.log 2>&1; then
-  grep -E "error" -A3 /tmp/pb-build.log | head -30
-  echo "gpu-kda-final: build failed"
-  exit 1
-fi
+pb_build_logged /tmp/pb-build.log prefill-bench test_kda test_kda_cp || exit 1
 T=$OUT/tests.log
 timeout 200 "$PB_BUILD/test_kda" >>"$T" 2>&1
 echo "test_kda exit $?"

@@ -9,11 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$here/../gpu-out}
 mkdir -p "$OUT"
 source "$here/env.sh"
-if ! pb_build prefill-bench test_kda >"$OUT/build.log" 2>&1; then
-  grep -E "error" -A3 "$OUT/build.log" | head -40
-  echo "gpu-kda-prepare: build failed"
-  exit 1
-fi
+pb_build_logged "$OUT/build.log" prefill-bench test_kda || exit 1
 timeout 240 "$PB_BUILD/test_kda" >"$OUT/test_kda.log" 2>&1
 echo "test_kda exit $? ($(tail -2 "$OUT/test_kda.log" | tr '\n' ' '))"
 rows() {

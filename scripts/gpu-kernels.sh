@@ -9,10 +9,6 @@ test=${2:?test target, e.g. test_elementwise}
 OUT=${OUT:-$here/../gpu-out}
 mkdir -p "$OUT"
 source "$here/env.sh"
-if ! pb_build prefill-bench "$test" >"$OUT/build.log" 2>&1; then
-  grep -E "error" -A3 "$OUT/build.log" | head -40
-  echo "gpu-kernels: build failed"
-  exit 1
-fi
+pb_build_logged "$OUT/build.log" prefill-bench "$test" || exit 1
 "$PB_BUILD/$test" 2>&1 | tail -15 | tee "$OUT/test.log"
 "$PB_BUILD/prefill-bench" kernels --family "$family" --output "$OUT/kernels.h5" --overwrite 2>&1 | tee "$OUT/kernels.log"

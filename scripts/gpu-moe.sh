@@ -10,11 +10,7 @@ OUT=${OUT:-$here/../gpu-out}
 mkdir -p "$OUT"
 source "$here/env.sh"
 tests=(test_moe_route test_moe_gemm test_moe_block)
-if ! pb_build prefill-bench "${tests[@]}" >"$OUT/build.log" 2>&1; then
-  grep -E "error" -A3 "$OUT/build.log" | head -40
-  echo "gpu-moe: build failed"
-  exit 1
-fi
+pb_build_logged "$OUT/build.log" prefill-bench "${tests[@]}" || exit 1
 status=0
 for t in "${tests[@]}"; do
   "$PB_BUILD/$t" >"$OUT/$t.log" 2>&1

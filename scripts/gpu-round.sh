@@ -15,11 +15,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$here/../gpu-out}
 mkdir -p "$OUT"
 source "$here/env.sh"
-if ! pb_build >/tmp/pb-build.log 2>&1; then
-  grep -E "error" -A3 /tmp/pb-build.log | head -40
-  echo "gpu-round: build failed"
-  exit 1
-fi
+pb_build_logged /tmp/pb-build.log || exit 1
 grep -E "cuDNN FMHA engine|cutlass MoE GEMM engine" /tmp/pb-build.log | tail -2
 B=$PB_BUILD
 for t in ${1:-}; do

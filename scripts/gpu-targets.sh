@@ -8,11 +8,7 @@ shift
 OUT=${OUT:-$here/../gpu-out}
 mkdir -p "$OUT"
 source "$here/env.sh"
-if ! pb_build "$@" >"$OUT/build.log" 2>&1; then
-  grep -E "error" -A3 "$OUT/build.log" | head -40
-  echo "gpu-targets: build failed"
-  exit 1
-fi
+pb_build_logged "$OUT/build.log" "$@" || exit 1
 (cd "$PB_BUILD" && ctest -R "$regex" --output-on-failure --timeout 300) >"$OUT/tests.log" 2>&1
 rc=$?
 grep -E "Test +#|tests passed|tests failed" "$OUT/tests.log" | tail -25
