@@ -12,7 +12,10 @@
 //   kda.forward_halves / kda.state_halves / kda.package_halves  the same passes with the
 //                halves walk (KdaWalk::kHalves: two 64-row CTAs per head)
 //   kda.forward_wgmma / kda.state_wgmma  the forward passes with the wgmma walk
-//                (KdaWalk::kWgmma: one 4-warpgroup CTA per head on wgmma; forward only)
+//                (KdaWalk::kWgmma: one 2-warpgroup CTA per head on wgmma; forward only)
+//   kda.forward_pipe4 / kda.forward_pipe8  kda_forward_pipelined in 4 / 8 pieces with the
+//                fastest walk (the prepare of piece j + 1 beside the walk of piece j); their
+//                `wrong` counts o and S_out (8 pieces) differing from kda_forward's bit for bit
 // The fraction column is TFLOP/s over the measured GEMM rate; "vs fla" is
 // chunk_kda's 5.16 ms per 16k (DESIGN.md §5) over our ms per 16k tokens.
 // Checks (the `wrong` column): o of tokens [0, 256) of heads 0, H/2, H−1 against
@@ -35,6 +38,7 @@
 #include <cstdio>
 #include <cstring>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "check.h"
@@ -242,6 +246,17 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     const Timing t_fwd = time_forward(KdaWalk::kHead);
     const Timing t_fwd_hv = time_forward(KdaWalk::kHalves);
     const Timing t_fwd_wg = with_wg ? time_forward(KdaWalk::kWgmma) : Timing{};
+    // the fastest walk's forward with the prepare of piece j + 1 beside the walk of piece j
+    const KdaWalk fastest = kda_fastest_forward_walk();
+    auto time_pipelined = [&](int pieces) {
+      return time_launches(
+          [&](int slot, cudaStream_t st) {
+            kda_forward_pipelined(inputs_of(in[size_t(slot)], H, A_log.get(), dt_bias.get()), T, H, ws, S_in.get(),
+                                  out.get(), W, S_out.get(), st, pieces, fastest);
+          },
+          slots, o.warmup, o.reps, stream);
+    };
+    const Timing t_pipe4 = time_pipelined(4), t_pipe8 = time_pipelined(8);
     const Timing t_prep = time_prepare(KdaPrepare::kV2);
     const Timing t_prep_v1 = time_prepare(KdaPrepare::kV1);
     // slot 0's products stay in the workspace for the walks and the checks
@@ -343,6 +358,26 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
       wrong_wg = wg.wrong;
       failed += int(wrong_wg);
     }
+    // the pipelined forward (8 pieces) against kda_forward with the same walk: o and S_out bit for bit
+    int64_t wrong_pipe = 0;
+    {
+      auto run = [&](int pieces) {
+        out.poison(stream);
+        S_fold.poison(stream);
+        kda_forward_pipelined(inputs_of(in[0], H, A_log.get(), dt_bias.get()), T, H, ws, S_in.get(), out.get(), W,
+                              S_fold.get(), stream, pieces, fastest);
+        PB_CUDA(cudaStreamSynchronize(stream));
+        return std::pair{out.download(), S_fold.download()};
+      };
+      const auto whole = run(1), piecewise = run(8);
+      const bool same_o = std::memcmp(whole.first.data(), piecewise.first.data(), whole.first.size() * sizeof(bf16)) == 0;
+      const bool same_s =
+          std::memcmp(whole.second.data(), piecewise.second.data(), whole.second.size() * sizeof(float)) == 0;
+      std::printf("  pipelined forward (8 pieces): o %s, S_out %s the forward's bit for bit\n",
+                  same_o ? "equals" : "DIFFERS from", same_s ? "equals" : "DIFFERS from");
+      wrong_pipe = int64_t(!same_o) + int64_t(!same_s);
+      failed += int(wrong_pipe);
+    }
     // the v1 prepare's products through the head walk: o against the same check
     kda_prepare(inputs_of(in[0], H, A_log.get(), dt_bias.get()), T, H, ws, stream, KdaPrepare::kV1);
     out.poison(stream);
@@ -372,6 +407,8 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
       rows.push_back(row_of("kda.forward_wgmma", t_fwd_wg, fwd.flops, fwd.bytes));
       rows.push_back(row_of("kda.state_wgmma", t_state_wg, 0.0, walk_bytes));
     }
+    rows.push_back(row_of("kda.forward_pipe4", t_pipe4, fwd.flops, fwd.bytes));
+    rows.push_back(row_of("kda.forward_pipe8", t_pipe8, fwd.flops, fwd.bytes));
     for (const BenchRow& r : rows) {
       const bool halves_row = r.kernel.find("_halves.") != std::string::npos;
       const bool wgmma_row = r.kernel.find("_wgmma.") != std::string::npos;
@@ -379,7 +416,9 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
       const bool state_row = r.kernel.rfind("kda.state", 0) == 0;
       const bool p1_row = r.kernel.rfind("kda.prepare_v1", 0) == 0;
       const bool pkg_row = r.kernel.rfind("kda.package", 0) == 0;
-      const int64_t wrong = wgmma_row    ? wrong_wg
+      const bool pipe_row = r.kernel.rfind("kda.forward_pipe", 0) == 0;
+      const int64_t wrong = pipe_row     ? wrong_pipe
+                            : wgmma_row  ? wrong_wg
                             : halves_row ? (pkg_row ? wrong_pkg_hv : wrong_hv)
                             : fwd_row  ? wrong_o + wrong_s
                             : state_row ? wrong_v1

@@ -43,6 +43,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "check.h"
@@ -1402,28 +1404,14 @@ void launch_state(const StateParams& p, int heads, KdaWalk walk, cudaStream_t st
   PB_CUDA_LAUNCH();
 }
 
-}  // namespace
-
-KdaWorkspace::KdaWorkspace(int64_t max_tokens, int heads) : max_tokens_(max_tokens), heads_(heads) {
-  PB_CHECK(max_tokens >= 1 && heads >= 1, "KdaWorkspace: tokens and heads must be positive");
-  const size_t tiles = size_t(heads) * size_t(chunks());
-  w = DeviceBuffer<bf16>(tiles * kC * kD);
-  u = DeviceBuffer<bf16>(tiles * kC * kD);
-  khat = DeviceBuffer<bf16>(tiles * kC * kD);
-  qg = DeviceBuffer<bf16>(tiles * kC * kD);
-  aqk = DeviceBuffer<bf16>(tiles * kC * kC);
-  gamma = DeviceBuffer<float>(tiles * kD);
-}
-
-size_t KdaWorkspace::bytes() const {
-  return w.bytes() + u.bytes() + khat.bytes() + qg.bytes() + aqk.bytes() + gamma.bytes();
-}
-
-void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, cudaStream_t stream,
-                 KdaPrepare prep) {
+// kda_prepare's parameters (the contract checks) for tokens [0, tokens); with no tokens, only
+// heads and the capacity are checked.
+PrepParams prepare_params(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws) {
   PB_CHECK(heads == ws.heads(), "kda_prepare: heads differ from the workspace's");
   PB_CHECK(tokens >= 0 && tokens <= ws.max_tokens(), "kda_prepare: tokens exceed the workspace's capacity");
-  if (tokens == 0) return;
+  PrepParams p{};
+  p.tokens = tokens;
+  if (tokens == 0) return p;
   const int64_t width = int64_t(heads) * kD;
   check_rows(in.q, in.q_ld, width, "q");
   check_rows(in.k, in.k_ld, width, "k");
@@ -1431,11 +1419,8 @@ void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& w
   check_rows(in.g, in.g_ld, width, "g");
   PB_CHECK(in.beta_pre != nullptr && in.beta_ld >= heads, "kda: beta_pre is null or its row stride < heads");
   PB_CHECK(in.A_log != nullptr && in.dt_bias != nullptr, "kda: A_log and dt_bias are required");
-  const int64_t chunks = (tokens + kC - 1) / kC;
-  PB_CHECK(chunks <= INT32_MAX && heads <= 65535, "kda_prepare: grid too large");
-  PrepParams p{};
+  PB_CHECK((tokens + kC - 1) / kC <= INT32_MAX && heads <= 65535, "kda_prepare: grid too large");
   p.in = in;
-  p.tokens = tokens;
   p.ws_chunks = ws.chunks();
   p.scale = 1.0f / sqrtf(float(kD));
   p.w = ws.w.get();
@@ -1444,7 +1429,12 @@ void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& w
   p.qg = ws.qg.get();
   p.aqk = ws.aqk.get();
   p.gamma = ws.gamma.get();
-  const dim3 grid{unsigned(chunks), unsigned(heads)};
+  return p;
+}
+
+// One prepare grid over the chunks of p (p.tokens ≥ 1).
+void launch_prepare(const PrepParams& p, int heads, KdaPrepare prep, cudaStream_t stream) {
+  const dim3 grid{unsigned((p.tokens + kC - 1) / kC), unsigned(heads)};
   switch (prep) {
     case KdaPrepare::kV2:
       PB_CUDA(cudaFuncSetAttribute(kda_prepare2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kP2Smem)));
@@ -1460,8 +1450,9 @@ void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& w
   PB_CUDA_LAUNCH();
 }
 
-void kda_forward_state(const KdaWorkspace& ws, int64_t tokens, const float* S_in, bf16* o, int64_t o_ld,
-                       float* S_out, cudaStream_t stream, KdaWalk walk) {
+// The forward walk's parameters (the contract checks) over tokens [0, tokens).
+StateParams forward_params(const KdaWorkspace& ws, int64_t tokens, const float* S_in, bf16* o, int64_t o_ld,
+                           float* S_out) {
   StateParams p = state_params(ws, tokens);
   if (o != nullptr && tokens > 0) check_rows(o, o_ld, int64_t(ws.heads()) * kD, "o");
   PB_CHECK(S_in == nullptr || aligned16(S_in), "kda: S_in must be 16-byte aligned");
@@ -1471,13 +1462,127 @@ void kda_forward_state(const KdaWorkspace& ws, int64_t tokens, const float* S_in
   p.o = o;
   p.o_ld = o_ld;
   p.s_out = S_out;
-  launch_state(p, ws.heads(), walk, stream);
+  return p;
+}
+
+// The pieces of kda_forward_pipelined: p moved to chunks [c0, c1) of the segment. The kernels
+// index the workspace as head · ws_chunks + chunk and the rows from their base pointers, so
+// moving the bases by c0 chunks (the workspace's stride kept) is the whole change.
+PrepParams prepare_piece(PrepParams p, int64_t c0, int64_t c1) {
+  const int64_t t0 = c0 * kC;
+  p.in.q += t0 * p.in.q_ld;
+  p.in.k += t0 * p.in.k_ld;
+  p.in.v += t0 * p.in.v_ld;
+  p.in.g += t0 * p.in.g_ld;
+  p.in.beta_pre += t0 * p.in.beta_ld;
+  p.tokens = std::min(p.tokens, c1 * kC) - t0;
+  p.w += c0 * kC * kD;
+  p.u += c0 * kC * kD;
+  p.khat += c0 * kC * kD;
+  p.qg += c0 * kC * kD;
+  p.aqk += c0 * kC * kC;
+  p.gamma += c0 * kD;
+  return p;
+}
+StateParams state_piece(StateParams p, int64_t c0, int64_t c1) {
+  p.w += c0 * kC * kD;
+  p.u += c0 * kC * kD;
+  p.khat += c0 * kC * kD;
+  p.qg += c0 * kC * kD;
+  p.aqk += c0 * kC * kC;
+  p.gamma += c0 * kD;
+  p.tokens = std::min(p.tokens, c1 * kC) - c0 * kC;
+  p.chunks = int(c1 - c0);
+  if (p.o != nullptr) p.o += c0 * kC * p.o_ld;
+  return p;
+}
+
+// kda_forward_pipelined's side streams (prepare: the lowest priority, walk: the highest) and
+// events (fork, one per piece, join), created on a device's first call and kept for the process.
+struct PipelineStreams {
+  cudaStream_t prep = nullptr, walk = nullptr;
+  cudaEvent_t events[kKdaMaxPieces + 2] = {};
+};
+PipelineStreams& pipeline_streams() {
+  static std::mutex mu;
+  static std::map<int, PipelineStreams> by_device;
+  int dev = 0;
+  PB_CUDA(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  auto [it, fresh] = by_device.try_emplace(dev);
+  if (fresh) {
+    int least = 0, greatest = 0;
+    PB_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    PB_CUDA(cudaStreamCreateWithPriority(&it->second.prep, cudaStreamNonBlocking, least));
+    PB_CUDA(cudaStreamCreateWithPriority(&it->second.walk, cudaStreamNonBlocking, greatest));
+    for (cudaEvent_t& e : it->second.events) PB_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  return it->second;
+}
+
+}  // namespace
+
+KdaWorkspace::KdaWorkspace(int64_t max_tokens, int heads) : max_tokens_(max_tokens), heads_(heads) {
+  PB_CHECK(max_tokens >= 1 && heads >= 1, "KdaWorkspace: tokens and heads must be positive");
+  const size_t tiles = size_t(heads) * size_t(chunks());
+  w = DeviceBuffer<bf16>(tiles * kC * kD);
+  u = DeviceBuffer<bf16>(tiles * kC * kD);
+  khat = DeviceBuffer<bf16>(tiles * kC * kD);
+  qg = DeviceBuffer<bf16>(tiles * kC * kD);
+  aqk = DeviceBuffer<bf16>(tiles * kC * kC);
+  gamma = DeviceBuffer<float>(tiles * kD);
+  state = DeviceBuffer<float>(size_t(heads) * kD * kD);
+}
+
+size_t KdaWorkspace::bytes() const {
+  return w.bytes() + u.bytes() + khat.bytes() + qg.bytes() + aqk.bytes() + gamma.bytes() + state.bytes();
+}
+
+void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, cudaStream_t stream,
+                 KdaPrepare prep) {
+  const PrepParams p = prepare_params(in, tokens, heads, ws);
+  if (p.tokens > 0) launch_prepare(p, heads, prep, stream);
+}
+
+void kda_forward_state(const KdaWorkspace& ws, int64_t tokens, const float* S_in, bf16* o, int64_t o_ld,
+                       float* S_out, cudaStream_t stream, KdaWalk walk) {
+  launch_state(forward_params(ws, tokens, S_in, o, o_ld, S_out), ws.heads(), walk, stream);
 }
 
 void kda_forward(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, const float* S_in, bf16* o,
                  int64_t o_ld, float* S_out, cudaStream_t stream, KdaWalk walk, KdaPrepare prep) {
   kda_prepare(in, tokens, heads, ws, stream, prep);
   kda_forward_state(ws, tokens, S_in, o, o_ld, S_out, stream, walk);
+}
+
+void kda_forward_pipelined(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, const float* S_in,
+                           bf16* o, int64_t o_ld, float* S_out, cudaStream_t stream, int pieces, KdaWalk walk,
+                           KdaPrepare prep) {
+  PB_CHECK(pieces >= 1 && pieces <= kKdaMaxPieces, "kda_forward_pipelined: pieces outside 1 .. 64");
+  const int64_t chunks = (tokens + kC - 1) / kC;
+  if (pieces == 1 || chunks <= 1) {
+    kda_forward(in, tokens, heads, ws, S_in, o, o_ld, S_out, stream, walk, prep);
+    return;
+  }
+  const PrepParams pp = prepare_params(in, tokens, heads, ws);
+  const StateParams sp = forward_params(ws, tokens, S_in, o, o_ld, S_out);
+  const int n = int(std::min<int64_t>(pieces, chunks));
+  PipelineStreams& ps = pipeline_streams();
+  PB_CUDA(cudaEventRecord(ps.events[0], stream));
+  PB_CUDA(cudaStreamWaitEvent(ps.prep, ps.events[0], 0));
+  PB_CUDA(cudaStreamWaitEvent(ps.walk, ps.events[0], 0));
+  for (int j = 0; j < n; ++j) {
+    const int64_t c0 = chunks * j / n, c1 = chunks * (j + 1) / n;
+    launch_prepare(prepare_piece(pp, c0, c1), heads, prep, ps.prep);
+    PB_CUDA(cudaEventRecord(ps.events[1 + j], ps.prep));
+    PB_CUDA(cudaStreamWaitEvent(ps.walk, ps.events[1 + j], 0));
+    StateParams q = state_piece(sp, c0, c1);
+    q.s_in = j == 0 ? S_in : ws.state.get();
+    q.s_out = j == n - 1 ? S_out : ws.state.get();
+    launch_state(q, heads, walk, ps.walk);
+  }
+  PB_CUDA(cudaEventRecord(ps.events[n + 1], ps.walk));  // after every piece's walk, hence every prepare
+  PB_CUDA(cudaStreamWaitEvent(stream, ps.events[n + 1], 0));
 }
 
 void kda_package(const KdaWorkspace& ws, int64_t tokens, float* M, float* D, cudaStream_t stream, KdaWalk walk) {

@@ -173,6 +173,7 @@ class KdaWorkspace {
   DeviceBuffer<__nv_bfloat16> w, u, khat, qg;  // [H, chunks, 64, 128]
   DeviceBuffer<__nv_bfloat16> aqk;              // [H, chunks, 64, 64]
   DeviceBuffer<float> gamma;                    // [H, chunks, 128]
+  DeviceBuffer<float> state;                    // [H, dv, dk]: kda_forward_pipelined's S between pieces
 
  private:
   int64_t max_tokens_ = 0;
@@ -219,6 +220,18 @@ void kda_forward_state(const KdaWorkspace& ws, int64_t tokens, const float* S_in
 void kda_forward(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, const float* S_in,
                  __nv_bfloat16* o, int64_t o_ld, float* S_out, cudaStream_t stream, KdaWalk walk = KdaWalk::kHead,
                  KdaPrepare prep = KdaPrepare::kV2);
+
+// kda_forward with the segment cut into `pieces` runs of whole chunks (1 ≤ pieces ≤ 64; at most
+// one per chunk): the prepare of piece j + 1 runs on a low-priority stream while the walk of piece
+// j runs on a high-priority one, so the SMs the walk leaves idle (it holds one CTA per head) do
+// the prepare. Same kernels over the same chunks as kda_forward, the state handed between pieces
+// in f32 (ws.state): o and S_out equal kda_forward's bit for bit. Forks from `stream` and joins
+// back into it; the two side streams and their events are created once per device and shared, so
+// calls on one device must not run concurrently from several host threads.
+constexpr int kKdaMaxPieces = 64;
+void kda_forward_pipelined(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, const float* S_in,
+                           __nv_bfloat16* o, int64_t o_ld, float* S_out, cudaStream_t stream, int pieces,
+                           KdaWalk walk = KdaWalk::kHead, KdaPrepare prep = KdaPrepare::kV2);
 
 // The segment's package from kda_prepare's products: M [H, dk, dk], D [H, dv, dk].
 void kda_package(const KdaWorkspace& ws, int64_t tokens, float* M, float* D, cudaStream_t stream,

@@ -6,6 +6,7 @@
 //   - the halves walk's o, S_out, M and D equal the head walk's bit for bit (96 heads, T = 200);
 //   - two chunked segments, the second fed the first's final state, equal one
 //     pass over the concatenation;
+//   - the pipelined forward (kda_forward_pipelined) equals kda_forward bit for bit;
 //   - the package: S_in·M + D equals the sequential state; M, D equal kda_package;
 //     kda_fold of 3 packages equals the sequential state over the concatenation.
 // Floors (kda.h): rel-L2 ≤ kKdaRelL2Floor (1.5e-2) and max |x − ref| ≤ kKdaMaxAbsFloor
@@ -187,9 +188,10 @@ struct GpuRun {
   std::vector<float> S;
 };
 
-// kda_forward over tokens [t0, t0 + n) from S_in (empty = null).
+// kda_forward over tokens [t0, t0 + n) from S_in (empty = null); pieces > 1:
+// kda_forward_pipelined in that many pieces.
 GpuRun gpu_forward(const Inputs& in, int64_t t0, int64_t n, const std::vector<float>& S_in,
-                   KdaWalk walk = KdaWalk::kHead, KdaPrepare prep = KdaPrepare::kV2) {
+                   KdaWalk walk = KdaWalk::kHead, KdaPrepare prep = KdaPrepare::kV2, int pieces = 1) {
   const int H = in.heads;
   KdaWorkspace ws(std::max<int64_t>(n, 1), H);
   DeviceBuffer<bf16> o(size_t(std::max<int64_t>(n, 1) * in.width));
@@ -197,8 +199,12 @@ GpuRun gpu_forward(const Inputs& in, int64_t t0, int64_t n, const std::vector<fl
   o.poison();
   s_out.poison();
   if (!S_in.empty()) s_in.upload(S_in);
-  kda_forward(in.view(t0), n, H, ws, S_in.empty() ? nullptr : s_in.get(), o.get(), in.width, s_out.get(), nullptr,
-              walk, prep);
+  if (pieces > 1)
+    kda_forward_pipelined(in.view(t0), n, H, ws, S_in.empty() ? nullptr : s_in.get(), o.get(), in.width, s_out.get(),
+                          nullptr, pieces, walk, prep);
+  else
+    kda_forward(in.view(t0), n, H, ws, S_in.empty() ? nullptr : s_in.get(), o.get(), in.width, s_out.get(), nullptr,
+                walk, prep);
   PB_CUDA(cudaDeviceSynchronize());
   GpuRun r;
   r.o = o.download<uint16_t>();
@@ -526,6 +532,37 @@ TEST_CASE("kda halves walk equals the head walk bit for bit") {
   check_bits(bit_diff(halves.D, head.D, of_f32), "halves vs head walk: D");
 }
 
+// The pipelined forward runs the same kernels over the same chunks, the state handed between
+// pieces in f32: o and S_out equal kda_forward's bit for bit, for pieces that do and do not
+// divide the chunks (up to one per chunk, and more pieces than chunks), a short last chunk, with
+// and without S_in.
+TEST_CASE("kda pipelined forward equals the forward bit for bit") {
+  struct Case {
+    int64_t tokens;
+    int heads;
+    bool s_in;
+  };
+  const Case cases[] = {{200, 3, true}, {7 * 64 + 5, 2, false}, {256, 96, true}};
+  uint64_t seed = 501;
+  for (const Case& c : cases) {
+    const Inputs in(c.tokens, c.heads, seed++);
+    const std::vector<float> S_in = c.s_in ? random_state(c.heads, seed++, 0.5f) : std::vector<float>{};
+    for (KdaWalk walk : {KdaWalk::kHead, KdaWalk::kWgmma}) {
+      if (walk == KdaWalk::kWgmma && !kda_wgmma_walk_supported()) continue;  // sm_90 only
+      const GpuRun whole = gpu_forward(in, 0, c.tokens, S_in, walk);
+      for (int pieces : {2, 3, 5, 64}) {
+        const GpuRun part = gpu_forward(in, 0, c.tokens, S_in, walk, KdaPrepare::kV2, pieces);
+        const std::string tag = "T " + std::to_string(c.tokens) + " H " + std::to_string(c.heads) + ", " +
+                                walk_name(walk) + ", " + std::to_string(pieces) + " pieces";
+        auto of_bf16 = [](uint16_t x) { return double(ref::bf16_to_f32(x)); };
+        auto of_f32 = [](float x) { return double(x); };
+        check_bits(bit_diff(part.o, whole.o, of_bf16), tag + ": o");
+        check_bits(bit_diff(part.S, whole.S, of_f32), tag + ": S_out");
+      }
+    }
+  }
+}
+
 TEST_CASE("kda launcher contract") {
   KdaWorkspace ws(64, 1);
   KdaInputs bad;
@@ -534,6 +571,8 @@ TEST_CASE("kda launcher contract") {
   CHECK_THROWS_AS(kda_prepare(bad, 10, 2, ws, nullptr), pb::Error);
   DeviceBuffer<float> M(size_t(kD) * kD), D(size_t(kD) * kD);
   CHECK_THROWS_AS(kda_package(ws, 10, M.get(), D.get(), nullptr, KdaWalk::kWgmma), pb::Error);  // forward only
+  for (int pieces : {0, kKdaMaxPieces + 1})
+    CHECK_THROWS_AS(kda_forward_pipelined(bad, 64, 1, ws, nullptr, nullptr, 0, nullptr, nullptr, pieces), pb::Error);
 }
 
 }  // namespace
