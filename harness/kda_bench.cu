@@ -13,7 +13,7 @@
 //                halves walk (KdaWalk::kHalves: two 64-row CTAs per head)
 //   kda.forward_wgmma / kda.state_wgmma  the forward passes with the wgmma walk
 //                (KdaWalk::kWgmma: one 2-warpgroup CTA per head on wgmma; forward only)
-//   kda.forward_pipe4 / 8 / 16  kda_forward_pipelined in 4 / 8 / 16 pieces with the
+//   kda.forward_pipe2 / 3 / 4 / 8  kda_forward_pipelined in 2 / 3 / 4 / 8 pieces with the
 //                fastest walk (the prepare of piece j + 1 beside the walk of piece j); their
 //                `wrong` counts o and S_out (8 pieces) differing from kda_forward's bit for bit
 // The fraction column is TFLOP/s over the measured GEMM rate; "vs fla" is
@@ -256,7 +256,8 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
           },
           slots, o.warmup, o.reps, stream);
     };
-    const Timing t_pipe4 = time_pipelined(4), t_pipe8 = time_pipelined(8), t_pipe16 = time_pipelined(16);
+    const Timing t_pipe2 = time_pipelined(2), t_pipe3 = time_pipelined(3), t_pipe4 = time_pipelined(4),
+                 t_pipe8 = time_pipelined(8);
     const Timing t_prep = time_prepare(KdaPrepare::kV2);
     const Timing t_prep_v1 = time_prepare(KdaPrepare::kV1);
     // slot 0's products stay in the workspace for the walks and the checks
@@ -407,9 +408,10 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
       rows.push_back(row_of("kda.forward_wgmma", t_fwd_wg, fwd.flops, fwd.bytes));
       rows.push_back(row_of("kda.state_wgmma", t_state_wg, 0.0, walk_bytes));
     }
+    rows.push_back(row_of("kda.forward_pipe2", t_pipe2, fwd.flops, fwd.bytes));
+    rows.push_back(row_of("kda.forward_pipe3", t_pipe3, fwd.flops, fwd.bytes));
     rows.push_back(row_of("kda.forward_pipe4", t_pipe4, fwd.flops, fwd.bytes));
     rows.push_back(row_of("kda.forward_pipe8", t_pipe8, fwd.flops, fwd.bytes));
-    rows.push_back(row_of("kda.forward_pipe16", t_pipe16, fwd.flops, fwd.bytes));
     for (const BenchRow& r : rows) {
       const bool halves_row = r.kernel.find("_halves.") != std::string::npos;
       const bool wgmma_row = r.kernel.find("_wgmma.") != std::string::npos;
