@@ -13,9 +13,10 @@
 //                halves walk (KdaWalk::kHalves: two 64-row CTAs per head)
 //   kda.forward_wgmma / kda.state_wgmma  the forward passes with the wgmma walk
 //                (KdaWalk::kWgmma: one 2-warpgroup CTA per head on wgmma; forward only)
-//   kda.forward_pipe2 / 3 / 4 / 8  kda_forward_pipelined in 2 / 3 / 4 / 8 pieces with the
-//                fastest walk (the prepare of piece j + 1 beside the walk of piece j); their
-//                `wrong` counts o and S_out (8 pieces) differing from kda_forward's bit for bit
+//   kda.forward_pipe<n>[_s<r>]  kda_forward_pipelined in n pieces with the fastest walk (the
+//                prepare of piece j + 1 beside the walk of piece j), equal or each r/100 of the
+//                one before; their `wrong` counts o and S_out (8 pieces) differing from
+//                kda_forward's bit for bit
 // The fraction column is TFLOP/s over the measured GEMM rate; "vs fla" is
 // chunk_kda's 5.16 ms per 16k (DESIGN.md §5) over our ms per 16k tokens.
 // Checks (the `wrong` column): o of tokens [0, 256) of heads 0, H/2, H−1 against
@@ -248,16 +249,25 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     const Timing t_fwd_wg = with_wg ? time_forward(KdaWalk::kWgmma) : Timing{};
     // the fastest walk's forward with the prepare of piece j + 1 beside the walk of piece j
     const KdaWalk fastest = kda_fastest_forward_walk();
-    auto time_pipelined = [&](int pieces) {
+    auto time_pipelined = [&](int pieces, double shrink) {
       return time_launches(
           [&](int slot, cudaStream_t st) {
             kda_forward_pipelined(inputs_of(in[size_t(slot)], H, A_log.get(), dt_bias.get()), T, H, ws, S_in.get(),
-                                  out.get(), W, S_out.get(), st, pieces, fastest);
+                                  out.get(), W, S_out.get(), st, pieces, fastest, KdaPrepare::kV2, shrink);
           },
           slots, o.warmup, o.reps, stream);
     };
-    const Timing t_pipe2 = time_pipelined(2), t_pipe3 = time_pipelined(3), t_pipe4 = time_pipelined(4),
-                 t_pipe8 = time_pipelined(8);
+    struct PipeCase {
+      const char* name;
+      int pieces;
+      double shrink;
+    };
+    const PipeCase pipe_cases[] = {{"kda.forward_pipe2", 2, 1.0},       {"kda.forward_pipe3", 3, 1.0},
+                                   {"kda.forward_pipe4", 4, 1.0},       {"kda.forward_pipe2_s15", 2, 0.15},
+                                   {"kda.forward_pipe2_s25", 2, 0.25},  {"kda.forward_pipe3_s20", 3, 0.2},
+                                   {"kda.forward_pipe3_s35", 3, 0.35},  {"kda.forward_pipe4_s40", 4, 0.4}};
+    std::vector<Timing> t_pipe;
+    for (const PipeCase& c : pipe_cases) t_pipe.push_back(time_pipelined(c.pieces, c.shrink));
     const Timing t_prep = time_prepare(KdaPrepare::kV2);
     const Timing t_prep_v1 = time_prepare(KdaPrepare::kV1);
     // slot 0's products stay in the workspace for the walks and the checks
@@ -408,10 +418,8 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
       rows.push_back(row_of("kda.forward_wgmma", t_fwd_wg, fwd.flops, fwd.bytes));
       rows.push_back(row_of("kda.state_wgmma", t_state_wg, 0.0, walk_bytes));
     }
-    rows.push_back(row_of("kda.forward_pipe2", t_pipe2, fwd.flops, fwd.bytes));
-    rows.push_back(row_of("kda.forward_pipe3", t_pipe3, fwd.flops, fwd.bytes));
-    rows.push_back(row_of("kda.forward_pipe4", t_pipe4, fwd.flops, fwd.bytes));
-    rows.push_back(row_of("kda.forward_pipe8", t_pipe8, fwd.flops, fwd.bytes));
+    for (size_t i = 0; i < t_pipe.size(); ++i)
+      rows.push_back(row_of(pipe_cases[i].name, t_pipe[i], fwd.flops, fwd.bytes));
     for (const BenchRow& r : rows) {
       const bool halves_row = r.kernel.find("_halves.") != std::string::npos;
       const bool wgmma_row = r.kernel.find("_wgmma.") != std::string::npos;

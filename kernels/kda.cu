@@ -46,6 +46,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "check.h"
 #include "ptx.cuh"
@@ -1555,24 +1556,40 @@ void kda_forward(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& w
   kda_forward_state(ws, tokens, S_in, o, o_ld, S_out, stream, walk);
 }
 
+std::vector<int64_t> kda_piece_ends(int64_t chunks, int pieces, double shrink) {
+  PB_CHECK(chunks >= 1, "kda_piece_ends: chunks must be positive");
+  PB_CHECK(pieces >= 1 && pieces <= kKdaMaxPieces, "kda_forward_pipelined: pieces outside 1 .. 64");
+  PB_CHECK(shrink > 0.0 && shrink <= 1.0, "kda_forward_pipelined: shrink outside (0, 1]");
+  const int n = int(std::min<int64_t>(pieces, chunks));
+  std::vector<int64_t> ends(static_cast<size_t>(n));
+  for (int j = 1; j <= n; ++j) {
+    // the first j pieces' share of the chunks: j / n when equal, else a geometric series' partial sum
+    const double share = shrink == 1.0 ? double(j) / n : (1.0 - std::pow(shrink, j)) / (1.0 - std::pow(shrink, n));
+    const int64_t at_least = j == 1 ? 1 : ends[size_t(j - 2)] + 1;  // every piece one chunk or more
+    const int64_t at_most = chunks - (n - j);                         // and room left for the rest
+    ends[size_t(j - 1)] = std::clamp<int64_t>(std::llround(share * double(chunks)), at_least, at_most);
+  }
+  return ends;
+}
+
 void kda_forward_pipelined(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, const float* S_in,
                            bf16* o, int64_t o_ld, float* S_out, cudaStream_t stream, int pieces, KdaWalk walk,
-                           KdaPrepare prep) {
-  PB_CHECK(pieces >= 1 && pieces <= kKdaMaxPieces, "kda_forward_pipelined: pieces outside 1 .. 64");
+                           KdaPrepare prep, double shrink) {
   const int64_t chunks = (tokens + kC - 1) / kC;
-  if (pieces == 1 || chunks <= 1) {
+  const std::vector<int64_t> ends = kda_piece_ends(std::max<int64_t>(chunks, 1), pieces, shrink);
+  if (ends.size() == 1) {
     kda_forward(in, tokens, heads, ws, S_in, o, o_ld, S_out, stream, walk, prep);
     return;
   }
   const PrepParams pp = prepare_params(in, tokens, heads, ws);
   const StateParams sp = forward_params(ws, tokens, S_in, o, o_ld, S_out);
-  const int n = int(std::min<int64_t>(pieces, chunks));
+  const int n = int(ends.size());
   PipelineStreams& ps = pipeline_streams();
   PB_CUDA(cudaEventRecord(ps.events[0], stream));
   PB_CUDA(cudaStreamWaitEvent(ps.prep, ps.events[0], 0));
   PB_CUDA(cudaStreamWaitEvent(ps.walk, ps.events[0], 0));
   for (int j = 0; j < n; ++j) {
-    const int64_t c0 = chunks * j / n, c1 = chunks * (j + 1) / n;
+    const int64_t c0 = j == 0 ? 0 : ends[size_t(j - 1)], c1 = ends[size_t(j)];
     launch_prepare(prepare_piece(pp, c0, c1), heads, prep, ps.prep);
     PB_CUDA(cudaEventRecord(ps.events[1 + j], ps.prep));
     PB_CUDA(cudaStreamWaitEvent(ps.walk, ps.events[1 + j], 0));

@@ -138,6 +138,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "device_buffer.h"
 #include "gemm.h"
@@ -228,10 +229,16 @@ void kda_forward(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& w
 // in f32 (ws.state): o and S_out equal kda_forward's bit for bit. Forks from `stream` and joins
 // back into it; the two side streams and their events are created once per device and shared, so
 // calls on one device must not run concurrently from several host threads.
+// shrink (0 < shrink ≤ 1) sizes the pieces: each is `shrink` times the one before it (1: equal).
+// Front-loading pays because the last piece's walk runs alone (the SMs it leaves idle have no
+// prepare left to do), while the first piece's prepare has the whole GPU anyway.
 constexpr int kKdaMaxPieces = 64;
 void kda_forward_pipelined(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, const float* S_in,
                            __nv_bfloat16* o, int64_t o_ld, float* S_out, cudaStream_t stream, int pieces,
-                           KdaWalk walk = KdaWalk::kHead, KdaPrepare prep = KdaPrepare::kV2);
+                           KdaWalk walk = KdaWalk::kHead, KdaPrepare prep = KdaPrepare::kV2, double shrink = 1.0);
+// kda_forward_pipelined's pieces over `chunks` chunks: the end (exclusive, in chunks) of each of
+// min(pieces, chunks) pieces, every one at least a chunk, the last ending at `chunks`.
+std::vector<int64_t> kda_piece_ends(int64_t chunks, int pieces, double shrink = 1.0);
 
 // The segment's package from kda_prepare's products: M [H, dk, dk], D [H, dv, dk].
 void kda_package(const KdaWorkspace& ws, int64_t tokens, float* M, float* D, cudaStream_t stream,

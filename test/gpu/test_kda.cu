@@ -22,6 +22,8 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gemm.h"
@@ -191,7 +193,8 @@ struct GpuRun {
 // kda_forward over tokens [t0, t0 + n) from S_in (empty = null); pieces > 1:
 // kda_forward_pipelined in that many pieces.
 GpuRun gpu_forward(const Inputs& in, int64_t t0, int64_t n, const std::vector<float>& S_in,
-                   KdaWalk walk = KdaWalk::kHead, KdaPrepare prep = KdaPrepare::kV2, int pieces = 1) {
+                   KdaWalk walk = KdaWalk::kHead, KdaPrepare prep = KdaPrepare::kV2, int pieces = 1,
+                   double shrink = 1.0) {
   const int H = in.heads;
   KdaWorkspace ws(std::max<int64_t>(n, 1), H);
   DeviceBuffer<bf16> o(size_t(std::max<int64_t>(n, 1) * in.width));
@@ -201,7 +204,7 @@ GpuRun gpu_forward(const Inputs& in, int64_t t0, int64_t n, const std::vector<fl
   if (!S_in.empty()) s_in.upload(S_in);
   if (pieces > 1)
     kda_forward_pipelined(in.view(t0), n, H, ws, S_in.empty() ? nullptr : s_in.get(), o.get(), in.width, s_out.get(),
-                          nullptr, pieces, walk, prep);
+                          nullptr, pieces, walk, prep, shrink);
   else
     kda_forward(in.view(t0), n, H, ws, S_in.empty() ? nullptr : s_in.get(), o.get(), in.width, s_out.get(), nullptr,
                 walk, prep);
@@ -550,10 +553,12 @@ TEST_CASE("kda pipelined forward equals the forward bit for bit") {
     for (KdaWalk walk : {KdaWalk::kHead, KdaWalk::kWgmma}) {
       if (walk == KdaWalk::kWgmma && !kda_wgmma_walk_supported()) continue;  // sm_90 only
       const GpuRun whole = gpu_forward(in, 0, c.tokens, S_in, walk);
-      for (int pieces : {2, 3, 5, 64}) {
-        const GpuRun part = gpu_forward(in, 0, c.tokens, S_in, walk, KdaPrepare::kV2, pieces);
+      const std::pair<int, double> splits[] = {{2, 1.0}, {3, 1.0}, {5, 1.0}, {64, 1.0}, {3, 0.3}, {4, 0.15}};
+      for (const auto& [pieces, shrink] : splits) {
+        const GpuRun part = gpu_forward(in, 0, c.tokens, S_in, walk, KdaPrepare::kV2, pieces, shrink);
         const std::string tag = "T " + std::to_string(c.tokens) + " H " + std::to_string(c.heads) + ", " +
-                                walk_name(walk) + ", " + std::to_string(pieces) + " pieces";
+                                walk_name(walk) + ", " + std::to_string(pieces) + " pieces, shrink " +
+                                std::to_string(shrink);
         auto of_bf16 = [](uint16_t x) { return double(ref::bf16_to_f32(x)); };
         auto of_f32 = [](float x) { return double(x); };
         check_bits(bit_diff(part.o, whole.o, of_bf16), tag + ": o");
@@ -561,6 +566,27 @@ TEST_CASE("kda pipelined forward equals the forward bit for bit") {
       }
     }
   }
+}
+
+// The pieces cover the chunks in order, each at least a chunk, and shrink as asked.
+TEST_CASE("kda pipelined forward's pieces") {
+  CHECK(kda_piece_ends(256, 4) == std::vector<int64_t>{64, 128, 192, 256});
+  CHECK(kda_piece_ends(3, 5) == std::vector<int64_t>{1, 2, 3});  // at most one piece per chunk
+  CHECK(kda_piece_ends(256, 2, 0.25) == std::vector<int64_t>{205, 256});  // 4/5 and 1/5
+  CHECK(kda_piece_ends(7, 3, 0.1) == std::vector<int64_t>{5, 6, 7});      // rounding 6.3 would leave no room
+  const std::tuple<int, int, double> splits[] = {{256, 3, 0.35}, {100, 64, 0.9}, {1000, 7, 0.5}};
+  for (const auto& [chunks, pieces, shrink] : splits) {
+    const std::vector<int64_t> ends = kda_piece_ends(chunks, pieces, shrink);
+    REQUIRE(ends.size() == size_t(std::min(chunks, pieces)));
+    CHECK(ends.back() == chunks);
+    for (size_t j = 0; j < ends.size(); ++j) {
+      const int64_t size = ends[j] - (j == 0 ? 0 : ends[j - 1]);
+      CHECK(size >= 1);
+      if (j > 0) CHECK(size <= ends[0] + 1);  // never larger than the first (up to rounding)
+    }
+  }
+  CHECK_THROWS_AS(kda_piece_ends(10, 2, 0.0), pb::Error);
+  CHECK_THROWS_AS(kda_piece_ends(10, 2, 1.5), pb::Error);
 }
 
 TEST_CASE("kda launcher contract") {
