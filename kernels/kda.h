@@ -132,6 +132,13 @@
 //     What bounds it: the per-chunk chain (Pᵀ → U → S update → barrier), ~2.6x its tensor work;
 //     ptxas serializes the wgmma pipeline when the next chunk's loads or o's stores sit between a
 //     batch's issue and its wait (C7514), so those stay on the chain (the loads cost ~80 µs).
+//   forward, pipelined (kda_forward_pipelined, H200, 16k x 96 heads): a walk CTA (204 registers
+//     x 256 threads) leaves no room for a prepare CTA (80 x 256), so while a piece's walk holds
+//     96 SMs only 36 prepare the next piece, and the last piece's walk runs alone. Equal pieces:
+//     ~25-30 µs per piece of landing and draining (4 pieces 1916.7 against 1960.1 µs). Two
+//     pieces at 4:1 (shrink 0.25): 1826-1971 µs over four cards, median 0.196 of the same run's
+//     GEMM rate, the plain forward's median 0.189 (results/h200/kda-pipelined.txt). Bound: the
+//     SM time of both passes on exclusive SMs (~1.79 ms on a fast card) plus their shared DRAM.
 #pragma once
 
 #include <cuda_bf16.h>
