@@ -128,11 +128,25 @@ __device__ __forceinline__ void acc_fence_n(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 __device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
+// four 8x8 b16 matrices to shared memory, each transposed: lane 8 m + i gives the address of
+// row i of matrix m, which receives column i of the fragment r[m] (row lane / 4, columns
+// 2 (lane % 4), + 1: the m16n8 accumulator layout).
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
 #endif
 
 constexpr int kWalkWarpgroups = 2;
 constexpr int kWalkThreads = 128 * kWalkWarpgroups;
-constexpr uint32_t kWalkSmem = 2 * ww::kStage + 1024;  // two stages + slack to align the base to 1024 bytes
+// after the two stages, each warp's o tile [64 tok][16 channels] bf16 (32-byte rows, the two
+// 16-byte halves swapped on tokens 4..7 mod 8 so that 8 consecutive rows hit 8 bank groups)
+constexpr uint32_t kWalkObuf = 2 * ww::kStage, kWalkObufWarp = kC * 16 * 2;
+constexpr uint32_t kWalkSmem = kWalkObuf + (kWalkThreads / 32) * kWalkObufWarp + 1024;  // + slack to align to 1024
+__host__ __device__ constexpr uint32_t obuf_at(int tok, int half) {
+  return uint32_t(tok) * 32u + (uint32_t(half ^ ((tok >> 2) & 1)) << 4);
+}
 static_assert(kWalkSmem <= 227 * 1024, "kda wgmma walk: shared memory over the sm_90 opt-in limit");
 
 __global__ void __launch_bounds__(kWalkThreads, 1) kda_walk_wgmma_kernel(const StateParams p, int probe) {
@@ -277,13 +291,31 @@ __global__ void __launch_bounds__(kWalkThreads, 1) kda_walk_wgmma_kernel(const S
     wg_wait0();
     acc_fence_n(s);
     if (with_o) {
+      // o = Oᵀ transposed through this warp's tile: block (token block nb, channel half hh) of
+      // the fragment (pairs i = 4 nb + 2 hh, + 1) is one 8x8 stmatrix.trans, landing as 8 token
+      // rows of 8 channels; then each lane stores whole 16-byte halves of token rows
       acc_fence_n(ot);
+      const uint32_t ob = base + kWalkObuf + uint32_t(tid >> 5) * kWalkObufWarp;
+      const int m = lane >> 3, i8 = lane & 7;
 #pragma unroll
-      for (int i = 0; i < 32; i += 2) {
-        const int64_t tok = int64_t(ch) * kC + col_of(i);
-        bf16* dst = p.o + tok * p.o_ld + head * kD + row_of(i);
-        if (tok < p.tokens) dst[0] = __float2bfloat16_rn(ot[i]);
-        if (tok + 1 < p.tokens) dst[p.o_ld] = __float2bfloat16_rn(ot[i + 1]);
+      for (int q = 0; q < 4; ++q) {
+        uint32_t r[4];
+#pragma unroll
+        for (int mm = 0; mm < 4; ++mm) {
+          const int i = 4 * (2 * q + (mm >> 1)) + 2 * (mm & 1);
+          r[mm] = pack_bf16x2(ot[i], ot[i + 1]);
+        }
+        stmatrix_x4_trans(ob + obuf_at(8 * (2 * q + (m >> 1)) + i8, m & 1), r);
+      }
+      __syncwarp();
+      const unsigned char* obp = smem + kWalkObuf + uint32_t(tid >> 5) * kWalkObufWarp;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int tok = 16 * k + (lane >> 1), half = lane & 1;
+        const int64_t t = int64_t(ch) * kC + tok;
+        const uint4 v = *reinterpret_cast<const uint4*>(obp + obuf_at(tok, half));
+        if (t < p.tokens)
+          *reinterpret_cast<uint4*>(p.o + t * p.o_ld + head * kD + 64 * h + 16 * wq + 8 * half) = v;
       }
     }
   }
