@@ -52,6 +52,7 @@
 
 #include "check.h"
 #include "ptx.cuh"
+#include "tma.cuh"
 
 namespace pb {
 
@@ -244,64 +245,8 @@ __device__ __forceinline__ void cp_async_wait_pending(int pending) {
   }
 }
 
-// mbarriers (shared::cta) and the 1D bulk copy global -> shared (TMA, sm_90).
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_fence_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(smem_u32(bar)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t ns;
-  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(ns));
-  return ns;
-}
-// Until the phase of `parity` has completed (acquire: the bytes a bulk copy
-// delivered on it are visible). A wait of more than ~4 s (a call takes
-// milliseconds) is a broken ring: trap (a launch error) rather than hang the
-// device. The clock is read only every 65536 failed tries.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t tries = 0;
-  uint64_t since = 0;
-  while (!mbar_try_wait(bar, parity)) {
-    if ((++tries & 0xffffu) == 0) {
-      const uint64_t now = global_ns();
-      if (since == 0) since = now;
-      else if (now - since > 4000000000ull) __trap();
-    }
-  }
-}
-__device__ __forceinline__ void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes,
-                                              uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          smem_u32(smem_dst)),
-      "l"(gmem_src), "r"(bytes), "r"(smem_u32(bar))
-      : "memory");
-}
+using namespace tma;  // mbarriers and the bulk copy (tma.cuh)
+
 __device__ __forceinline__ uint32_t as_bits(bf16x2 h) {
   uint32_t bits;
   memcpy(&bits, &h, sizeof bits);

@@ -48,22 +48,28 @@
 // sm_90 only: the body is compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL; other device targets
 // trap), and launch_walk_wgmma refuses other devices and the package.
 
+#include <cuda.h>  // CUtensorMap and its encoder's signature (reached through the runtime: no -lcuda)
 #include <cuda_bf16.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include "check.h"
 #include "kda.h"
 #include "kda_tiles.h"
 #include "kda_walk.h"
 #include "ptx.cuh"
+#include "tma.cuh"
 
 namespace pb {
 namespace {
 
 using bf16 = __nv_bfloat16;
 using namespace ptx;
+using namespace tma;
 using kda_tiles::wg_at;
 namespace ww = kda_tiles::wgwalk;
 
@@ -149,7 +155,15 @@ __host__ __device__ constexpr uint32_t obuf_at(int tok, int half) {
 }
 static_assert(kWalkSmem <= 227 * 1024, "kda wgmma walk: shared memory over the sm_90 opt-in limit");
 
-__global__ void __launch_bounds__(kWalkThreads, 1) kda_walk_wgmma_kernel(const StateParams p, int probe) {
+// The TMA descriptors of W, Ũ, K̂, Qg (in that order): each product as a [rows, 128] bf16 tensor
+// from the StateParams base pointer, 64-column x 64-row boxes landing with the 128-byte swizzle,
+// i.e. a box is one column block of wg_at's layout.
+struct WalkMaps {
+  CUtensorMap tile[4];
+};
+
+__global__ void __launch_bounds__(kWalkThreads, 1)
+    kda_walk_wgmma_kernel(const StateParams p, int probe, const __grid_constant__ WalkMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -160,6 +174,12 @@ __global__ void __launch_bounds__(kWalkThreads, 1) kda_walk_wgmma_kernel(const S
   const int head = blockIdx.x;
   const bool with_o = p.o != nullptr;
   const int64_t head_tile = int64_t(head) * p.ws_chunks;
+  __shared__ uint64_t landed[2];  // per stage: W, Ũ, K̂, Qg and Γ by TMA (one arrival + their bytes)
+  if (tid == 0) {
+    mbar_init(&landed[0], 1);
+    mbar_init(&landed[1], 1);
+    mbar_fence_init();
+  }
 
   // Aqk's upper 16x16 blocks (16-byte chunk j of row r with j / 2 > r / 16), both stages: zero
   for (int i = tid; i < 2 * kC * 8; i += kWalkThreads) {
@@ -168,22 +188,26 @@ __global__ void __launch_bounds__(kWalkThreads, 1) kda_walk_wgmma_kernel(const S
       *reinterpret_cast<uint4*>(smem + st * ww::kStage + ww::kAqk + wg_at(r, 8 * j, kC)) = make_uint4(0, 0, 0, 0);
   }
 
+  // probe 1 (diagnostic): chunks 2.. load nothing and compute on chunk ch - 2's tiles
+  auto loads = [&](int ch) { return !(probe == 1 && ch >= 2); };
   auto load_chunk = [&](int ch) {
-    if (probe == 1 && ch >= 2) {  // diagnostic: chunk ch computes on chunk ch - 2's tiles
+    if (!loads(ch)) {
       cp_async_commit();
       return;
     }
     unsigned char* st = smem + uint32_t(ch & 1) * ww::kStage;
     const int64_t t = head_tile + ch;
+    if (tid == 0) {  // W, Ũ, K̂, Qg at 16384 tile (two 64-column boxes each), Γ: one thread, by TMA
+      uint64_t* bar = &landed[ch & 1];
+      mbar_arrive_expect_tx(bar, (with_o ? 4u : 3u) * 16384u + uint32_t(kD * sizeof(float)));
+      const int row = int(t * kC);
 #pragma unroll
-    for (int tile = 0; tile < 4; ++tile) {  // W, Ũ, K̂, Qg at 16384 tile (1024 16-byte chunks each)
-      if (tile == 3 && !with_o) break;
-      const bf16* src = (tile == 0 ? p.w : tile == 1 ? p.u : tile == 2 ? p.khat : p.qg) + t * kC * kD;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int i = tid + kWalkThreads * k, r = i >> 4, j = i & 15;
-        cp_async_16(smem_addr(st + tile * 16384 + wg_at(r, 8 * j, kC)), src + r * kD + 8 * j, true);
+      for (int tile = 0; tile < 4; ++tile) {
+        if (tile == 3 && !with_o) break;
+        tensor_load_2d(st + tile * 16384, &maps.tile[tile], 0, row, bar);
+        tensor_load_2d(st + tile * 16384 + 8192, &maps.tile[tile], 64, row, bar);
       }
+      bulk_copy_g2s(st + ww::kGam, p.gamma + t * kD, uint32_t(kD * sizeof(float)), bar);
     }
     if (with_o) {  // Aqk: the lower block triangle only
 #pragma unroll
@@ -193,7 +217,6 @@ __global__ void __launch_bounds__(kWalkThreads, 1) kda_walk_wgmma_kernel(const S
           cp_async_16(smem_addr(st + ww::kAqk + wg_at(r, 8 * j, kC)), p.aqk + t * kC * kC + r * kC + 8 * j, true);
       }
     }
-    if (tid < kD / 4) cp_async_16(smem_addr(st + ww::kGam + 16 * tid), p.gamma + t * kD + 4 * tid, true);
     cp_async_commit();
   };
 
@@ -219,10 +242,12 @@ __global__ void __launch_bounds__(kWalkThreads, 1) kda_walk_wgmma_kernel(const S
     s[i + 1] = v.y;
   }
   fence_proxy_async();  // the zeroed Aqk blocks, for the tensor core
+  __syncthreads();      // the mbarriers initialized before anyone waits on them
   if (p.chunks > 0) load_chunk(0);
 
   for (int ch = 0; ch < p.chunks; ++ch) {
-    cp_async_wait_all();
+    cp_async_wait_all();                                               // Aqk
+    if (loads(ch)) mbar_wait(&landed[ch & 1], uint32_t(ch >> 1) & 1u);  // the TMA tiles and Γ
     fence_proxy_async();
     __syncthreads();  // chunk ch's stage visible to the tensor core; chunk ch - 1's stage consumed
     if (ch + 1 < p.chunks) load_chunk(ch + 1);  // into the other stage, consumed by chunk ch - 1
@@ -351,11 +376,52 @@ bool kda_wgmma_walk_supported() {
 
 KdaWalk kda_fastest_forward_walk() { return kda_wgmma_walk_supported() ? KdaWalk::kWgmma : KdaWalk::kHead; }
 
+namespace {
+
+// The driver's cuTensorMapEncodeTiled, found once through the runtime.
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled encode_tiled() {
+  static const EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    PB_CUDA(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
+    PB_CHECK(found == cudaDriverEntryPointSuccess && f != nullptr,
+             "kda wgmma walk: the driver has no cuTensorMapEncodeTiled (CUDA 12.0+)");
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// One workspace product, [rows, 128] bf16 from `base`, in 64 x 64 boxes with the 128-byte swizzle.
+CUtensorMap tile_map(const bf16* base, int64_t rows) {
+  PB_CHECK(rows >= 1 && rows <= INT32_MAX, "kda wgmma walk: workspace rows outside the TMA coordinates");
+  CUtensorMap m;
+  const cuuint64_t dims[2] = {cuuint64_t(kD), cuuint64_t(rows)};
+  const cuuint64_t row_bytes[1] = {cuuint64_t(kD) * sizeof(bf16)};
+  const cuuint32_t box[2] = {64, cuuint32_t(kC)}, unit[2] = {1, 1};
+  const CUresult r = encode_tiled()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(base), dims, row_bytes,
+                                    box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  PB_CHECK(r == CUDA_SUCCESS, "kda wgmma walk: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ")");
+  return m;
+}
+
+}  // namespace
+
 void launch_walk_wgmma(const StateParams& p, int heads, cudaStream_t stream) {
   PB_CHECK(!p.package, "kda_package: the wgmma walk covers the forward only");
   PB_CHECK(kda_wgmma_walk_supported(), "kda: the wgmma walk (KdaWalk::kWgmma) needs an sm_90 GPU");
+  // rows the walk may touch from the (possibly moved) bases: up to the last head's last chunk
+  const int64_t rows = std::max<int64_t>((int64_t(heads - 1) * p.ws_chunks + p.chunks) * kC, kC);
+  WalkMaps maps;
+  maps.tile[0] = tile_map(p.w, rows);
+  maps.tile[1] = tile_map(p.u, rows);
+  maps.tile[2] = tile_map(p.khat, rows);
+  maps.tile[3] = tile_map(p.qg != nullptr ? p.qg : p.w, rows);
   PB_CUDA(cudaFuncSetAttribute(kda_walk_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWalkSmem)));
-  kda_walk_wgmma_kernel<<<unsigned(heads), kWalkThreads, kWalkSmem, stream>>>(p, walk_probe());
+  kda_walk_wgmma_kernel<<<unsigned(heads), kWalkThreads, kWalkSmem, stream>>>(p, walk_probe(), maps);
   PB_CUDA_LAUNCH();
 }
 
