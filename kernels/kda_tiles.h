@@ -94,6 +94,10 @@ PB_HD uint64_t desc_aqk(uint32_t st, int ks) { return gmma_desc_sw128(st + kAqk 
 // S += Uᵀ K̂ (k = tokens 16 ks..): B = K̂ [64 tok][128 key] MN-major (n = key channel): k-step ks at
 // row 16 ks (byte 2048 ks), SBO = 1024 (next 8 tokens), LBO = 8192 (key channels 64..127).
 PB_HD uint64_t desc_kh(uint32_t st, int ks) { return gmma_desc_sw128(st + kKh + ks * 2048, 8192, 1024); }
+// o's staging tile of one warp (its 16 S rows = o channels × the chunk's 64 tokens, bf16): token
+// tok's channels 8 half .. 8 half + 7 at byte obuf_at(tok, half) of 32-byte token rows; the two
+// halves swap on tokens 4..7 mod 8, so that 8 consecutive token rows fall in 8 bank groups.
+PB_HD uint32_t obuf_at(int tok, int half) { return uint32_t(tok) * 32u + (uint32_t(half ^ ((tok >> 2) & 1)) << 4); }
 }  // namespace wgwalk
 
 }  // namespace pb::kda_tiles

@@ -146,13 +146,9 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t 
 
 constexpr int kWalkWarpgroups = 2;
 constexpr int kWalkThreads = 128 * kWalkWarpgroups;
-// after the two stages, each warp's o tile [64 tok][16 channels] bf16 (32-byte rows, the two
-// 16-byte halves swapped on tokens 4..7 mod 8 so that 8 consecutive rows hit 8 bank groups)
+// after the two stages, each warp's o staging tile [64 tok][16 channels] bf16 (ww::obuf_at)
 constexpr uint32_t kWalkObuf = 2 * ww::kStage, kWalkObufWarp = kC * 16 * 2;
 constexpr uint32_t kWalkSmem = kWalkObuf + (kWalkThreads / 32) * kWalkObufWarp + 1024;  // + slack to align to 1024
-__host__ __device__ constexpr uint32_t obuf_at(int tok, int half) {
-  return uint32_t(tok) * 32u + (uint32_t(half ^ ((tok >> 2) & 1)) << 4);
-}
 static_assert(kWalkSmem <= 227 * 1024, "kda wgmma walk: shared memory over the sm_90 opt-in limit");
 
 // The TMA descriptors of W, Ũ, K̂, Qg (in that order): each product as a [rows, 128] bf16 tensor
@@ -330,7 +326,7 @@ __global__ void __launch_bounds__(kWalkThreads, 1)
           const int i = 4 * (2 * q + (mm >> 1)) + 2 * (mm & 1);
           r[mm] = pack_bf16x2(ot[i], ot[i + 1]);
         }
-        stmatrix_x4_trans(ob + obuf_at(8 * (2 * q + (m >> 1)) + i8, m & 1), r);
+        stmatrix_x4_trans(ob + ww::obuf_at(8 * (2 * q + (m >> 1)) + i8, m & 1), r);
       }
       __syncwarp();
       const unsigned char* obp = smem + kWalkObuf + uint32_t(tid >> 5) * kWalkObufWarp;
@@ -338,7 +334,7 @@ __global__ void __launch_bounds__(kWalkThreads, 1)
       for (int k = 0; k < 4; ++k) {
         const int tok = 16 * k + (lane >> 1), half = lane & 1;
         const int64_t t = int64_t(ch) * kC + tok;
-        const uint4 v = *reinterpret_cast<const uint4*>(obp + obuf_at(tok, half));
+        const uint4 v = *reinterpret_cast<const uint4*>(obp + ww::obuf_at(tok, half));
         if (t < p.tokens)
           *reinterpret_cast<uint4*>(p.o + t * p.o_ld + head * kD + 64 * h + 16 * wq + 8 * half) = v;
       }

@@ -295,4 +295,45 @@ TEST_CASE("wgmma walk: the transposed reads of Ũ are free of bank conflicts") {
         }
 }
 
+// o's staging in the wgmma walk: each warp packs its Oᵀ fragment (element i of lane 4 g + t: S
+// row / o channel g + 8 ((i >> 1) & 1), token 8 (i >> 2) + 2 t + (i & 1)) into 16 8x8 matrices,
+// stores them with four stmatrix.x4.trans (matrix mm of store q: token block 2 q + mm / 2,
+// channel half mm % 2; lane 8 m + j addresses token row 8 (2 q + m / 2) + j, half m % 2), and
+// then reads 16-byte halves of token rows (lane L, step k: token 16 k + L / 2, half L % 2).
+// Emulated here: every lane must read exactly its token's 8 channels, and every stmatrix matrix
+// and every 8-lane phase of the reads must hit 8 distinct bank groups.
+TEST_CASE("wgmma walk: o staged by stmatrix.trans lands as token rows, free of bank conflicts") {
+  auto value = [](int ch, int tok) { return uint16_t(ch * 64 + tok + 1); };  // ch < 16, tok < 64
+  std::vector<uint16_t> tile(64 * 16, 0);  // 2048 bytes as 16-bit words
+  for (int q = 0; q < 4; ++q) {
+    for (int mm = 0; mm < 4; ++mm) {
+      const int nb = 2 * q + (mm >> 1), hh = mm & 1;
+      std::set<uint32_t> groups;
+      for (int j = 0; j < 8; ++j) {  // the row address lane 8 mm + j gives receives column j
+        const uint32_t at = ww::obuf_at(8 * nb + j, hh);
+        groups.insert((at / 16) % 8);
+        for (int k = 0; k < 8; ++k) {
+          // fragment element (row k, column j) is lane 4 k + j / 2's register mm, half j % 2:
+          // its pair i = 4 nb + 2 hh, i.e. channel k + 8 hh, token 8 nb + j
+          const int lane = 4 * k + j / 2, e = j % 2, g = lane >> 2, t = lane & 3;
+          const int i = 4 * nb + 2 * hh + e;
+          tile[at / 2 + k] = value(g + 8 * ((i >> 1) & 1), 8 * (i >> 2) + 2 * t + (i & 1));
+        }
+      }
+      CHECK(groups.size() == 8);
+    }
+  }
+  for (int k = 0; k < 4; ++k)
+    for (int phase = 0; phase < 4; ++phase) {
+      std::set<uint32_t> groups;
+      for (int lane = 8 * phase; lane < 8 * phase + 8; ++lane) {
+        const int tok = 16 * k + (lane >> 1), half = lane & 1;
+        const uint32_t at = ww::obuf_at(tok, half);
+        groups.insert((at / 16) % 8);
+        for (int e = 0; e < 8; ++e) CHECK(tile[at / 2 + e] == value(8 * half + e, tok));
+      }
+      CHECK(groups.size() == 8);
+    }
+}
+
 }  // namespace
