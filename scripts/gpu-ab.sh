@@ -4,8 +4,8 @@
 # git diff main -- kernels harness > ab.patch); a copy of the tree with it reversed is a base,
 # labelled A, B, ... in the order given; this tree comes last. All prefill-bench builds run at
 # once; with AB_TEST=<test target> the tree's build also makes that test and runs it first (a
-# failing test stops the call). Then the command runs every side twice, in turn, each run's lines
-# matching <regex> printed under its label.
+# failing test stops the call). Then the command runs every side AB_ROUNDS times (default 2), in
+# turn, each run's lines matching <regex> printed under its label.
 # Usage: scripts/gpu-ab.sh <patch>[,<patch>...] <regex> -- <prefill-bench args...>
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -45,7 +45,7 @@ if [[ -n ${AB_TEST:-} ]]; then
   echo "gpu-ab: $AB_TEST ($tree) exit $trc"
   ((trc == 0)) || exit $trc
 fi
-for round in 1 2; do
+for ((round = 1; round <= ${AB_ROUNDS:-2}; ++round)); do
   for i in "${!bins[@]}"; do
     echo "== ${labels[$i]} (round $round)"
     timeout 200 "${bins[$i]}" "$@" 2>&1 | grep -E "$regex"
