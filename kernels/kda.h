@@ -114,13 +114,15 @@
 //     warpgroup from smem, S as its register accumulator) would cut the operand traffic
 //     about 2.5x. The forward's 0.20 bar needs that and a prepare closer to its DRAM floor.
 //   walk, wgmma (KdaWalk::kWgmma, forward only; the KDA block's forward on sm_90): one CTA of 2
-//     warpgroups per head (147 KiB smem, 1 CTA/SM). The rows of S are independent, so warpgroup h
+//     warpgroups per head (163 KiB smem, 1 CTA/SM). The rows of S are independent, so warpgroup h
 //     walks rows 64 h.. alone with S as its f32 accumulator, and every product is taken
 //     transposed so that the state is wgmma's A operand from registers (Pᵀ = S0 Wᵀ, Oᵀ = S0 Qgᵀ,
 //     S += Uᵀ K̂, Oᵀ += Uᵀ Aqkᵀ: the bf16-packed accumulator fragment is the A-register
-//     fragment): the tensor core reads only the B tiles (112 KB per chunk), nothing but the
-//     cp.async fill is stored to smem, and the warpgroups meet only at the one barrier per chunk
-//     that recycles a stage. Per chunk and head 28 wgmma-units of m64n64k16 work (3.5 M MAC,
+//     fragment): the tensor core reads only the B tiles (112 KB per chunk), and the warpgroups
+//     meet only at the one barrier per chunk that recycles a stage. W, Ũ, K̂, Qg and Γ arrive by
+//     TMA (one thread, tensor maps with the 128-byte swizzle, an mbarrier per stage), Aqk's lower
+//     triangle by cp.async; o leaves through a per-warp smem tile (stmatrix.trans) as 16-byte
+//     stores of token rows. Per chunk and head 28 wgmma-units of m64n64k16 work (3.5 M MAC,
 //     ~1.7 k cycles at 2048 MAC/clk/SM).
 //     History, H200, 16k x 96 heads: the first form (4 warpgroups, S0 and U through smem as
 //     shared operands, 195 KiB) ran 1042-1058 µs, bound by its chain: 909 µs with no loads (ncu:
@@ -129,16 +131,22 @@
 //     (PB_KDA_WALK_PROBE=1) 655 µs (2.6 µs per chunk), its loads alone (=2) 426 µs. Taking
 //     Pᵀ and Oᵀ as one m64n128k16 over a [W; Qg] tile measured slower (770 µs), so the Oᵀ
 //     wgmmas overlap the U step instead. S_out equals kHead's bit for bit at 16k.
-//     What bounds it: the per-chunk chain (Pᵀ → U → S update → barrier), ~2.6x its tensor work;
 //     ptxas serializes the wgmma pipeline when the next chunk's loads or o's stores sit between a
-//     batch's issue and its wait (C7514), so those stay on the chain (the loads cost ~80 µs).
-//   forward, pipelined (kda_forward_pipelined, H200, 16k x 96 heads): a walk CTA (204 registers
-//     x 256 threads) leaves no room for a prepare CTA (80 x 256), so while a piece's walk holds
-//     96 SMs only 36 prepare the next piece, and the last piece's walk runs alone. Equal pieces:
-//     ~25-30 µs per piece of landing and draining (4 pieces 1916.7 against 1960.1 µs). Two
-//     pieces at 4:1 (shrink 0.25): 1826-1971 µs over four cards, median 0.196 of the same run's
-//     GEMM rate, the plain forward's median 0.189 (results/h200/kda-pipelined.txt). Bound: the
-//     SM time of both passes on exclusive SMs (~1.79 ms on a fast card) plus their shared DRAM.
+//     batch's issue and its wait (C7514), so those stay on the chain: with 17 cp.async per thread
+//     (their address arithmetic) and 32 two-byte o stores per thread per chunk the walk ran
+//     722 µs; o staged through smem 611 µs; + the tiles by TMA 562-589 µs (one A/B/C call and two
+//     repeats, results/h200/kda-tma.txt). The forward (prepare + walk) then runs 1822-1868 µs =
+//     0.204-0.213 of the same run's GEMM rate, the 0.20 bar; the prepare is 72% of it.
+//     What bounds it: the prepare (latency-bound, ~1.3x its DRAM floor, above) and the walk's
+//     per-chunk chain (Pᵀ → U → S update → barrier), ~2.2x its tensor work.
+//   forward, pipelined (kda_forward_pipelined, H200, 16k x 96 heads; measured with the 722 µs
+//     walk, before TMA; with the 562-589 µs walk it ties the plain forward): a walk CTA (~200
+//     registers x 256 threads) leaves no room for a prepare CTA (80 x 256), so while a piece's
+//     walk holds 96 SMs only 36 prepare the next piece, and the last piece's walk runs alone.
+//     Equal pieces: ~25-30 µs per piece of landing and draining (4 pieces 1916.7 against 1960.1
+//     µs). Two pieces at 4:1 (shrink 0.25): 1826-1971 µs over four cards, median 0.196 of the same
+//     run's GEMM rate, the plain forward's median 0.189 (results/h200/kda-pipelined.txt). Bound:
+//     the SM time of both passes on exclusive SMs plus their shared DRAM.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -200,7 +208,7 @@ class KdaWorkspace {
 //            wgmma (sm_90a), each walking 64 rows of S as its f32 accumulator, the state the A
 //            operand from registers; FORWARD ONLY (kda_package refuses it), equal to kHead up
 //            to f32 summation order (on the H200 its S_out equalled kHead's bit for bit at
-//            16k); 711-736 µs against kHead's ~1207 at 16k x 96 heads (H200)
+//            16k); 562-589 µs against kHead's ~1207 at 16k x 96 heads (H200)
 enum class KdaWalk { kHead, kSlices, kHalves, kWgmma };
 
 // Whether KdaWalk::kWgmma runs on the current device (sm_90: wgmma); elsewhere it throws.

@@ -8,24 +8,28 @@
 //   own, so results equal kHead's up to f32 summation order (on the H200 its S_out equalled
 //   kHead's bit for bit at 16k).
 //
-// kda_walk_wgmma_kernel — grid (heads), 256 threads = 2 warpgroups, 147 KiB smem (two stages of
-//   chunk tiles + alignment slack), 1 CTA/SM, forward only. The rows of S are independent (each
-//   row evolves on its own), so warpgroup h walks rows 64 h .. 64 h + 63 alone, S as its f32
-//   m64n128 accumulator (64 per thread); the two warpgroups meet only at the per-chunk barrier
-//   that recycles a stage. Every product is taken transposed so that the state is the A
-//   operand, read from registers: the m64nN accumulator fragment (element i of thread (warp w,
-//   lane 4 g + t): row 16 w + g + 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 t + (i & 1)) packed
-//   to bf16 pairs is exactly wgmma's A-register fragment of k-step ks (pairs 8 ks + 0, 2, 4, 6).
+// kda_walk_wgmma_kernel — grid (heads), 256 threads = 2 warpgroups, 163 KiB smem (two stages of
+//   chunk tiles, eight 2 KiB o staging tiles, alignment slack), 1 CTA/SM, forward only. The rows
+//   of S are independent (each row evolves on its own), so warpgroup h walks rows 64 h .. 64 h +
+//   63 alone, S as its f32 m64n128 accumulator (64 per thread); the two warpgroups meet only at
+//   the per-chunk barrier that recycles a stage. Every product is taken transposed so that the
+//   state is the A operand, read from registers: the m64nN accumulator fragment (element i of
+//   thread (warp w, lane 4 g + t): row 16 w + g + 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 t +
+//   (i & 1)) packed to bf16 pairs is exactly wgmma's A-register fragment of k-step ks (pairs
+//   8 ks + 0, 2, 4, 6).
 //   Per chunk and warpgroup:
 //     Pᵀ = S0 Wᵀ          8 wgmma m64n64k16 (A = bf16 S0 registers, B = W [64 tok][128] K-major)
 //     Oᵀ = S0 Qgᵀ         8 wgmma m64n64k16 (B = Qg K-major), runs during the U step [o only]
 //     Uᵀ = bf16(Ũᵀ − Pᵀ)  in registers (Ũᵀ's fragments by ldmatrix.trans from the [tok][128 rows] tile)
 //     S = S ∘ Γ + Uᵀ K̂    4 wgmma m64n128k16 (A = Uᵀ registers, B = K̂ [64 tok][128] MN-major)
 //     Oᵀ += Uᵀ Aqkᵀ       4 wgmma m64n64k16 (B = Aqk [64 t][64 s] K-major)        [o only]
-//     o[t][64 h + r] = bf16(Oᵀ[r][t]) for tokens < `tokens`.
-//   The tensor core reads only the B tiles from shared memory (112 KB per chunk); nothing but
-//   the cp.async fill is written there. (ptxas serializes the wgmma pipeline (C7514) when other
-//   work, the loads or the o stores, is placed between a batch's issue and its wait, so none is.)
+//     o[t][64 h + r] = bf16(Oᵀ[r][t]) for tokens < `tokens`: each warp stores its Oᵀ fragment
+//                         transposed into its own staging tile (4 stmatrix.x4.trans: 8x8 blocks of
+//                         8 channels x 8 tokens land as token rows, wgwalk::obuf_at), then every
+//                         lane stores 16-byte halves of token rows (4 per chunk, not 32 2-byte ones)
+//   The tensor core reads only the B tiles from shared memory (112 KB per chunk). (ptxas
+//   serializes the wgmma pipeline (C7514) when other work, the loads or the o stores, is placed
+//   between a batch's issue and its wait, so none is.)
 // Aqk's upper 16x16 blocks are never written by kda_prepare: the kernel never loads them; their
 // smem (both stages) is zeroed once at entry, so the k-steps of Uᵀ Aqkᵀ add exact zeros there.
 //
@@ -38,11 +42,15 @@
 // 8192 (the next 64 columns of N), k-step ks at +2048 ks. test/cpu/test_kda_tiles.cpp checks
 // every descriptor of every k-step against the tiles as written.
 //
-// Loads: per chunk every thread issues ≤ 19 cp.async of 16 bytes (W, Ũ, K̂, Qg whole, all 64
-// rows as kHead; Aqk's lower block triangle; Γ), written through wg_at; without o, Qg and Aqk
-// are not loaded. Per chunk n (stage n & 1), one barrier: every thread waits its cp.async
-// groups, fence.proxy.async, __syncthreads (chunk n's stage visible to the tensor core; every
-// wgmma of chunk n − 1 waited, so the other stage is free); then chunk n + 1's cp.async.
+// Loads: W, Ũ, K̂, Qg whole (all 64 rows, as kHead) by TMA: thread 0 issues two 64 x 64 boxes
+// per tile (launch_walk_wgmma's tensor maps, 128-byte swizzle: a box lands as one column block of
+// wg_at's layout) and Γ by a 512-byte bulk copy, all completing on the stage's mbarrier; Aqk's
+// lower block triangle by ≤ 2 cp.async of 16 bytes per thread. Without o, Qg and Aqk are not
+// loaded. Per chunk n (stage n & 1), one barrier: every thread waits its cp.async group and the
+// stage's mbarrier (phase n / 2), fence.proxy.async, __syncthreads (chunk n's stage visible to
+// the tensor core; every read of chunk n − 1 done, so the other stage is free); then chunk
+// n + 1's loads. (With 17 cp.async per thread per chunk the address arithmetic and the 32
+// two-byte o stores sat on the per-chunk chain: 722 µs at 16k x 96 heads against 562-589.)
 // Workspace rows past `tokens` are zero (kda_prepare), so they add nothing; o rows ≥ tokens
 // are not written. S_out may alias S_in (each thread reads its elements before any write).
 // sm_90 only: the body is compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL; other device targets
@@ -400,7 +408,8 @@ CUtensorMap tile_map(const bf16* base, int64_t rows) {
   const CUresult r = encode_tiled()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(base), dims, row_bytes,
                                     box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  PB_CHECK(r == CUDA_SUCCESS, "kda wgmma walk: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ")");
+  PB_CHECK(r == CUDA_SUCCESS,
+           "kda wgmma walk: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ")");
   return m;
 }
 
