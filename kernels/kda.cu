@@ -1469,6 +1469,16 @@ StateParams forward_params(const KdaWorkspace& ws, int64_t tokens, const float* 
 // The pieces of kda_forward_pipelined: p moved to chunks [c0, c1) of the segment. The kernels
 // index the workspace as head · ws_chunks + chunk and the rows from their base pointers, so
 // moving the bases by c0 chunks (the workspace's stride kept) is the whole change.
+// The workspace products' bases (PrepParams or StateParams) moved to chunk c0.
+template <class Params>
+void move_products(Params& p, int64_t c0) {
+  p.w += c0 * kC * kD;
+  p.u += c0 * kC * kD;
+  p.khat += c0 * kC * kD;
+  p.qg += c0 * kC * kD;
+  p.aqk += c0 * kC * kC;
+  p.gamma += c0 * kD;
+}
 PrepParams prepare_piece(PrepParams p, int64_t c0, int64_t c1) {
   const int64_t t0 = c0 * kC;
   p.in.q += t0 * p.in.q_ld;
@@ -1477,21 +1487,11 @@ PrepParams prepare_piece(PrepParams p, int64_t c0, int64_t c1) {
   p.in.g += t0 * p.in.g_ld;
   p.in.beta_pre += t0 * p.in.beta_ld;
   p.tokens = std::min(p.tokens, c1 * kC) - t0;
-  p.w += c0 * kC * kD;
-  p.u += c0 * kC * kD;
-  p.khat += c0 * kC * kD;
-  p.qg += c0 * kC * kD;
-  p.aqk += c0 * kC * kC;
-  p.gamma += c0 * kD;
+  move_products(p, c0);
   return p;
 }
 StateParams state_piece(StateParams p, int64_t c0, int64_t c1) {
-  p.w += c0 * kC * kD;
-  p.u += c0 * kC * kD;
-  p.khat += c0 * kC * kD;
-  p.qg += c0 * kC * kD;
-  p.aqk += c0 * kC * kC;
-  p.gamma += c0 * kD;
+  move_products(p, c0);
   p.tokens = std::min(p.tokens, c1 * kC) - c0 * kC;
   p.chunks = int(c1 - c0);
   if (p.o != nullptr) p.o += c0 * kC * p.o_ld;
