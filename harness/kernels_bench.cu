@@ -3,7 +3,9 @@
 // validates: baseline and cut outputs of the same inputs must be bit-identical
 // (the `wrong` column counts differing elements; the GPU tests hold both to the
 // C++ reference). A case may add alternative forms of its cut (attnres: the
-// TMA ring, two_pass at other blocks per SM, staged two rows ahead, with L2 hints), timed as rows of their own and validated the same way. Bytes and FLOPs come from the one cost model (cost.h).
+// TMA ring, two_pass on other grids and blocks per SM, staged two rows ahead,
+// with L2 hints), timed as rows of their own and validated the same way. Bytes
+// and FLOPs come from the one cost model (cost.h).
 #include "kernels_bench.h"
 
 #include <cuda_bf16.h>
@@ -270,22 +272,26 @@ Case attnres_case(int64_t rows, int64_t hidden, int nb, cudaStream_t s) {
   c.slots = rotation_slots(c.cut_cost.bytes);
   const AttnResShape shape{rows, hidden, nb, 8};
   // Alternatives, each with its own outputs after baseline (0) and cut (1,
-  // two_pass at its default B): the TMA ring (the earlier cut), two_pass at
-  // B = 2, 3 and 4, two_pass with two rows staged ahead (at the default B),
-  // and with L2 eviction hints (at the default B, B = 2 and B = 4).
+  // two_pass at its default: about 2 rows per block): the TMA ring (the
+  // earlier cut); two_pass on one persistent wave at B = 2, 3 and 4 (cut.bN,
+  // the default grid before); on a grid of about 1 and 4 rows per
+  // block at the default B (cut.rN); with two rows staged ahead and with L2
+  // eviction hints (default grid and B).
+  constexpr int kPersistent = kAttnResPersistent;
   struct Alt {
     const char* name;
     AttnResLoader loader;
     int blocks_per_sm;
+    int rows_per_block;
   };
-  static const Alt kAlts[] = {{"cut.ring", AttnResLoader::tma, 0},
-                              {"cut.b2", AttnResLoader::two_pass, 2},
-                              {"cut.b3", AttnResLoader::two_pass, 3},
-                              {"cut.b4", AttnResLoader::two_pass, 4},
-                              {"cut.ahead", AttnResLoader::two_pass_ahead, 0},
-                              {"cut.hint", AttnResLoader::two_pass_hint, 0},
-                              {"cut.hint.b2", AttnResLoader::two_pass_hint, 2},
-                              {"cut.hint.b4", AttnResLoader::two_pass_hint, 4}};
+  static const Alt kAlts[] = {{"cut.ring", AttnResLoader::tma, 0, 0},
+                              {"cut.b2", AttnResLoader::two_pass, 2, kPersistent},
+                              {"cut.b3", AttnResLoader::two_pass, 3, kPersistent},
+                              {"cut.b4", AttnResLoader::two_pass, 4, kPersistent},
+                              {"cut.r1", AttnResLoader::two_pass, 0, 1},
+                              {"cut.r4", AttnResLoader::two_pass, 0, 4},
+                              {"cut.ahead", AttnResLoader::two_pass_ahead, 0, 0},
+                              {"cut.hint", AttnResLoader::two_pass_hint, 0, 0}};
   constexpr int kOutputs = 2 + int(std::size(kAlts));
   struct Buffers {
     std::vector<DeviceBuffer<bf16>> snap, partial;  // [rows, 8, hidden], [rows, hidden] per slot
@@ -308,7 +314,8 @@ Case attnres_case(int64_t rows, int64_t hidden, int nb, cudaStream_t s) {
   };
   auto alt = [=](int a, int slot, cudaStream_t st) {
     attnres_cut(b->snap[slot].get(), b->partial[slot].get(), b->sw.get(), b->scores[2 + a].get(),
-                b->out[2 + a].get(), shape, 1e-5f, st, kAlts[a].loader, kAlts[a].blocks_per_sm);
+                b->out[2 + a].get(), shape, 1e-5f, st, kAlts[a].loader, kAlts[a].blocks_per_sm,
+                kAlts[a].rows_per_block);
   };
   for (int a = 0; a < int(std::size(kAlts)); ++a)
     c.alternatives.push_back({kAlts[a].name, [=](int slot, cudaStream_t st) { alt(a, slot, st); }});

@@ -16,9 +16,10 @@
 //             (rows, ceil(hidden / 256)) x 256, one element per thread, every
 //             thread recomputes the row's softmax from the scores.
 //   cut       1 launch, two_pass (the default): a 256-thread block per row,
-//             grid-stride, B blocks per SM (3 at C <= 3, else 2; 2 .. 4 on
-//             request); the first S candidates staged per thread by cp.async
-//             in shared memory, the rest read twice (the second an L2 hit);
+//             grid-stride over ceil(rows / 2) blocks, B = 4 blocks per SM at
+//             C <= 3, else 2 (B 2 .. 4, any rows per block or one persistent
+//             wave on request); the first S candidates staged per thread by
+//             cp.async in shared memory, the rest read twice (the second an L2 hit);
 //             pass 1 sums, tree + per-warp softmax by shuffles, pass 2 mix; see
 //             attnres_two_pass_kernel (kAhead = 2: two rows staged ahead;
 //             kHint: L2 eviction priorities; the bench's cut.ahead, cut.hint).
@@ -49,6 +50,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "check.h"
 #include "ptx.cuh"
@@ -826,22 +828,32 @@ RingLaunch ring_launch(Kernel* kernel, const AttnResShape& sh, int cap) {
   return l;
 }
 
-// The two_pass grid: B blocks per SM (the occupancy the kernel reaches, at
-// most B), S = as many staged candidates as B blocks' shared memory holds
-// (kAhead row buffers of S each).
+// The two_pass launch: B blocks per SM (the occupancy the kernel reaches, at
+// most B, on the persistent wave), S = as many staged candidates as B blocks'
+// shared memory holds (kAhead row buffers of S each), the grid (one persistent
+// wave, or ceil(rows / rows_per_block) blocks).
 struct TwoPassPlan {
   int blocks_per_sm = 0;
+  int rows_per_block = kAttnResPersistent;  // or n >= 1: a grid of ceil(rows / n) blocks
   int staged = 0;  // S
   int ahead = 1;   // rows staged ahead (row buffers)
   bool hint = false;
   size_t smem = 0;
 };
 
-// The default B (round 6 on the H200, hidden 7168: B = 3 led at C = 2 and 3,
-// B = 2 at C = 4 .. 9).
-int two_pass_default_blocks(int cands) { return cands <= 3 ? 3 : 2; }
+// The defaults, from the H200 runs at hidden 7168 (results/h200/attnres.txt):
+// a grid of ceil(rows / 2) blocks, B = 4 at C <= 3 (64 registers) and 2 above.
+// At C = 2 it measured 0.93-0.96 of copy against 0.85-0.90 for one persistent
+// wave (which paid a 10-19 us intercept in time against rows); at C = 3 .. 9
+// it was ahead of the persistent wave by 1-4%. B = 3 on the persistent wave at
+// C <= 3.
+constexpr int kDefaultRowsPerBlock = 2;
+int two_pass_default_blocks(int cands, int rows_per_block) {
+  if (cands >= 4) return 2;
+  return rows_per_block == kAttnResPersistent ? 3 : 4;
+}
 
-TwoPassPlan two_pass_plan(const AttnResShape& sh, int blocks_per_sm, int ahead, bool hint) {
+TwoPassPlan two_pass_plan(const AttnResShape& sh, int blocks_per_sm, int rows_per_block, int ahead, bool hint) {
   int dev = 0, per_sm = 0, optin = 0, reserved = 0;
   PB_CUDA(cudaGetDevice(&dev));
   PB_CUDA(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
@@ -859,8 +871,11 @@ TwoPassPlan two_pass_plan(const AttnResShape& sh, int blocks_per_sm, int ahead, 
   TwoPassPlan plan;
   plan.ahead = ahead;
   plan.hint = hint;
+  PB_CHECK(rows_per_block == 0 || rows_per_block == kAttnResPersistent || rows_per_block >= 1,
+           "attnres_cut two_pass: rows_per_block must be 0 (default), kAttnResPersistent or >= 1");
+  plan.rows_per_block = rows_per_block == 0 ? kDefaultRowsPerBlock : rows_per_block;
   if (blocks_per_sm == 0) {
-    plan.blocks_per_sm = two_pass_default_blocks(cands);
+    plan.blocks_per_sm = two_pass_default_blocks(cands, plan.rows_per_block);
   } else {
     PB_CHECK(blocks_per_sm >= 2 && blocks_per_sm <= 4, "attnres_cut two_pass: blocks_per_sm outside 2 .. 4");
     plan.blocks_per_sm = blocks_per_sm;
@@ -900,7 +915,11 @@ void launch_two_pass(const TwoPassPlan& plan, const bf16* snap, const bf16* part
     int occ = 0;
     PB_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, kThreads, plan.smem));
     PB_CHECK(occ >= 1, "attnres_cut two_pass: the kernel does not fit on a multiprocessor");
-    const int64_t blocks = int64_t(std::max(sms, 1)) * std::min(occ, plan.blocks_per_sm);
+    // Persistent: one resident wave; else ceil(rows / n) blocks, the hardware
+    // starting each as an earlier one finishes.
+    const int64_t blocks = plan.rows_per_block == kAttnResPersistent
+                               ? int64_t(std::max(sms, 1)) * std::min(occ, plan.blocks_per_sm)
+                               : (sh.rows + plan.rows_per_block - 1) / plan.rows_per_block;
     const unsigned grid = unsigned(std::min<int64_t>(sh.rows, blocks));
     kernel<<<grid, kThreads, plan.smem, stream>>>(snap, partial, sw, scores, out, sh.rows, sh.hidden,
                                                   sh.snap_blocks, eps);
@@ -912,20 +931,21 @@ void launch_two_pass(const TwoPassPlan& plan, const bf16* snap, const bf16* part
 }
 
 template <int C>
-void launch_ring(AttnResLoader loader, int blocks_per_sm, const bf16* snap, const bf16* partial, const float* sw,
-                 float* scores, bf16* out, const AttnResShape& sh, float eps, cudaStream_t stream) {
+void launch_ring(AttnResLoader loader, int blocks_per_sm, int rows_per_block, const bf16* snap,
+                 const bf16* partial, const float* sw, float* scores, bf16* out, const AttnResShape& sh, float eps,
+                 cudaStream_t stream) {
   switch (loader) {
     case AttnResLoader::two_pass:
-      launch_two_pass<C, 1, false>(two_pass_plan(sh, blocks_per_sm, 1, false), snap, partial, sw, scores, out, sh,
-                                   eps, stream);
+      launch_two_pass<C, 1, false>(two_pass_plan(sh, blocks_per_sm, rows_per_block, 1, false), snap, partial, sw,
+                                   scores, out, sh, eps, stream);
       return;
     case AttnResLoader::two_pass_ahead:
-      launch_two_pass<C, 2, false>(two_pass_plan(sh, blocks_per_sm, 2, false), snap, partial, sw, scores, out, sh,
-                                   eps, stream);
+      launch_two_pass<C, 2, false>(two_pass_plan(sh, blocks_per_sm, rows_per_block, 2, false), snap, partial, sw,
+                                   scores, out, sh, eps, stream);
       return;
     case AttnResLoader::two_pass_hint:
-      launch_two_pass<C, 1, true>(two_pass_plan(sh, blocks_per_sm, 1, true), snap, partial, sw, scores, out, sh,
-                                  eps, stream);
+      launch_two_pass<C, 1, true>(two_pass_plan(sh, blocks_per_sm, rows_per_block, 1, true), snap, partial, sw,
+                                  scores, out, sh, eps, stream);
       return;
     default: break;
   }
@@ -973,31 +993,33 @@ void attnres_baseline(const bf16* snap, const bf16* partial, const float* sw, fl
 }
 
 void attnres_cut(const bf16* snap, const bf16* partial, const float* sw, float* scores, bf16* out,
-                 const AttnResShape& sh, float eps, cudaStream_t stream, AttnResLoader loader, int blocks_per_sm) {
+                 const AttnResShape& sh, float eps, cudaStream_t stream, AttnResLoader loader, int blocks_per_sm,
+                 int rows_per_block) {
   if (!check_call("attnres_cut", snap, partial, sw, scores, out, sh, eps)) return;
   PB_CHECK(sh.hidden <= kAttnResCutMaxHidden, "attnres_cut: hidden must be <= 8192");
   PB_CHECK(aligned16(snap) && aligned16(partial) && aligned16(sw) && aligned16(out),
            "attnres_cut: snap, partial, sw and out must be 16-byte aligned");
+  const auto run = [&](auto cands) {
+    launch_ring<decltype(cands)::value>(loader, blocks_per_sm, rows_per_block, snap, partial, sw, scores, out, sh,
+                                        eps, stream);
+  };
   switch (sh.nb + 1) {
-    case 2: launch_ring<2>(loader, blocks_per_sm, snap, partial, sw, scores, out, sh, eps, stream); break;
-    case 3: launch_ring<3>(loader, blocks_per_sm, snap, partial, sw, scores, out, sh, eps, stream); break;
-    case 4: launch_ring<4>(loader, blocks_per_sm, snap, partial, sw, scores, out, sh, eps, stream); break;
-    case 5: launch_ring<5>(loader, blocks_per_sm, snap, partial, sw, scores, out, sh, eps, stream); break;
-    case 6: launch_ring<6>(loader, blocks_per_sm, snap, partial, sw, scores, out, sh, eps, stream); break;
-    case 7: launch_ring<7>(loader, blocks_per_sm, snap, partial, sw, scores, out, sh, eps, stream); break;
-    case 8: launch_ring<8>(loader, blocks_per_sm, snap, partial, sw, scores, out, sh, eps, stream); break;
-    default: launch_ring<9>(loader, blocks_per_sm, snap, partial, sw, scores, out, sh, eps, stream); break;
+    case 2: run(std::integral_constant<int, 2>{}); break;
+    case 3: run(std::integral_constant<int, 3>{}); break;
+    case 4: run(std::integral_constant<int, 4>{}); break;
+    case 5: run(std::integral_constant<int, 5>{}); break;
+    case 6: run(std::integral_constant<int, 6>{}); break;
+    case 7: run(std::integral_constant<int, 7>{}); break;
+    case 8: run(std::integral_constant<int, 8>{}); break;
+    default: run(std::integral_constant<int, 9>{}); break;
   }
 }
 
 // ---- dispatch on the cut switch ----
 void attnres(Variant v, const bf16* snap, const bf16* partial, const float* sw, float* scores,
              bf16* out, const AttnResShape& shape, float eps, cudaStream_t stream) {
-  // The cut: two_pass, with the L2 eviction hints at C = 9, the one candidate
-  // count where they measured faster on the H200 (0.902 vs 0.864 of copy;
-  // results/h200/attnres.txt). Same bits either way.
-  const AttnResLoader loader = shape.nb + 1 == 9 ? AttnResLoader::two_pass_hint : AttnResLoader::two_pass;
-  if (v == Variant::cut) attnres_cut(snap, partial, sw, scores, out, shape, eps, stream, loader);
+  // The cut: two_pass at its default grid and B.
+  if (v == Variant::cut) attnres_cut(snap, partial, sw, scores, out, shape, eps, stream);
   else attnres_baseline(snap, partial, sw, scores, out, shape, eps, stream);
 }
 

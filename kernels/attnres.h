@@ -42,26 +42,28 @@
 //             each thread recomputes the softmax from the row's C scores.
 //   cut       one fused launch, many rows in flight per SM (the two_pass
 //             kernel): a 256-thread block per row (thread t = slot t),
-//             grid-stride over rows, B blocks per SM (default B = 3 at C <= 3,
-//             2 at C = 4 .. 9, from the H200 runs at hidden 7168; 2 .. 4 on
-//             request, at most 2 at C >= 4: 128 registers). Candidates c < S (as many as 1 / B of an SM's shared
-//             memory holds: all but 2 at most at hidden 7168) are staged in
-//             shared memory by cp.async, each thread copying and reading back
-//             only its own chunks; the last C - S are read from global memory
-//             in both passes, the second read an L2 hit. Each thread holds
-//             its chunks of sw in registers for all its rows (read once). Pass 1 (chunk k outer,
-//             candidates inner): the sums; the tree (lanes, one barrier; lane c
-//             of every warp finishes candidate c over the 8 warps, its score,
-//             and the softmax by shuffles); pass 2 (chunk outer): the mix, per
-//             element c ascending, streaming 16-byte stores; each thread's
-//             chunk k places are refilled with the block's next row as soon as
-//             they are mixed. Two forms for A/B (bench rows cut.ahead,
-//             cut.hint): two rows staged ahead (two row buffers of S each), and
-//             L2 eviction priorities (the re-read candidates kept evict_last
-//             until their second read, the staged reads and the output stores
-//             evict_first). attnres(Variant::cut, ...) runs the hint form at
-//             C = 9, where it measured faster on the H200 (0.902 vs 0.864 of
-//             copy), and plain two_pass below.
+//             grid-stride over ceil(rows / 2) blocks (about 2 rows each, the
+//             hardware starting a block as another finishes), B = 4 blocks
+//             per SM at C <= 3, 2 at C = 4 .. 9 (from the H200 runs at hidden
+//             7168; B 2 .. 4, any rows per block or one persistent wave on
+//             request, B at most 2 at C >= 4: 128 registers). Candidates
+//             c < S (as many as 1 / B of an SM's shared memory holds: all but
+//             2 at most at hidden 7168) are staged in shared memory by
+//             cp.async, each thread copying and reading back only its own
+//             chunks; the last C - S are read from global memory in both
+//             passes, the second read an L2 hit. Each thread holds its chunks
+//             of sw in registers for all its rows (read once). Pass 1 (chunk
+//             k outer, candidates inner): the sums; the tree (lanes, one
+//             barrier; lane c of every warp finishes candidate c over the 8
+//             warps, its score, and the softmax by shuffles); pass 2 (chunk
+//             outer): the mix, per element c ascending, streaming 16-byte
+//             stores; each thread's chunk k places are refilled with the
+//             block's next row as soon as they are mixed. Two forms for A/B
+//             (bench rows cut.ahead, cut.hint): two rows staged ahead (two row
+//             buffers of S each), and L2 eviction priorities (the re-read
+//             candidates kept evict_last until their second read, the staged
+//             reads and the output stores evict_first).
+//             attnres(Variant::cut, ...) runs plain two_pass.
 //   cut, ring (A/B: the bench's cut.ring row; the cut before two_pass) one
 //             persistent block per SM (at most one per row): block b takes rows
 //             b, b + G, b + 2G, ... (G blocks). Thread t is slot t; it reads its
@@ -122,12 +124,16 @@ void attnres_baseline(const __nv_bfloat16* snap, const __nv_bfloat16* partial, c
                       float* scores, __nv_bfloat16* out, const AttnResShape& shape, float eps,
                       cudaStream_t stream, const AttnResStep* step = nullptr);
 // Which form of the cut runs (see "cut" above); the same results. two_pass is
-// the default and what attnres(Variant::cut, ...) runs. blocks_per_sm: the
-// two_pass forms only, 2 .. 4, or 0 for the default B.
+// the default and what attnres(Variant::cut, ...) runs. The two_pass forms
+// only: blocks_per_sm, 2 .. 4, or 0 for the default B; rows_per_block, the
+// grid: kAttnResPersistent (one resident wave of B blocks per SM), n >= 1
+// (ceil(rows / n) blocks), or 0 for the default (2).
 enum class AttnResLoader { two_pass, two_pass_ahead, two_pass_hint, tma, cp_async };
+constexpr int kAttnResPersistent = -1;
 void attnres_cut(const __nv_bfloat16* snap, const __nv_bfloat16* partial, const float* sw,
                  float* scores, __nv_bfloat16* out, const AttnResShape& shape, float eps,
-                 cudaStream_t stream, AttnResLoader loader = AttnResLoader::two_pass, int blocks_per_sm = 0);
+                 cudaStream_t stream, AttnResLoader loader = AttnResLoader::two_pass, int blocks_per_sm = 0,
+                 int rows_per_block = 0);
 // The one dispatch point on the cut switch.
 void attnres(Variant v, const __nv_bfloat16* snap, const __nv_bfloat16* partial, const float* sw,
              float* scores, __nv_bfloat16* out, const AttnResShape& shape, float eps,

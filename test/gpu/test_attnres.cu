@@ -175,20 +175,26 @@ void check_case(const Case& k) {
     AttnResLoader loader;
     int blocks_per_sm;
     const char* name;
+    int rows_per_block = 0;
   };
+  constexpr int kPersistent = kAttnResPersistent;
   for (const Alt& a : {Alt{AttnResLoader::tma, 0, "cut (ring, tma)"}, Alt{AttnResLoader::cp_async, 0, "cut (ring, cp_async)"},
                        Alt{AttnResLoader::two_pass_ahead, 0, "cut (two_pass, 2 rows ahead)"},
                        Alt{AttnResLoader::two_pass_hint, 0, "cut (two_pass, L2 hints)"},
                        Alt{AttnResLoader::two_pass_hint, 2, "cut (two_pass, L2 hints, 2 per SM)"},
-                       Alt{AttnResLoader::two_pass_hint, 4, "cut (two_pass, L2 hints, 4 per SM)"},
-                       Alt{AttnResLoader::two_pass, 2, "cut (two_pass, 2 per SM)"},
-                       Alt{AttnResLoader::two_pass, 3, "cut (two_pass, 3 per SM)"},
-                       Alt{AttnResLoader::two_pass, 4, "cut (two_pass, 4 per SM)"}}) {
+                       Alt{AttnResLoader::two_pass_hint, 4, "cut (two_pass, L2 hints, 4 per SM)", kPersistent},
+                       Alt{AttnResLoader::two_pass, 2, "cut (two_pass, 2 per SM, persistent)", kPersistent},
+                       Alt{AttnResLoader::two_pass, 3, "cut (two_pass, 3 per SM, persistent)", kPersistent},
+                       Alt{AttnResLoader::two_pass, 4, "cut (two_pass, 4 per SM, persistent)", kPersistent},
+                       Alt{AttnResLoader::two_pass, 0, "cut (two_pass, 1 row per block)", 1},
+                       Alt{AttnResLoader::two_pass, 0, "cut (two_pass, 3 rows per block)", 3},
+                       Alt{AttnResLoader::two_pass, 2, "cut (two_pass, 2 per SM, 5 rows per block)", 5},
+                       Alt{AttnResLoader::two_pass_ahead, 0, "cut (two_pass, 2 rows ahead, 4 rows per block)", 4}}) {
     INFO(a.name);
     GuardedOutput<float> scores(n_scores);
     GuardedOutput<bf16> out(n_out);
     attnres_cut(d_snap.get(), d_partial.get(), d_sw.get(), scores.get(), out.get(), in.shape, kEps, nullptr,
-                a.loader, a.blocks_per_sm);
+                a.loader, a.blocks_per_sm, a.rows_per_block);
     const Outputs alt{scores.result<float>("scores", Variant::cut), out.result<uint16_t>("out", Variant::cut)};
     check_same(alt, want, a.name);
   }
@@ -327,6 +333,11 @@ TEST_CASE("attnres: the launchers check their contract") {
   for (int bad : {1, 5})
     CHECK_THROWS_AS(attnres_cut(snap.get(), partial.get(), sw.get(), scores.get(), out.get(), {4, 1024, 4, 8}, kEps,
                                 nullptr, AttnResLoader::two_pass, bad),
+                    pb::Error);
+  // rows_per_block: 0 (default), kAttnResPersistent or >= 1
+  for (int bad : {-2, -7})
+    CHECK_THROWS_AS(attnres_cut(snap.get(), partial.get(), sw.get(), scores.get(), out.get(), {4, 1024, 4, 8}, kEps,
+                                nullptr, AttnResLoader::two_pass, 0, bad),
                     pb::Error);
   CHECK_THROWS_AS(attnres_cut(snap.get(), partial.get(), sw.get(), scores.get(), out.get(), {2, 8200, 2, 8}, kEps,
                               nullptr, AttnResLoader::two_pass),
