@@ -60,6 +60,8 @@ namespace pb {
 
 namespace {
 
+using ptx::cp_async_commit;
+using ptx::cp_async_wait_group;
 using ptx::prefetch_l2;
 
 using bf16 = __nv_bfloat16;
@@ -217,33 +219,26 @@ __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src)
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 // Waits until at most `pending` (0 .. 15) of this thread's newest commit groups
 // are in flight; anything larger waits for all.
 __device__ __forceinline__ void cp_async_wait_pending(int pending) {
   switch (pending) {
-    case 15: cp_async_wait<15>(); break;
-    case 14: cp_async_wait<14>(); break;
-    case 13: cp_async_wait<13>(); break;
-    case 12: cp_async_wait<12>(); break;
-    case 11: cp_async_wait<11>(); break;
-    case 10: cp_async_wait<10>(); break;
-    case 9: cp_async_wait<9>(); break;
-    case 8: cp_async_wait<8>(); break;
-    case 7: cp_async_wait<7>(); break;
-    case 6: cp_async_wait<6>(); break;
-    case 5: cp_async_wait<5>(); break;
-    case 4: cp_async_wait<4>(); break;
-    case 3: cp_async_wait<3>(); break;
-    case 2: cp_async_wait<2>(); break;
-    case 1: cp_async_wait<1>(); break;
-    default: cp_async_wait<0>(); break;
+    case 15: cp_async_wait_group<15>(); break;
+    case 14: cp_async_wait_group<14>(); break;
+    case 13: cp_async_wait_group<13>(); break;
+    case 12: cp_async_wait_group<12>(); break;
+    case 11: cp_async_wait_group<11>(); break;
+    case 10: cp_async_wait_group<10>(); break;
+    case 9: cp_async_wait_group<9>(); break;
+    case 8: cp_async_wait_group<8>(); break;
+    case 7: cp_async_wait_group<7>(); break;
+    case 6: cp_async_wait_group<6>(); break;
+    case 5: cp_async_wait_group<5>(); break;
+    case 4: cp_async_wait_group<4>(); break;
+    case 3: cp_async_wait_group<3>(); break;
+    case 2: cp_async_wait_group<2>(); break;
+    case 1: cp_async_wait_group<1>(); break;
+    default: cp_async_wait_group<0>(); break;
   }
 }
 
@@ -528,7 +523,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     q0 += C;
     if (q0 >= ring) q0 -= ring;
   }
-  cp_async_wait<0>();  // the empty tail groups
+  cp_async_wait_group<0>();  // the empty tail groups
 }
 
 // ---------------------------------------------------------------------------
@@ -752,7 +747,7 @@ __global__ void __launch_bounds__(kThreads, C <= 3 ? 4 : 2)
     }
     if (++hb == kAhead) hb = 0;
   }
-  cp_async_wait<0>();  // the empty groups past the block's last row
+  cp_async_wait_group<0>();  // the empty groups past the block's last row
 }
 
 // ---------------------------------------------------------------------------
