@@ -146,6 +146,13 @@ int64_t check_outputs(const Slot& s, const float* A_log_d, const float* dt_bias_
   return wrong;
 }
 
+// Whether a and b hold the same bits, and the word for it in the checks' lines.
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+const char* equals_or_differs(bool same) { return same ? "equals" : "DIFFERS from"; }
+
 }  // namespace
 
 int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
@@ -351,12 +358,9 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
         ++wrong_pkg_hv;
       }
     }
-    const bool bits_s = std::memcmp(s_hv.data(), s_fwd.data(), s_hv.size() * sizeof(float)) == 0;
-    const bool bits_m = std::memcmp(m_hv.data(), m_head.data(), m_hv.size() * sizeof(float)) == 0;
-    const bool bits_d = std::memcmp(d_hv.data(), d_head.data(), d_hv.size() * sizeof(float)) == 0;
     std::printf("  halves walk (kda_walk_half_kernel): S_out %s, M %s, D %s the head walk's bit for bit\n",
-                bits_s ? "equals" : "DIFFERS from", bits_m ? "equals" : "DIFFERS from",
-                bits_d ? "equals" : "DIFFERS from");
+                equals_or_differs(same_bits(s_hv, s_fwd)), equals_or_differs(same_bits(m_hv, m_head)),
+                equals_or_differs(same_bits(d_hv, d_head)));
     failed += int(wrong_hv + wrong_pkg_hv);
     // the wgmma walk: o against the reference, S_out against the head walk's (kda.forward_wgmma,
     // kda.state_wgmma)
@@ -381,11 +385,9 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
         return std::pair{out.download(), S_fold.download()};
       };
       const auto whole = run(1), piecewise = run(8);
-      const bool same_o = std::memcmp(whole.first.data(), piecewise.first.data(), whole.first.size() * sizeof(bf16)) == 0;
-      const bool same_s =
-          std::memcmp(whole.second.data(), piecewise.second.data(), whole.second.size() * sizeof(float)) == 0;
+      const bool same_o = same_bits(whole.first, piecewise.first), same_s = same_bits(whole.second, piecewise.second);
       std::printf("  pipelined forward (8 pieces): o %s, S_out %s the forward's bit for bit\n",
-                  same_o ? "equals" : "DIFFERS from", same_s ? "equals" : "DIFFERS from");
+                  equals_or_differs(same_o), equals_or_differs(same_s));
       wrong_pipe = int64_t(!same_o) + int64_t(!same_s);
       failed += int(wrong_pipe);
     }

@@ -1469,6 +1469,7 @@ StateParams forward_params(const KdaWorkspace& ws, int64_t tokens, const float* 
 // The pieces of kda_forward_pipelined: p moved to chunks [c0, c1) of the segment. The kernels
 // index the workspace as head · ws_chunks + chunk and the rows from their base pointers, so
 // moving the bases by c0 chunks (the workspace's stride kept) is the whole change.
+
 // The workspace products' bases (PrepParams or StateParams) moved to chunk c0.
 template <class Params>
 void move_products(Params& p, int64_t c0) {

@@ -487,6 +487,10 @@ BitDiff bit_diff(const std::vector<T>& a, const std::vector<T>& b, F value) {
   return d;
 }
 
+// bit_diff's value functions: bf16 bit patterns and f32.
+double of_bf16(uint16_t x) { return double(ref::bf16_to_f32(x)); }
+double of_f32(float x) { return double(x); }
+
 void check_bits(const BitDiff& d, const std::string& what) {
   char buf[160];
   std::snprintf(buf, sizeof buf, ": %lld elements differ in their bits, max rel %.3g%s", (long long)d.differ, d.rel,
@@ -527,8 +531,6 @@ TEST_CASE("kda halves walk equals the head walk bit for bit") {
     return Out{o.download<uint16_t>(), s_out.download(), M.download(), D.download()};
   };
   const Out head = run(KdaWalk::kHead), halves = run(KdaWalk::kHalves);
-  auto of_bf16 = [](uint16_t x) { return double(ref::bf16_to_f32(x)); };
-  auto of_f32 = [](float x) { return double(x); };
   check_bits(bit_diff(halves.o, head.o, of_bf16), "halves vs head walk: o");
   check_bits(bit_diff(halves.S, head.S, of_f32), "halves vs head walk: S_out");
   check_bits(bit_diff(halves.M, head.M, of_f32), "halves vs head walk: M");
@@ -559,8 +561,6 @@ TEST_CASE("kda pipelined forward equals the forward bit for bit") {
         const std::string tag = "T " + std::to_string(c.tokens) + " H " + std::to_string(c.heads) + ", " +
                                 walk_name(walk) + ", " + std::to_string(pieces) + " pieces, shrink " +
                                 std::to_string(shrink);
-        auto of_bf16 = [](uint16_t x) { return double(ref::bf16_to_f32(x)); };
-        auto of_f32 = [](float x) { return double(x); };
         check_bits(bit_diff(part.o, whole.o, of_bf16), tag + ": o");
         check_bits(bit_diff(part.S, whole.S, of_f32), tag + ": S_out");
       }
