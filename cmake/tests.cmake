@@ -1,51 +1,85 @@
-# CTest suites, each labelled:
-#   cpu  doctest suites on the host (CI)
-#   mpi  doctest suites under mpirun -np 4 --oversubscribe (CI)
-#   gpu  doctest suites that need a CUDA device; exit 77 = skipped without one
-add_library(pb_doctest_main STATIC test/doctest_main.cpp)
+# CTest suites. test/ mirrors the source tree (test/kernels/<family>,
+# test/core, test/blocks); each suite is labelled by what it needs:
+#   cpu  doctest suites on the host (CI): the C++ references, core, the doorbell replay
+#   mpi  suites under mpirun --oversubscribe (CI)
+#   gpu  suites that need a CUDA device; exit 77 = skipped without one
+# test/support holds the mains and helpers of each kind.
+add_library(pb_doctest_main STATIC test/support/doctest_main.cpp)
 target_link_libraries(pb_doctest_main PUBLIC doctest::doctest)
 
-file(GLOB PB_CPU_TESTS CONFIGURE_DEPENDS test/cpu/test_*.cpp)
-foreach(src ${PB_CPU_TESTS})
-  get_filename_component(name ${src} NAME_WE)
-  add_executable(${name} ${src})
-  target_link_libraries(${name} PRIVATE pb_core pb_kernels pb_doctest_main)
-  target_compile_definitions(${name} PRIVATE PB_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
-  add_test(NAME cpu.${name} COMMAND ${name})
-  set_tests_properties(cpu.${name} PROPERTIES LABELS cpu TIMEOUT 300)
-endforeach()
+add_library(pb_gpu_test_support STATIC test/support/gpu_test.cpp test/support/device_math.cu
+            test/support/gpu_test_main.cpp)
+target_include_directories(pb_gpu_test_support PUBLIC test/support)
+target_link_libraries(pb_gpu_test_support PUBLIC pb_kernels doctest::doctest CUDA::cudart)
+
+add_library(pb_mpi_test_main STATIC test/support/mpi_test_main.cpp)
+target_include_directories(pb_mpi_test_main PUBLIC test/support)
+target_link_libraries(pb_mpi_test_main PUBLIC pb_core doctest::doctest)
+
+add_library(pb_mpi_gpu_test_main STATIC test/support/mpi_gpu_test_main.cpp)
+target_include_directories(pb_mpi_gpu_test_main PUBLIC test/support)
+target_link_libraries(pb_mpi_gpu_test_main PUBLIC pb_blocks doctest::doctest CUDA::cudart)
 
 set(PB_MPIRUN ${MPIEXEC_EXECUTABLE} --oversubscribe)
 if(NOT MPIEXEC_EXECUTABLE)
   set(PB_MPIRUN mpirun --oversubscribe)
 endif()
 set(PB_MPI_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
-add_library(pb_mpi_test_main STATIC test/mpi/mpi_test_main.cpp)
-target_link_libraries(pb_mpi_test_main PUBLIC pb_core doctest::doctest)
-file(GLOB PB_MPI_TESTS CONFIGURE_DEPENDS test/mpi/test_*.cpp)
-foreach(src ${PB_MPI_TESTS})
+
+# pb_cpu_test(<source>): a doctest suite on the host, test name cpu.<file name>.
+function(pb_cpu_test src)
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src})
-  target_include_directories(${name} PRIVATE test/mpi)
-  target_link_libraries(${name} PRIVATE pb_mpi_test_main)
-  add_test(NAME mpi.${name} COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:${name}>)
-  set_tests_properties(mpi.${name} PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}")
+  target_link_libraries(${name} PRIVATE pb_core pb_kernels pb_doctest_main)
+  target_compile_definitions(${name} PRIVATE PB_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  add_test(NAME cpu.${name} COMMAND ${name})
+  set_tests_properties(cpu.${name} PROPERTIES LABELS cpu TIMEOUT 300)
+endfunction()
+
+# pb_gpu_test(<source>): a doctest suite on one device, gpu.<file name>.
+function(pb_gpu_test src)
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  target_link_libraries(${name} PRIVATE pb_gpu_test_support pb_blocks pb_core)
+  add_test(NAME gpu.${name} COMMAND ${name})
+  set_tests_properties(gpu.${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600)
+endfunction()
+
+# The kernels' C++ references (cpu) and kernels (gpu), family by family.
+foreach(family ${PB_KERNEL_FAMILIES})
+  file(GLOB cpu_suites CONFIGURE_DEPENDS test/kernels/${family}/test_*.cpp)
+  file(GLOB gpu_suites CONFIGURE_DEPENDS test/kernels/${family}/test_*.cu)
+  foreach(src ${cpu_suites})
+    pb_cpu_test(${src})
+  endforeach()
+  foreach(src ${gpu_suites})
+    pb_gpu_test(${src})
+  endforeach()
 endforeach()
 
+# harness/core: pure host code.
+foreach(name test_compare test_plan test_results test_scenario test_schedule test_slab_layout)
+  pb_cpu_test(test/core/${name}.cpp)
+endforeach()
+# The gang on 4 ranks.
+add_executable(test_gang test/core/test_gang.cpp)
+target_link_libraries(test_gang PRIVATE pb_mpi_test_main)
+add_test(NAME mpi.test_gang COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:test_gang>)
+set_tests_properties(mpi.test_gang PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}")
 # A failing rank ends the job with its message, never a hang.
-add_executable(rank_failure_probe test/mpi/rank_failure_probe.cpp)
+add_executable(rank_failure_probe test/core/rank_failure_probe.cpp)
 target_link_libraries(rank_failure_probe PRIVATE pb_core)
 add_test(NAME mpi.rank_failure COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:rank_failure_probe>)
 set_tests_properties(mpi.rank_failure PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONMENT "${PB_MPI_ENV}"
   PASS_REGULAR_EXPRESSION "\\[rank 2 on [^]]+\\] error: planted failure on purpose")
 
-# The CP lane's IPC fabric (harness/blocks/fabric.cpp) on 4 ranks; they may share one GPU.
-# Every rank exits 77 when any rank sees no device (an allreduce decides).
-add_library(pb_mpi_gpu_test_main STATIC test/mpi_gpu/mpi_gpu_test_main.cpp)
-target_include_directories(pb_mpi_gpu_test_main PUBLIC test/mpi_gpu)
-target_link_libraries(pb_mpi_gpu_test_main PUBLIC pb_blocks doctest::doctest CUDA::cudart)
+# harness/blocks: the doorbell protocol replayed on the host; the MoE block on
+# one device; the IPC fabric and the MLA and KDA blocks across 4 ranks, which
+# may share one GPU (every rank exits 77 when any rank sees no device).
+pb_cpu_test(test/blocks/test_doorbell_protocol.cpp)
+pb_gpu_test(test/blocks/test_moe_block.cu)
 foreach(name test_fabric test_mla_cp test_kda_cp)
-  add_executable(${name} test/mpi_gpu/${name}.cpp)
+  add_executable(${name} test/blocks/${name}.cpp)
   target_link_libraries(${name} PRIVATE pb_mpi_gpu_test_main)
   add_test(NAME mpi_gpu.${name} COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:${name}>)
   set_tests_properties(mpi_gpu.${name} PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
@@ -58,7 +92,7 @@ foreach(name test_mla_cp test_kda_cp)
     ENVIRONMENT "${PB_MPI_ENV}")
 endforeach()
 # A doorbell nobody rings ends the job within its 2 s time-out, naming rank, layer and window.
-add_executable(fabric_timeout_probe test/mpi_gpu/fabric_timeout_probe.cpp)
+add_executable(fabric_timeout_probe test/blocks/fabric_timeout_probe.cpp)
 target_link_libraries(fabric_timeout_probe PRIVATE pb_blocks)
 add_test(NAME mpi_gpu.fabric_timeout COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:fabric_timeout_probe>)
 set_tests_properties(mpi_gpu.fabric_timeout PROPERTIES LABELS "gpu;mpi" TIMEOUT 60 ENVIRONMENT "${PB_MPI_ENV}"
@@ -80,18 +114,6 @@ add_test(NAME cpu.run_without_gpu COMMAND $<TARGET_FILE:prefill-bench> run ${CMA
 set_tests_properties(cpu.run_without_gpu PROPERTIES LABELS cpu TIMEOUT 60
   ENVIRONMENT "${PB_MPI_ENV};CUDA_VISIBLE_DEVICES="
   PASS_REGULAR_EXPRESSION "no CUDA device is visible.*prefill-bench plan")
-
-add_library(pb_gpu_test_support STATIC test/gpu/gpu_test.cpp test/gpu/device_math.cu test/gpu/gpu_test_main.cpp)
-target_include_directories(pb_gpu_test_support PUBLIC test/gpu)
-target_link_libraries(pb_gpu_test_support PUBLIC pb_kernels doctest::doctest CUDA::cudart)
-file(GLOB PB_GPU_TESTS CONFIGURE_DEPENDS test/gpu/test_*.cu test/gpu/test_*.cpp)
-foreach(src ${PB_GPU_TESTS})
-  get_filename_component(name ${src} NAME_WE)
-  add_executable(${name} ${src})
-  target_link_libraries(${name} PRIVATE pb_gpu_test_support pb_blocks pb_core)
-  add_test(NAME gpu.${name} COMMAND ${name})
-  set_tests_properties(gpu.${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600)
-endforeach()
 
 # The plot scripts on the plan file (python3 with h5py + matplotlib, from setup.sh).
 set(PB_PYTHON "")

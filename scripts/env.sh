@@ -7,9 +7,14 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export NCCL_NVLS_ENABLE=0
 PB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PB_BUILD=${PB_BUILD:-$PB_ROOT/build}
+# ccache, when installed, serves unchanged objects across build folders and worktrees.
+pb_launcher_args() {
+  command -v ccache >/dev/null || return 0
+  echo "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"
+}
 pb_build() {  # pb_build [targets...]
   local log
-  log=$(cmake -S "$PB_ROOT" -B "$PB_BUILD" -DCMAKE_BUILD_TYPE=Release ${PB_CMAKE_ARGS:-} 2>&1) || {
+  log=$(cmake -S "$PB_ROOT" -B "$PB_BUILD" -DCMAKE_BUILD_TYPE=Release $(pb_launcher_args) ${PB_CMAKE_ARGS:-} 2>&1) || {
     echo "$log"
     return 1
   }

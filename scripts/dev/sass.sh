@@ -4,15 +4,15 @@
 # body counts once) and its instruction mix; --full prints the SASS too. For machines without
 # the CUDA toolkit's cuobjdump: it and nvdisasm come from PyPI's nvidia-cuda-cuobjdump and
 # nvidia-cuda-nvdisasm wheels (version pinned below), unpacked into .deps/cuda-tools on first use.
-# Usage: scripts/sass.sh <object or executable> <kernel regex> [--full]
-#   e.g. scripts/sass.sh build/CMakeFiles/pb_kernels.dir/kernels/kda.cu.o prepare2
+# Usage: scripts/dev/sass.sh <object or executable> <kernel regex> [--full]
+#   e.g. scripts/dev/sass.sh build/CMakeFiles/pb_kernels.dir/kernels/kda.cu.o prepare2
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 file=${1:?object or executable}
 regex=${2:?kernel regex}
 full=${3:-}
 PB_CUOBJDUMP_VERSION=${PB_CUOBJDUMP_VERSION:-13.5.37}
-tools=$here/../.deps/cuda-tools
+tools=$here/../../.deps/cuda-tools
 cuobjdump=$(command -v cuobjdump || true)
 [[ -z $cuobjdump && -x /usr/local/cuda/bin/cuobjdump ]] && cuobjdump=/usr/local/cuda/bin/cuobjdump
 if [[ -z $cuobjdump ]]; then  # cuobjdump -sass runs nvdisasm: both wheels

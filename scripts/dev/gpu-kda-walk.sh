@@ -4,7 +4,7 @@
 # and =2 (the loads alone: no compute). Needs a build (scripts/env.sh pb_build).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-source "$here/env.sh"
+source "$here/../env.sh"
 walk_rows() {
   timeout 120 "$PB_BUILD/prefill-bench" kda --tokens 16384 --reps 10 --warmup 2 -o /tmp/kda-walk.h5 --overwrite 2>&1 |
     grep -E "^kda.(state|forward)_wgmma|wgmma walk|GEMM ceiling"

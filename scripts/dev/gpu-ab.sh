@@ -6,10 +6,10 @@
 # once; with AB_TEST=<test target> the tree's build also makes that test and runs it first (a
 # failing test stops the call). Then the command runs every side AB_ROUNDS times (default 2), in
 # turn, each run's lines matching <regex> printed under its label.
-# Usage: scripts/gpu-ab.sh <patch>[,<patch>...] <regex> -- <prefill-bench args...>
+# Usage: scripts/dev/gpu-ab.sh <patch>[,<patch>...] <regex> -- <prefill-bench args...>
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
+root=$(cd "$here/../.." && pwd)
 IFS=, read -r -a patches <<<"${1:?patch}"
 regex=${2:?regex}
 shift 3
@@ -27,7 +27,7 @@ for i in "${!patches[@]}"; do
   bins+=("$base/build/prefill-bench")
 done
 tree=${labels[${#patches[@]}]}
-(source "$here/env.sh" && pb_build prefill-bench ${AB_TEST:-} >/tmp/ab-build-$tree.log 2>&1; echo $? >/tmp/ab-$tree.rc)
+(source "$here/../env.sh" && pb_build prefill-bench ${AB_TEST:-} >/tmp/ab-build-$tree.log 2>&1; echo $? >/tmp/ab-$tree.rc)
 wait
 for s in "${labels[@]:0:${#patches[@]}+1}"; do
   if [[ $(cat /tmp/ab-$s.rc) != 0 ]]; then
@@ -36,7 +36,7 @@ for s in "${labels[@]:0:${#patches[@]}+1}"; do
     exit 1
   fi
 done
-source "$here/env.sh"
+source "$here/../env.sh"
 bins+=("$PB_BUILD/prefill-bench")
 if [[ -n ${AB_TEST:-} ]]; then
   timeout 300 "$PB_BUILD/$AB_TEST" >/tmp/ab-test.log 2>&1

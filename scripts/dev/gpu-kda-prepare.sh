@@ -6,9 +6,9 @@
 # Set PB_SKIP_NCU=1 to skip it.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-OUT=${OUT:-$here/../gpu-out}
+OUT=${OUT:-$here/../../gpu-out}
 mkdir -p "$OUT"
-source "$here/env.sh"
+source "$here/../env.sh"
 pb_build_logged "$OUT/build.log" prefill-bench test_kda || exit 1
 timeout 240 "$PB_BUILD/test_kda" >"$OUT/test_kda.log" 2>&1
 echo "test_kda exit $? ($(tail -2 "$OUT/test_kda.log" | tr '\n' ' '))"

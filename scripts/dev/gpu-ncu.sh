@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Nsight Compute on one kernel of a benchmark subcommand (device call helper).
-# Usage: scripts/gpu-ncu.sh [--stalls] <kernel regex> <launches to skip> <out name> -- <prefill-bench args...>
+# Usage: scripts/dev/gpu-ncu.sh [--stalls] <kernel regex> <launches to skip> <out name> -- <prefill-bench args...>
 # Prints the headline metrics; the full report text goes to $OUT/<out name>.txt.
 # --stalls: the warp-state breakdown instead (every stall reason, cycles per
 # issued instruction, the reasons >= 0.2 printed largest first).
@@ -9,8 +9,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 stalls=0
 [[ ${1:-} == --stalls ]] && { stalls=1; shift; }
 regex=${1:?kernel regex}; skip=${2:?skip}; name=${3:?name}; shift 4
-OUT=${OUT:-$here/../gpu-out}
-source "$here/env.sh"
+OUT=${OUT:-$here/../../gpu-out}
+source "$here/../env.sh"
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if ((stalls)); then
   what=(--section SpeedOfLight --section WarpStateStats --print-details all

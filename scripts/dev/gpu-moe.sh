@@ -3,12 +3,12 @@
 # token GPU tests, run the tests, then `prefill-bench moe`. Logs go to $OUT;
 # the short table comes last. About 3-5 minutes on one H200 (the K3 expert
 # weights, 15 GB, are allocated and filled once).
-# Usage: scripts/gpu-moe.sh
+# Usage: scripts/dev/gpu-moe.sh
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-OUT=${OUT:-$here/../gpu-out}
+OUT=${OUT:-$here/../../gpu-out}
 mkdir -p "$OUT"
-source "$here/env.sh"
+source "$here/../env.sh"
 tests=(test_moe_route test_moe_gemm test_moe_block)
 pb_build_logged "$OUT/build.log" prefill-bench "${tests[@]}" || exit 1
 status=0

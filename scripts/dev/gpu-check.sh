@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # One device call: build, the GPU test suites, then the kernels benchmark.
 # Logs and result files go to $OUT (the device tool brings them back); the
-# short table prints last. Usage: scripts/gpu-check.sh [ctest -R regex]
+# short table prints last. Usage: scripts/dev/gpu-check.sh [ctest -R regex]
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-OUT=${OUT:-$here/../gpu-out}
+OUT=${OUT:-$here/../../gpu-out}
 mkdir -p "$OUT"
-source "$here/env.sh"
+source "$here/../env.sh"
 {
   nvidia-smi --query-gpu=name,uuid,pci.bus_id,driver_version,clocks.sm,clocks.mem --format=csv
   nvcc --version | tail -1
   cmake --version | head -1
 } 2>&1 | tee "$OUT/env.txt"
 
-bash "$here/setup.sh" 2>&1 | tee -a "$OUT/env.txt"
+bash "$here/../setup.sh" 2>&1 | tee -a "$OUT/env.txt"
 if ! pb_build >"$OUT/build.log" 2>&1; then
   tail -40 "$OUT/build.log"
   echo "gpu-check: build failed (full log in build.log)"

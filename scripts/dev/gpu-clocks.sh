@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a command while nvidia-smi samples the SM clock, power and temperature
 # every 20 ms into $OUT/<name>.csv (reading only; clocks are never set).
-# Usage: scripts/gpu-clocks.sh <name> -- <command...>
+# Usage: scripts/dev/gpu-clocks.sh <name> -- <command...>
 set -uo pipefail
 name=${1:?name}; shift 2
 OUT=${OUT:-$(cd "$(dirname "$0")" && pwd)/../gpu-out}

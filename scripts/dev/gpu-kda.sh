@@ -5,9 +5,9 @@
 # run). Logs and kda.h5 go to $OUT; the benchmark's table is printed last.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-OUT=${OUT:-$here/../gpu-out}
+OUT=${OUT:-$here/../../gpu-out}
 mkdir -p "$OUT"
-source "$here/env.sh"
+source "$here/../env.sh"
 pb_build_logged "$OUT/build.log" prefill-bench test_kda test_kda_cp || exit 1
 rc=0
 timeout 180 "$PB_BUILD/test_kda" >"$OUT/test_kda.log" 2>&1 || rc=$?

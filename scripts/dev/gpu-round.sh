@@ -3,7 +3,7 @@
 # suites given (and the MPI+GPU ones), then the benchmarks given. Logs are
 # concatenated so that few files come back: $OUT/tests.log, $OUT/bench.log,
 # plus each benchmark's .h5. Usage:
-#   scripts/gpu-round.sh "test_a test_b" "mpi:test_x" "kda moe kernels:attnres lane:cp4-64k"
+#   scripts/dev/gpu-round.sh "test_a test_b" "mpi:test_x" "kda moe kernels:attnres lane:cp4-64k"
 # Benchmark specs: kernels:<family>, lane:<scenario> (serialized ranks),
 # lane-in-place:<scenario> (helped windows in place, PB_HELPED_IN_PLACE=1),
 # lane-split:<scenario> (cuDNN causal squares >= 8192 in two calls,
@@ -12,9 +12,9 @@
 # (mpirun -np cp verify), or a single-process command (kda, moe, fmha).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-OUT=${OUT:-$here/../gpu-out}
+OUT=${OUT:-$here/../../gpu-out}
 mkdir -p "$OUT"
-source "$here/env.sh"
+source "$here/../env.sh"
 pb_build_logged /tmp/pb-build.log || exit 1
 grep -E "cuDNN FMHA engine|cutlass MoE GEMM engine" /tmp/pb-build.log | tail -2
 B=$PB_BUILD
