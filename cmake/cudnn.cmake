@@ -1,5 +1,5 @@
-# Optional cuDNN FMHA engine (kernels/fmha_cudnn.cu): cuDNN 9 (header + library)
-# and the header-only cuDNN frontend (DESIGN.md §7, unpacked by scripts/setup.sh).
+# Optional cuDNN FMHA engine (kernels/fmha/fmha_cudnn.cu): cuDNN 9 (header + library)
+# and the header-only cuDNN frontend (docs/design.md §7, unpacked by scripts/setup.sh).
 # Sets PB_CUDNN_ENABLED, and when it is ON: PB_CUDNN_INCLUDE_DIR, PB_CUDNN_LIBRARY,
 # PB_CUDNN_VERSION, PB_CUDNN_FRONTEND_VERSION. Never fails the configure: a
 # missing piece turns the engine OFF with a STATUS line saying why.

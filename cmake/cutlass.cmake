@@ -1,5 +1,5 @@
-# Optional cutlass MoE expert GEMM engine (kernels/moe_gemm_cutlass.cu): the
-# header-only CUTLASS / CuTe from the nvidia-cutlass wheel (DESIGN.md §7,
+# Optional cutlass MoE expert GEMM engine (kernels/moe/moe_gemm_cutlass.cu): the
+# header-only CUTLASS / CuTe from the nvidia-cutlass wheel (docs/design.md §7,
 # unpacked by scripts/setup.sh into .deps/cutlass/include). Sets
 # PB_CUTLASS_ENABLED, and when it is ON: PB_CUTLASS_INCLUDE_DIR,
 # PB_CUTLASS_VERSION. Never fails the configure: a missing piece turns the

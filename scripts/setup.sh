@@ -48,7 +48,7 @@ if ! command -v nvcc >/dev/null && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
   exit 1
 fi
 
-# cuDNN frontend headers (DESIGN.md §7): unpacked from the PyPI wheel into the
+# cuDNN frontend headers (docs/design.md §7): unpacked from the PyPI wheel into the
 # git-ignored .deps/, never committed. Optional: without them (or without cuDNN 9)
 # CMake builds the project with the cuDNN FMHA engine OFF. Machines without
 # network get the folder carried along with the working tree instead.
@@ -80,8 +80,8 @@ PY
   rm -rf "$fe_tmp"
 fi
 
-# CUTLASS / CuTe headers (DESIGN.md §7) for the cutlass MoE expert GEMM engine
-# (kernels/moe_gemm_cutlass.cu): the nvidia-cutlass wheel keeps the source tree
+# CUTLASS / CuTe headers (docs/design.md §7) for the cutlass MoE expert GEMM engine
+# (kernels/moe/moe_gemm_cutlass.cu): the nvidia-cutlass wheel keeps the source tree
 # under cutlass_library/source/; only include/cutlass and include/cute (~27 MB)
 # are unpacked, into .deps/cutlass/include. Optional, like the frontend: without
 # them CMake builds with the cutlass engine OFF (cmake/cutlass.cmake).

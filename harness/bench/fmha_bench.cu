@@ -1,4 +1,4 @@
-// The FMHA benchmark. Inputs in the superstep's layouts (DESIGN.md §2.1 MLA
+// The FMHA benchmark. Inputs in the superstep's layouts (docs/design.md §2.1 MLA
 // step 5): q [T, H, 192] dense (a published window), k [T, H, 192] dense (the
 // expanded keys), v the strided view of the kv_b output [T, H, 256] at column
 // 128 (token stride H * 256, head stride 256). Inputs are rotated over enough

@@ -18,7 +18,7 @@
 //                one before; their `wrong` counts o and S_out (8 pieces) differing from
 //                kda_forward's bit for bit
 // The fraction column is TFLOP/s over the measured GEMM rate; "vs fla" is
-// chunk_kda's 5.16 ms per 16k (DESIGN.md §5) over our ms per 16k tokens.
+// chunk_kda's 5.16 ms per 16k (docs/design.md §5) over our ms per 16k tokens.
 // Checks (the `wrong` column): o of tokens [0, 256) of heads 0, H/2, H−1 against
 // the float64 reference within kda.h's floors; the forward's S_out against
 // kda_fold(D_0 = S_in, (M, D)) of the package (all heads). The rows time the default
@@ -58,7 +58,7 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 constexpr int kD = kKdaHeadDim, kC = kKdaChunkLen;
-constexpr double kFlaMsPer16k = 5.16;  // DESIGN.md §5: chunk_kda forward, 96 heads, 16k tokens
+constexpr double kFlaMsPer16k = 5.16;  // docs/design.md §5: chunk_kda forward, 96 heads, 16k tokens
 constexpr int64_t kCheckTokens = 256;
 
 struct Slot {
@@ -162,7 +162,7 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
   const double gemm_tflops = measure_gemm_tflops(stream);
   result.numbers["gemm_tflops"] = gemm_tflops;
   result.text["ceiling"] = "cuBLAS bf16 GEMM 8192^3, f32 accumulate, median of 20";
-  result.text["kda_fla_reference"] = "flash-linear-attention chunk_kda forward, 5.16 ms per 16k tokens (DESIGN.md 5)";
+  result.text["kda_fla_reference"] = "flash-linear-attention chunk_kda forward, 5.16 ms per 16k tokens (docs/design.md 5)";
   std::printf("GEMM ceiling: %.1f TFLOP/s (cuBLAS bf16 8192^3)\n", gemm_tflops);
   std::printf("%-19s %-18s %10s %10s %9s %7s %9s %7s %6s\n", "case", "shape", "median_us", "GFLOP", "TFLOP/s",
               "frac", "ms/16k", "vs fla", "wrong");

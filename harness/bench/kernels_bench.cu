@@ -337,7 +337,7 @@ Case attnres_case(int64_t rows, int64_t hidden, int nb, cudaStream_t s) {
   return c;
 }
 
-// One superstep's AttnRes at K3 (DESIGN.md §2.1, L = 93, a snapshot every 12
+// One superstep's AttnRes at K3 (docs/design.md §2.1, L = 93, a snapshot every 12
 // layers): nb_in(l) for l = 1 .. 92 and nb_mlp(l) for l = 0 .. 92, 185 full-row
 // calls, summed from the per-nb medians above; the first token's call on one
 // row is left out. Prints nothing unless every nb was measured.

@@ -1,5 +1,5 @@
 // `prefill-bench kernels`: baseline against cut for every memory-bound cut
-// family, at the seed's shapes at bucket 16896 (DESIGN.md §4), with the copy
+// family, at the seed's shapes at bucket 16896 (docs/design.md §4), with the copy
 // ceiling measured in the same run.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Layer 0's dense FFN (DESIGN.md §2.1 "Dense FFN"), on one rank, b rows:
+// Layer 0's dense FFN (docs/design.md §2.1 "Dense FFN"), on one rank, b rows:
 //   rmsnorm.dense_in; gemm.dense_gate_up (wgu [2 I, h], I = dense_inter) -> f32
 //   [b, 2 I]; land.dense_gate (cols 0..I-1), land.dense_up (cols I..2I-1) —
 //   the seed's nt = 67584 / n = 33792 landings at K3; situ; gemm.dense_down

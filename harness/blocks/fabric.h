@@ -1,4 +1,4 @@
-// The CP lane's fabric over CUDA IPC (DESIGN.md §3 "Synchronisation", "Fabric").
+// The CP lane's fabric over CUDA IPC (docs/design.md §3 "Synchronisation", "Fabric").
 //
 // Each rank allocates one slab (slab_layout.h) and maps every node-local
 // peer's slab with cudaIpcOpenMemHandle; the handles cross ranks over the

@@ -1,4 +1,4 @@
-// The first token (DESIGN.md §2.1 "First token"), on the last rank's last row:
+// The first token (docs/design.md §2.1 "First token"), on the last rank's last row:
 //   rmsnorm.final (1 row, gain 1); gemm.lm_head (lm_head [vocab, h]) -> f32
 //   [1, vocab]; land.lm_head -> logits bf16 [vocab]; sample.argmax -> the token
 //   id (argmax.h: ties to the lower index, NaN below every number).

@@ -1,4 +1,4 @@
-// The KDA mixer of one rank (DESIGN.md §2.1 "KDA mixer", §3 "KDA across
+// The KDA mixer of one rank (docs/design.md §2.1 "KDA mixer", §3 "KDA across
 // ranks"), launch by launch in plan.cpp's order and names:
 //
 //   rmsnorm.kda_in  gemm.kda_g  gemm.kda_small  land.beta  land.f_a  land.out_gate

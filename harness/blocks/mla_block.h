@@ -1,4 +1,4 @@
-// The MLA mixer of one rank (DESIGN.md §2.1 "MLA mixer", §3 "MLA attention
+// The MLA mixer of one rank (docs/design.md §2.1 "MLA mixer", §3 "MLA attention
 // across ranks"), launch by launch in plan.cpp's order and names:
 //
 //   rmsnorm.mla_in  gemm.wfu  land.q_a  rmsnorm.q_a

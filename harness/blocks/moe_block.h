@@ -1,4 +1,4 @@
-// The MoE FFN of layers 1..92 (DESIGN.md §2.1 "MoE FFN"), on one rank.
+// The MoE FFN of layers 1..92 (docs/design.md §2.1 "MoE FFN"), on one rank.
 //
 //   x   [b, h] bf16   mixed2 (the AttnRes output before the FFN)
 //   out [b, h] bf16   mlp_out = routed + shared (the layer adds the residual:

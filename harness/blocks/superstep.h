@@ -1,4 +1,4 @@
-// The K3 CP prefill superstep of one rank (DESIGN.md §2.1), launch by launch
+// The K3 CP prefill superstep of one rank (docs/design.md §2.1), launch by launch
 // in plan.cpp's order and names: the embedding gather; per layer AttnRes
 // before the mixer (from layer 1), the snapshot on every 12th layer, the mixer
 // (KDA or MLA, across the CP lane), the residual add2 (snapshot layers restart

@@ -31,7 +31,7 @@ namespace pb {
 namespace {
 
 // rel-L2 of the final hidden state against the baseline's. The seed's own gate
-// measured CP4 vs CP1 at 8.7e-2 on the real 4-layer checkpoint (DESIGN.md §4).
+// measured CP4 vs CP1 at 8.7e-2 on the real 4-layer checkpoint (docs/design.md §4).
 constexpr double kVerifyRelL2Floor = 1e-1;
 
 struct Outcome {

@@ -1,4 +1,4 @@
-// What a results file records about where and how it was made (DESIGN.md §6):
+// What a results file records about where and how it was made (docs/design.md §6):
 // git sha + dirty flag, command line, hosts, library versions, NCCL_* settings.
 #pragma once
 

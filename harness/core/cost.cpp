@@ -105,7 +105,7 @@ Cost kda_forward(int64_t tokens, int64_t heads, int64_t d, int64_t chunk) {
   return {bytes, chunks * per_chunk, Unit::tensor};
 }
 
-// The affine package (M, D) of a segment (kernels/kda_ref.h): the zero-state
+// The affine package (M, D) of a segment (kernels/kda/kda_ref.h): the zero-state
 // chunked pass for D (L, Aqk-free: K K^T 2c^2 d, UT solve c^3, W and U 4c^2 d,
 // state update 4 c d^2) plus M's low-rank update per chunk M <- M G - (M W^T) K^
 // (4 c d^2): 6 c^2 d + c^3 + 8 c d^2 per chunk and head.

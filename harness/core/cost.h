@@ -71,7 +71,7 @@ Cost moe_plan(int64_t tokens, int64_t top_k, int64_t experts);
 Cost moe_permute(int64_t tokens, int64_t top_k, int64_t width);
 Cost moe_weight(int64_t rows, int64_t width);
 Cost moe_combine(int64_t tokens, int64_t top_k, int64_t width);
-// Expert GEMMs (kernels/moe_gemm.h), either engine: rows [V, k] bf16 read once,
+// Expert GEMMs (kernels/moe/moe_gemm.h), either engine: rows [V, k] bf16 read once,
 // every expert's weight [n, k] bf16 read once (all E: an upper bound when some
 // expert gets no rows), bf16 [V, n] out (all bands together); 2 V n k FLOPs.
 Cost moe_gemm(int64_t rows, int64_t experts, int64_t n, int64_t k);

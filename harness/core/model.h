@@ -1,4 +1,4 @@
-// The model's shapes (DESIGN.md §2): presets `k3` (the real shapes) and `tiny`
+// The model's shapes (docs/design.md §2): presets `k3` (the real shapes) and `tiny`
 // (tests), each key overridable from a scenario's `model:` map.
 #pragma once
 

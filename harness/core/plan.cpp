@@ -56,7 +56,7 @@ class RankPlanner {
   void add2(int64_t n) { elementwise("add2", n, 2, 1); }
   void situ(int64_t n) { elementwise("situ", n, 2, 12); }
   // The baseline's two launches (scores, mix), or the cut's one fused launch
-  // (kernels/attnres.h; attnres_launches() says the same, test_plan checks it).
+  // (kernels/cuts/attnres.h; attnres_launches() says the same, test_plan checks it).
   void attnres(int64_t rows, int64_t blocks) {
     if (cuts_[Cut::attnres]) {
       add("attnres", "attnres.fused", cost::attnres_fused(rows, m_.hidden, blocks + 1));
@@ -245,7 +245,7 @@ class RankPlanner {
     add("moe", "moe.plan", cost::moe_plan(t_, k, m_.experts));
     gemm_land("lat_down", b_, lat, h);
     add("moe", "moe.permute", cost::moe_permute(t_, k, lat));
-    // The expert GEMMs write bf16 (gate and up as two bands, kernels/moe_gemm.h),
+    // The expert GEMMs write bf16 (gate and up as two bands, kernels/moe/moe_gemm.h),
     // so no landing follows them. Both engines (scenario key moe_gemm) record
     // the same two spans: grouped = one cublasGemmGroupedBatchedEx each; loop =
     // one cublasGemmEx per non-empty expert and band inside the same span.

@@ -7,9 +7,9 @@ namespace pb {
 namespace {
 const std::vector<GpuProfile>& profiles() {
   static const std::vector<GpuProfile> all = {
-      // DESIGN.md §5: 4.25 TB/s copy, 797 TFLOP/s cuBLAS bf16 8192^3.
+      // docs/design.md §5: 4.25 TB/s copy, 797 TFLOP/s cuBLAS bf16 8192^3.
       // f32: 67 TFLOP/s and NVLink 4: 450 GB/s per direction, from the datasheet.
-      {"h200", "copy and GEMM measured on the H200 here (DESIGN.md §5); f32 and link from the datasheet",
+      {"h200", "copy and GEMM measured on the H200 here (docs/design.md §5); f32 and link from the datasheet",
        4.25, 797.0, 67.0, 0.45},
       {"h100", "datasheet peak (H100 SXM: 3.35 TB/s HBM3, 989 TFLOP/s dense bf16), not measured",
        3.35, 989.0, 67.0, 0.45},

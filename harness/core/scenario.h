@@ -66,7 +66,7 @@ struct Scenario {
   int split_k = 1;
   std::string fabric = "auto";
   std::string fmha = "auto";
-  std::string moe_gemm = "auto";  // kernels/moe_gemm.h's engines
+  std::string moe_gemm = "auto";  // kernels/moe/moe_gemm.h's engines
   std::string gpu_profile = "h200";
   bool serialize_ranks = false;
   int turn_settle_ms = 0;  // serialized turns (and the lane's pair) start after this much GPU idle

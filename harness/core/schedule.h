@@ -1,4 +1,4 @@
-// The CP lane's schedule (DESIGN.md §3): a pure function of cp, no CUDA.
+// The CP lane's schedule (docs/design.md §3): a pure function of cp, no CUDA.
 //
 // Work unit: the segment pair (q, k) = FMHA of rank q's queries over rank k's
 // keys, k <= q. The diagonal (q, q) is causal (half a pair); the rest dense.
@@ -91,7 +91,7 @@ std::vector<int> window_readers(Schedule schedule, int cp, int k);
 std::vector<int> windows_read_any(int cp, int rank);
 std::vector<int> window_readers_any(int cp, int k);
 
-// DESIGN.md §3's load: r + 1/2 (prefix); 1/2 + |kept| + |helped| (stripe).
+// docs/design.md §3's load: r + 1/2 (prefix); 1/2 + |kept| + |helped| (stripe).
 double expected_load(Schedule schedule, int cp, int rank);
 
 }  // namespace pb

@@ -1,4 +1,4 @@
-// The CP lane's per-rank slab (DESIGN.md §3 "Fabric", issue 7 §2): one device
+// The CP lane's per-rank slab (docs/design.md §3 "Fabric", issue 7 §2): one device
 // allocation per rank that its node-local peers map over CUDA IPC. A pure
 // function of the shapes, no CUDA.
 //
@@ -16,7 +16,7 @@
 //                                        by every downstream rank's fold
 //
 // Every region starts on a kAlign-byte boundary. Both return slabs hold all
-// (cp - 1) / 2 slots (DESIGN.md's sizing) and alternate by the call's sequence
+// (cp - 1) / 2 slots (docs/design.md's sizing) and alternate by the call's sequence
 // number (return_slab): a helper writing call seq's result only needs the
 // owner to have merged call seq - 2's, so helpers run a call ahead of owners.
 //

@@ -1,4 +1,4 @@
-// Dense projections (DESIGN.md §2): cuBLAS, bf16 x bf16 with f32 accumulate.
+// Dense projections (docs/design.md §2): cuBLAS, bf16 x bf16 with f32 accumulate.
 // Row-major, PyTorch's linear layout: activations x [m, k] (row stride ldx),
 // weights w [n, k] (out features x in features, row stride ldw), output
 // y [m, n] (row stride ldy) = x · wᵀ, written (beta 0) as the f32 "partial"

@@ -11,7 +11,7 @@
 // four primitives from a Transcendentals object. HostMath uses libm (CPU
 // tests, agreement within a bf16 ulp); the GPU tests pass a table filled with
 // the device's own results for exactly the arguments the reference asks for
-// (test/gpu/device_math.h), so every other rounding of a contract is checked
+// (test/support/device_math.h), so every other rounding of a contract is checked
 // bit for bit.
 //
 // Every reference is compiled without FMA contraction (-ffp-contract=off); an

@@ -1,4 +1,4 @@
-// AttnRes: scores over block snapshots, softmax, mix (DESIGN.md §2.1, issue 8).
+// AttnRes: scores over block snapshots, softmax, mix (docs/design.md §2.1, issue 8).
 // The contract, shapes and the reduction order are in attnres.h; in short:
 //
 //   snap [rows, snap_blocks, hidden], partial [rows, hidden] bf16, sw [hidden] f32

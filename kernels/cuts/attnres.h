@@ -1,4 +1,4 @@
-// AttnRes: attention residuals over block snapshots (DESIGN.md §2.1, issue 8).
+// AttnRes: attention residuals over block snapshots (docs/design.md §2.1, issue 8).
 // A sixth switchable cut beyond the seed. Baseline, cut and reference agree
 // bit for bit on every input.
 //

@@ -1,5 +1,5 @@
 // conv_silu_chunk (cut 2): KDA's chunked short causal conv (4 taps, 3 carried)
-// + SiLU, straight from the f32 projection partial. DESIGN.md §4 "Cut 2".
+// + SiLU, straight from the f32 projection partial. docs/design.md §4 "Cut 2".
 //
 //   p      [tokens, ld] f32     the band: columns 0..inner of each row, row stride ld floats
 //   cw     [4, inner] f32       taps; cw[3] multiplies the current token

@@ -1,4 +1,4 @@
-// Cut 5 — the bf16 elementwise family (DESIGN.md §4): add2, mul_sigmoid,
+// Cut 5 — the bf16 elementwise family (docs/design.md §4): add2, mul_sigmoid,
 // situ, o_norm_gate. Baseline, cut and reference agree bit for bit.
 //
 // Flat operands are [n] bf16 (any n >= 0; a [b, n] activation is passed as

@@ -1,4 +1,4 @@
-// Cut 1 — land: f32 GEMM partials -> bf16 (DESIGN.md §4).
+// Cut 1 — land: f32 GEMM partials -> bf16 (docs/design.md §4).
 //
 //   p [rows, split_k, nt] f32   split_k partial slabs per row, dense
 //   o [rows, n] bf16            dense; column c is partial column off + c

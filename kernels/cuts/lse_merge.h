@@ -1,5 +1,5 @@
 // lse_merge (cut 4): fold one attention window into the f32 log-sum-exp
-// accumulator; o_finalize: cast the accumulator to bf16. DESIGN.md §4 "Cut 4".
+// accumulator; o_finalize: cast the accumulator to bf16. docs/design.md §4 "Cut 4".
 //
 //   o_win    [t_q, h, 128] bf16   the window's attention output
 //   lse_win  [h, t_q] f32         its log-sum-exp, natural log (base e), head-major

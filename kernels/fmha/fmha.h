@@ -1,4 +1,4 @@
-// FMHA forward with log-sum-exp: the MLA attention load (DESIGN.md §2.1 MLA
+// FMHA forward with log-sum-exp: the MLA attention load (docs/design.md §2.1 MLA
 // step 5, §3, §4 "FMHA contract").
 //
 //   q    [tq, heads, d_qk] bf16   element (i, h, c) at q[i * q_token_stride + h * q_head_stride + c]
@@ -29,11 +29,11 @@
 //           log2(e))), p = 2^fma(s, scale_log2, -ms) (ex2.approx.ftz),
 //           l = sum p (f32, unrounded p); P enters the PV product as bf16. At
 //           the end o = bf16(acc * (1 / l)) and lse = (ms + log2f(l)) * f32(ln 2).
-//   cudnn   cuDNN SDPA through the frontend graph API (kernels/fmha_cudnn.cu,
+//   cudnn   cuDNN SDPA through the frontend graph API (kernels/fmha/fmha_cudnn.cu,
 //           built only with PB_HAVE_CUDNN); fmha_cudnn_available() says
 //           whether this build has it; fmha_cudnn() throws pb::Error otherwise.
 //
-// Floors (not bit-exact: test/gpu/test_fmha.cu holds every engine to them,
+// Floors (not bit-exact: test/kernels/fmha/test_fmha.cu holds every engine to them,
 // against ref::fmha in float64 on the same bf16 inputs):
 //   o    ||o - ref||_2 / ||ref||_2 <= 1e-2 over the tensor, and
 //        |o - ref| <= 2e-2 * max|ref| per element (bf16 output, bf16 P in P.V)

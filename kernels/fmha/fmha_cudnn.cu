@@ -1,9 +1,9 @@
 // cuDNN FMHA engine: cuDNN 9's fused SDPA forward through the cuDNN frontend
-// graph API (header-only, from PyPI: DESIGN.md §7). CMake compiles this file
+// graph API (header-only, from PyPI: docs/design.md §7). CMake compiles this file
 // only when it finds cuDNN 9 and the frontend headers, and then defines
 // PB_HAVE_CUDNN for pb_kernels; fmha.cu holds the stubs otherwise.
 //
-// The contract is fmha.h's (DESIGN.md §4 "FMHA contract"), mapped onto cuDNN's
+// The contract is fmha.h's (docs/design.md §4 "FMHA contract"), mapped onto cuDNN's
 // [B, H, S, D] tensors with B = 1 and our strides (in elements):
 //   q   [tq, H, d_qk] bf16  -> Q     dims {1, H, tq, d_qk}  strides {-, q_head_stride, q_token_stride, 1}
 //   k   [tk, H, d_qk] bf16  -> K     dims {1, H, tk, d_qk}  strides {-, k_head_stride, k_token_stride, 1}

@@ -1,4 +1,4 @@
-// MLA key expansion (DESIGN.md §2.1 MLA mixer step 5): the kv_b projection of
+// MLA key expansion (docs/design.md §2.1 MLA mixer step 5): the kv_b projection of
 // a key segment's latents gives, per head, the key's NoPE half and the value;
 // the rope half (never rotated: NoPE) is one 64-wide row per token, broadcast
 // over heads. expand_k builds the FMHA's K; V is read in place as a strided

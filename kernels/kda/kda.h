@@ -1,4 +1,4 @@
-// The KDA core on the GPU (DESIGN.md §2.1 KDA mixer step 8, §3 "KDA across
+// The KDA core on the GPU (docs/design.md §2.1 KDA mixer step 8, §3 "KDA across
 // ranks"): the chunked gated delta rule in the WY/UT form, its affine package
 // (M, D) and the fold of packages. The float64 ground truth, the convention and
 // the stability argument are in kda_ref.h; this header repeats what a caller
@@ -48,7 +48,7 @@
 //   the state S, M, D: f32 across chunks (rounded to bf16 only as an mma operand)
 //   fold: f32 (cuBLAS, no TF32)
 //
-// ---- Floors against the float64 reference (test/gpu/test_kda.cu) ------------
+// ---- Floors against the float64 reference (test/kernels/kda/test_kda.cu) ------------
 //   o:    rel-L2 ≤ kKdaRelL2Floor and max |o − ref| ≤ kKdaMaxAbsFloor · max |ref|
 //   S, M, D: rel-L2 ≤ kKdaRelL2Floor (per head stacked), max-abs ≤ kKdaMaxAbsFloor · max |ref|
 // bf16 operands carry 2^−9 relative rounding; the floors allow a few of those.

@@ -1,4 +1,4 @@
-// Plain C++ float64 reference of the KDA core (DESIGN.md §2.1 KDA mixer step 8,
+// Plain C++ float64 reference of the KDA core (docs/design.md §2.1 KDA mixer step 8,
 // §3 "KDA across ranks"): a gated delta rule with a per-key-channel decay.
 // Host code only (no CUDA header); the GPU tests convert their bf16 data to the
 // float / double arrays taken here.

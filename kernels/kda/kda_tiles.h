@@ -1,5 +1,5 @@
 // Shared-memory tile addressing of the KDA kernels (kda.cu), host- and
-// device-callable so that test/cpu/test_kda_tiles.cpp can emulate ldmatrix and
+// device-callable so that test/kernels/kda/test_kda_tiles.cpp can emulate ldmatrix and
 // mma.m16n8k16 on the very same address formulas.
 //
 // Swizzled tile: 16-byte chunk j of row r sits at chunk j ^ (r & 7) of the row

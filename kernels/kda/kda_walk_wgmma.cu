@@ -39,7 +39,7 @@
 // rows, 16-byte chunk j of row r at j ^ (r & 7)). Descriptors (wgwalk::desc_*): layout type 1
 // (128B swizzle), base offset 0; K-major B (W, Qg, Aqk): SBO = 1024 (8 rows), k-step ks at
 // +32 (ks % 4) bytes, column block ks / 4; MN-major B (K̂): SBO = 1024 (8 tokens of K), LBO =
-// 8192 (the next 64 columns of N), k-step ks at +2048 ks. test/cpu/test_kda_tiles.cpp checks
+// 8192 (the next 64 columns of N), k-step ks at +2048 ks. test/kernels/kda/test_kda_tiles.cpp checks
 // every descriptor of every k-step against the tiles as written.
 //
 // Loads: W, Ũ, K̂, Qg whole (all 64 rows, as kHead) by TMA: thread 0 issues two 64 x 64 boxes

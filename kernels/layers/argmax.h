@@ -1,4 +1,4 @@
-// The first token (DESIGN.md §2.1 "First token"): argmax over the landed
+// The first token (docs/design.md §2.1 "First token"): argmax over the landed
 // last-token logits. Not a cut: one implementation, a C++ reference beside it,
 // equal index for index.
 //

@@ -1,4 +1,4 @@
-// Embedding gather and the layer-output checksum (DESIGN.md §2.1, §6).
+// Embedding gather and the layer-output checksum (docs/design.md §2.1, §6).
 //
 // embed_gather: out [rows, hidden] bf16, out[r] = table[ids[r]] (a bit copy of
 //   one [hidden] bf16 row per token; ids in [0, vocab), checked by the caller).

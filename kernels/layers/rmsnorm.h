@@ -1,4 +1,4 @@
-// RMSNorm (DESIGN.md §2: eps 1e-5, f32 accumulate) on bf16 rows, with an
+// RMSNorm (docs/design.md §2: eps 1e-5, f32 accumulate) on bf16 rows, with an
 // optional f32 gain. Not a cut: one implementation, a C++ reference beside it
 // that follows the same order, so the test holds the kernel to it bit for bit.
 //

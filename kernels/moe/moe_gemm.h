@@ -1,4 +1,4 @@
-// Grouped expert GEMMs over the permuted rows (DESIGN.md §2.1 "MoE FFN" step 3).
+// Grouped expert GEMMs over the permuted rows (docs/design.md §2.1 "MoE FFN" step 3).
 // Not a cut: two engines of the same product, the grouped one for the
 // superstep and the per-expert loop as the measured comparison.
 //

@@ -1,4 +1,4 @@
-// MoE routing (DESIGN.md §2.1 "MoE FFN"): the router's top-k, the
+// MoE routing (docs/design.md §2.1 "MoE FFN"): the router's top-k, the
 // permutation plan, and the row kernels around the grouped expert GEMMs.
 // Not a cut: one implementation each, a plain C++ reference beside it; the
 // contracts below are exact, and test_moe_route holds the kernels to the
@@ -45,7 +45,7 @@
 //   moe_combine  acc = 0.0f; for j = 0 .. k-1 ascending, if d = perm_dst[t][j] >= 0:
 //                  acc += f32(yd[d][c]);   out[t][c] = bf16(acc)
 // Rows with perm_src[p] = -1 come out +0 in moe_permute and moe_weight. The
-// routing weight is applied before the down projection (DESIGN.md §2), so the
+// routing weight is applied before the down projection (docs/design.md §2), so the
 // combine is a plain sum: no weights, no FMA; an all -0 sum lands as +0.
 // Row kernels move 16 bytes (8 bf16) per access when the width is a multiple
 // of 8 and the row pointers are 16-byte aligned, 2 bytes otherwise.

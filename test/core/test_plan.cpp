@@ -1,4 +1,4 @@
-// The plan against hand-computed numbers (DESIGN.md §2.1, §3, §4 and the seed).
+// The plan against hand-computed numbers (docs/design.md §2.1, §3, §4 and the seed).
 #include <doctest/doctest.h>
 
 #include <string>
@@ -74,7 +74,7 @@ TEST_CASE("MoE FFN: the launch order the MoE block records (harness/blocks/moe_b
     RankPlan p = plan_rank(s, CutSet::none(), 0);
     size_t i = 0;
     while (i < p.launches.size() && !(p.launches[i].layer == 1 && p.launches[i].kernel == "rmsnorm.moe_in")) ++i;
-    // The expert GEMMs write bf16 (kernels/moe_gemm.h): no land.expert_* after them.
+    // The expert GEMMs write bf16 (kernels/moe/moe_gemm.h): no land.expert_* after them.
     const std::vector<std::string> want = {
         "rmsnorm.moe_in", "gemm.router", "moe.topk", "moe.plan", "gemm.lat_down", "land.lat_down", "moe.permute",
         "moe_gemm.gate_up", "situ", "moe.weight", "moe_gemm.down", "moe.combine", "rmsnorm.routed_latent",
@@ -121,7 +121,7 @@ TEST_CASE("AttnRes: 186 calls, attnres_launches() launches each, bytes from the 
   CHECK(count(base, "attnres.fused") == 0);
   CHECK(count(cut, "attnres.fused") == 186);
   CHECK(count(cut, "attnres.scores") + count(cut, "attnres.mix") == 0);
-  // the planned launches are the kernels' own count (kernels/attnres.h)
+  // the planned launches are the kernels' own count (kernels/cuts/attnres.h)
   CHECK(count_family(base, "attnres") - count(base, "attnres.snapshot") == 186 * attnres_launches(Variant::baseline));
   CHECK(count_family(cut, "attnres") - count(cut, "attnres.snapshot") == 186 * attnres_launches(Variant::cut));
   // nb = 8 over 16896 rows: the fused launch reads the 9 candidates once, the baseline twice

@@ -1,4 +1,4 @@
-// The CP schedule (DESIGN.md §3): coverage, mirrored views, loads.
+// The CP schedule (docs/design.md §3): coverage, mirrored views, loads.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -106,7 +106,7 @@ TEST_CASE("the owner's merge order is kept ascending, own diagonal, then helpers
   CHECK(order == want);
 }
 
-TEST_CASE("loads follow DESIGN.md §3") {
+TEST_CASE("loads follow docs/design.md §3") {
   for (int cp = 1; cp <= 16; ++cp) {
     CAPTURE(cp);
     double deep = 0;

@@ -29,7 +29,7 @@ void check_layout(const SlabLayout& L) {
 
 }  // namespace
 
-TEST_CASE("slab at cp 8, seg 16896, 96 heads: DESIGN.md's sizes") {
+TEST_CASE("slab at cp 8, seg 16896, 96 heads: docs/design.md's sizes") {
   const int64_t seg = 16896;
   SlabLayout L = slab_layout(8, seg, 96);
   check_layout(L);

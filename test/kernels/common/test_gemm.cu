@@ -1,4 +1,4 @@
-// The cuBLAS projection wrapper (kernels/gemm.h) against a double reference:
+// The cuBLAS projection wrapper (kernels/common/gemm.h) against a double reference:
 // row-major x·wᵀ with f32 and bf16 outputs, odd sizes and padded strides, and
 // the batched f32 product the KDA fold uses. Floors: cuBLAS accumulates in f32
 // (its blocking order is its own), so |got - ref| <= 1e-5 · Σ|x||w| per element

@@ -1,6 +1,6 @@
 // The plain C++ references of cut 1 (land) and cut 5 (elementwise family),
 // checked against hand-worked values and double-precision formulas. The GPU
-// suites (test/gpu/test_land.cu, test_elementwise.cu) then hold the kernels to
+// suites (test/kernels/cuts/test_land.cu, test_elementwise.cu) then hold the kernels to
 // these references bit for bit.
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// The KDA kernels' shared-memory addressing (kernels/kda_tiles.h), emulated on
+// The KDA kernels' shared-memory addressing (kernels/kda/kda_tiles.h), emulated on
 // the host: tiles are written through the kernels' layouts (swizzled rows of
 // 128 or 256 bytes, the 80-byte pitch of the U tile), read back by an emulated
 // ldmatrix.x4 (plain and .trans) at the lanes' addresses the kernels compute,

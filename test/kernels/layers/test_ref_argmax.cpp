@@ -1,4 +1,4 @@
-// ref::argmax_bf16 (kernels/argmax.h): the first token's order on the host.
+// ref::argmax_bf16 (kernels/layers/argmax.h): the first token's order on the host.
 #include <doctest/doctest.h>
 
 #include <cstdint>

@@ -1,10 +1,10 @@
-// The expert GEMMs (kernels/moe_gemm.h): every engine (grouped cuBLAS, cutlass,
+// The expert GEMMs (kernels/moe/moe_gemm.h): every engine (grouped cuBLAS, cutlass,
 // the per-expert loop) and the bench's chunked grouped experiment against a
 // float64 reference and against the loop, on uneven groups
 // with empty experts, padded strides, one band and two (gate | up into two
 // outputs); rows past the experts' and padding columns must stay untouched;
 // the staging ring survives more back-to-back calls than it has slots; argmax
-// (kernels/argmax.h) against its reference.
+// (kernels/layers/argmax.h) against its reference.
 //
 // Floor, per element, with mag = Σ_i |x_i w_i| (every bf16 product is exact in
 // f32, so any f32 summation order is within (k + 2) · 2^-24 · mag of the exact

@@ -1,4 +1,4 @@
-// MoE routing on the device (kernels/moe_route.h): router_topk,
+// MoE routing on the device (kernels/moe/moe_route.h): router_topk,
 // moe_permute_plan, moe_permute, moe_weight and moe_combine against their C++
 // references, bit for bit. The router reference runs with the device's own
 // expf (evaluate_with_device_math), so ids and weights compare exactly: same

@@ -1,7 +1,7 @@
-// The plain C++ references of the MoE routing pieces (kernels/moe_route.h):
+// The plain C++ references of the MoE routing pieces (kernels/moe/moe_route.h):
 // the top-k tie rule on constructed exact ties, renormalized weights, the
 // permutation plan's order and inverse, the row references, and the skewed
-// synthetic router. The GPU suite (test/gpu/test_moe_route.cu) then holds the
+// synthetic router. The GPU suite (test/kernels/moe/test_moe_route.cu) then holds the
 // kernels to these references bit for bit.
 #include <doctest/doctest.h>
 
