@@ -32,4 +32,31 @@ GpuProfile gpu_profile(const std::string& name) {
   throw_error(__FILE__, __LINE__, "unknown gpu_profile '" + name + "'; allowed: h200, h100, gb300");
 }
 
+namespace {
+const std::vector<LinkProfile>& links() {
+  static const std::vector<LinkProfile> all = {
+      {"same-gpu", "measured: half the H200's 4.25 TB/s device-to-device copy (docs/design.md §5)", 2125.0, 2.0,
+       false},
+      {"nvlink4", "datasheet: H200 NVLink 4, 450 GB/s per direction", 450.0, 2.0, true},
+      {"nvlink5", "datasheet: GB300 NVLink 5, 900 GB/s per direction", 900.0, 2.0, true},
+      {"ib400", "datasheet: one 400 Gb/s InfiniBand NIC, 50 GB/s", 50.0, 5.0, true},
+  };
+  return all;
+}
+}  // namespace
+
+std::vector<std::string> link_profile_names() {
+  std::vector<std::string> names;
+  for (const auto& l : links()) names.push_back(l.name);
+  return names;
+}
+
+LinkProfile link_profile(const std::string& name) {
+  for (const auto& l : links())
+    if (l.name == name) return l;
+  std::string allowed;
+  for (const auto& n : link_profile_names()) allowed += (allowed.empty() ? "" : ", ") + n;
+  throw_error(__FILE__, __LINE__, "unknown link profile '" + name + "'; allowed: " + allowed);
+}
+
 }  // namespace pb
