@@ -77,6 +77,8 @@ set_tests_properties(mpi.rank_failure PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONME
 # one device; the IPC fabric and the MLA and KDA blocks across 4 ranks, which
 # may share one GPU (every rank exits 77 when any rank sees no device).
 pb_cpu_test(test/blocks/test_doorbell_protocol.cpp)
+pb_cpu_test(test/blocks/test_device_memory.cpp)
+target_link_libraries(test_device_memory PRIVATE pb_blocks)
 pb_gpu_test(test/blocks/test_moe_block.cu)
 foreach(name test_fabric test_mla_cp test_kda_cp)
   add_executable(${name} test/blocks/${name}.cpp)

@@ -11,6 +11,7 @@
 
 #include "cuts.h"
 #include "device_buffer.h"
+#include "device_memory.h"
 #include "gemm.h"
 #include "land.h"
 #include "random_fill.h"
@@ -23,27 +24,32 @@ inline Variant cut_variant(const CutSet& cuts, Cut c) { return cuts[c] ? Variant
 inline Variant land_variant(const CutSet& cuts) { return cut_variant(cuts, Cut::land); }
 inline Variant elementwise_variant(const CutSet& cuts) { return cut_variant(cuts, Cut::elementwise); }
 
-// A synthetic weight [rows, fan_in] bf16, uniform in +-sqrt(3 / fan_in): unit
-// variance in, unit variance out (the router's logits come out ~N(0, 1) on
-// unit-RMS rows, as the synthetic router bias assumes, moe_route.h).
-inline DeviceBuffer<__nv_bfloat16> synthetic_weight(int64_t rows, int64_t fan_in, uint64_t seed,
-                                                    cudaStream_t stream) {
-  DeviceBuffer<__nv_bfloat16> w(size_t(rows * fan_in));
-  fill_uniform_bf16(w.get(), rows * fan_in, seed, std::sqrt(3.0f / float(fan_in)), stream);
-  return w;
-}
+// The blocks' seeded synthetic weights, taken from `mem` (Home::weights) and
+// written only by the rank that fills this GPU's weights (mem.fills_weights()).
+struct WeightFill {
+  DeviceMemory& mem;
+  cudaStream_t stream;
 
-// Synthetic f32 vectors: uniform in +-scale, and all ones (RMSNorm gains).
-inline DeviceBuffer<float> synthetic_f32(int64_t n, uint64_t seed, float scale, cudaStream_t stream) {
-  DeviceBuffer<float> v(static_cast<size_t>(n));
-  fill_uniform_f32(v.get(), n, seed, scale, stream);
-  return v;
-}
-inline DeviceBuffer<float> ones_f32(int64_t n, cudaStream_t stream) {
-  DeviceBuffer<float> v(static_cast<size_t>(n));
-  fill_constant_f32(v.get(), n, n, 1, 1.0f, stream);
-  return v;
-}
+  // [rows, fan_in] bf16, uniform in +-sqrt(3 / fan_in): unit variance in, unit
+  // variance out (the router's logits come out ~N(0, 1) on unit-RMS rows, as
+  // the synthetic router bias assumes, moe_route.h).
+  DeviceBuffer<__nv_bfloat16> weight(const std::string& name, int64_t rows, int64_t fan_in, uint64_t seed) const {
+    DeviceBuffer<__nv_bfloat16> w = mem.take<__nv_bfloat16>(name, rows * fan_in, Home::weights);
+    if (mem.fills_weights()) fill_uniform_bf16(w.get(), rows * fan_in, seed, std::sqrt(3.0f / float(fan_in)), stream);
+    return w;
+  }
+  // f32 vectors: uniform in +-scale, and all ones (RMSNorm gains).
+  DeviceBuffer<float> uniform_f32(const std::string& name, int64_t n, uint64_t seed, float scale) const {
+    DeviceBuffer<float> v = mem.take<float>(name, n, Home::weights);
+    if (mem.fills_weights()) fill_uniform_f32(v.get(), n, seed, scale, stream);
+    return v;
+  }
+  DeviceBuffer<float> ones_f32(const std::string& name, int64_t n) const {
+    DeviceBuffer<float> v = mem.take<float>(name, n, Home::weights);
+    if (mem.fills_weights()) fill_constant_f32(v.get(), n, n, 1, 1.0f, stream);
+    return v;
+  }
+};
 
 // "gemm.<what>" (x [m, k] · w [n, k]ᵀ -> f32 partial [m, n]) then "land.<what>"
 // (the whole partial -> bf16 [m, n]), split_k = 1.

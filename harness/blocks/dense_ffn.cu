@@ -9,17 +9,20 @@
 
 namespace pb {
 
-DenseFfn::DenseFfn(const ModelShape& m, int64_t bucket, uint64_t seed, cudaStream_t stream) : m_(m), b_(bucket) {
+DenseFfn::DenseFfn(const ModelShape& m, int64_t bucket, uint64_t seed, cudaStream_t stream, DeviceMemory& mem)
+    : m_(m), b_(bucket) {
   PB_CHECK(bucket >= 1, "DenseFfn: bucket must be positive");
   const int64_t h = m.hidden, I = m.dense_inter, b = bucket;
-  wgu_ = synthetic_weight(2 * I, h, seed * 1000003ull + 21, stream);
-  wdn_ = synthetic_weight(h, I, seed * 1000003ull + 22, stream);
-  normed_ = DeviceBuffer<__nv_bfloat16>(size_t(b * h));
-  gate_ = DeviceBuffer<__nv_bfloat16>(size_t(b * I));
-  up_ = DeviceBuffer<__nv_bfloat16>(size_t(b * I));
-  act_ = DeviceBuffer<__nv_bfloat16>(size_t(b * I));
-  partial_ = DeviceBuffer<float>(size_t(std::max(b * 2 * I, b * h)));
-  PB_CUDA(cudaStreamSynchronize(stream));
+  const WeightFill fill{mem, stream};
+  wgu_ = fill.weight("dense.w_gate_up", 2 * I, h, seed * 1000003ull + 21);
+  wdn_ = fill.weight("dense.w_down", h, I, seed * 1000003ull + 22);
+  mem.begin_block("dense_ffn");
+  normed_ = mem.take<__nv_bfloat16>("normed", b * h, Home::ffn);
+  gate_ = mem.take<__nv_bfloat16>("gate", b * I, Home::ffn);
+  up_ = mem.take<__nv_bfloat16>("up", b * I, Home::ffn);
+  act_ = mem.take<__nv_bfloat16>("act", b * I, Home::ffn);
+  partial_ = mem.take<float>("partial", std::max(b * 2 * I, b * h), Home::ffn);
+  if (!mem.counting_only()) PB_CUDA(cudaStreamSynchronize(stream));
 }
 
 void DenseFfn::run(Timeline& tl, const Blas& blas, const CutSet& cuts, const __nv_bfloat16* x,

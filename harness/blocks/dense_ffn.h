@@ -14,6 +14,7 @@
 
 #include "cuts.h"
 #include "device_buffer.h"
+#include "device_memory.h"
 #include "gemm.h"
 #include "model.h"
 #include "timeline.h"
@@ -22,7 +23,10 @@ namespace pb {
 
 class DenseFfn {
  public:
-  DenseFfn(const ModelShape& m, int64_t bucket, uint64_t seed, cudaStream_t stream);
+  // Weights from `mem` (Home::weights, filled when mem.fills_weights()); the
+  // buffers in the ffn lane (device_memory.h): the block runs within one turn.
+  DenseFfn(const ModelShape& m, int64_t bucket, uint64_t seed, cudaStream_t stream,
+           DeviceMemory& mem = DeviceMemory::standalone());
   // x, out [b, h] bf16, distinct; every launch through tl.
   void run(Timeline& tl, const Blas& blas, const CutSet& cuts, const __nv_bfloat16* x, __nv_bfloat16* out);
 

@@ -79,9 +79,7 @@ IpcFabric::IpcFabric(const Gang& gang, const SlabLayout& layout, double timeout_
     : gang_(gang), layout_(layout), timeout_s_(timeout_s), rank_(gang.rank()) {
   PB_CHECK(layout_.cp == gang.size(), "IpcFabric: the slab layout is for cp " + std::to_string(layout_.cp) +
                                           " but the gang has " + std::to_string(gang.size()) + " ranks");
-  // PB_WAIT_TIMEOUT_S overrides the caller's time-out (debugging a stuck wait).
-  if (const char* e = std::getenv("PB_WAIT_TIMEOUT_S"); e && *e) timeout_s_ = std::atof(e);
-  PB_CHECK(timeout_s_ > 0, "IpcFabric: the wait time-out must be positive (PB_WAIT_TIMEOUT_S?)");
+  PB_CHECK(timeout_s_ > 0, "IpcFabric: the wait time-out must be positive");
   PB_CHECK(gang.local_size() == gang.size(),
            "IpcFabric maps peers over CUDA IPC and needs every rank on one node, but only " +
                std::to_string(gang.local_size()) + " of " + std::to_string(gang.size()) +

@@ -7,13 +7,14 @@
 
 namespace pb {
 
-FirstToken::FirstToken(const ModelShape& m, uint64_t seed, cudaStream_t stream) : m_(m) {
-  lm_head_ = synthetic_weight(m.vocab, m.hidden, seed * 1000003ull + 31, stream);
-  normed_ = DeviceBuffer<__nv_bfloat16>(size_t(m.hidden));
-  logits_ = DeviceBuffer<__nv_bfloat16>(size_t(m.vocab));
-  partial_ = DeviceBuffer<float>(size_t(m.vocab));
-  token_ = DeviceBuffer<int32_t>(1);
-  PB_CUDA(cudaStreamSynchronize(stream));
+FirstToken::FirstToken(const ModelShape& m, uint64_t seed, cudaStream_t stream, DeviceMemory& mem) : m_(m) {
+  lm_head_ = WeightFill{mem, stream}.weight("first_token.lm_head", m.vocab, m.hidden, seed * 1000003ull + 31);
+  mem.begin_block("first_token");
+  normed_ = mem.take<__nv_bfloat16>("normed", m.hidden, Home::rank);
+  logits_ = mem.take<__nv_bfloat16>("logits", m.vocab, Home::rank);
+  partial_ = mem.take<float>("partial", m.vocab, Home::rank);
+  token_ = mem.take<int32_t>("token", 1, Home::rank);
+  if (!mem.counting_only()) PB_CUDA(cudaStreamSynchronize(stream));
 }
 
 void FirstToken::run(Timeline& tl, const Blas& blas, const CutSet& cuts, const __nv_bfloat16* last_row) {

@@ -14,6 +14,7 @@
 
 #include "cuts.h"
 #include "device_buffer.h"
+#include "device_memory.h"
 #include "gemm.h"
 #include "model.h"
 #include "timeline.h"
@@ -22,7 +23,9 @@ namespace pb {
 
 class FirstToken {
  public:
-  FirstToken(const ModelShape& m, uint64_t seed, cudaStream_t stream);
+  // The lm head from `mem` (Home::weights, filled when mem.fills_weights()),
+  // its few buffers the rank's own.
+  FirstToken(const ModelShape& m, uint64_t seed, cudaStream_t stream, DeviceMemory& mem = DeviceMemory::standalone());
   // last_row [1, h] bf16 (the final hidden state's last live row).
   void run(Timeline& tl, const Blas& blas, const CutSet& cuts, const __nv_bfloat16* last_row);
   // After run() and a stream sync.

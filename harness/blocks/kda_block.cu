@@ -22,21 +22,54 @@ const char* const kStreams[3] = {"q", "k", "v"};
 
 }  // namespace
 
-KdaWeights::KdaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream)
-    : wbig(synthetic_weight(4 * m.kda_inner(), m.hidden, seed + 11, stream)),
-      wsm(synthetic_weight(kSmallWidth, m.hidden, seed + 12, stream)),
-      w_f_b(synthetic_weight(m.kda_inner(), m.f_rank, seed + 13, stream)),
-      w_o(synthetic_weight(m.hidden, m.kda_inner(), seed + 14, stream)),
-      conv_taps(synthetic_f32(3 * 4 * m.kda_inner(), seed + 15, 0.5f, stream)),
-      dt_bias(synthetic_f32(m.kda_inner(), seed + 16, 1.0f, stream)),
-      A_log(synthetic_f32(m.kda_heads, seed + 17, 0.5f, stream)),
-      gamma_o(ones_f32(m.kda_head_dim, stream)),
-      gain_in(ones_f32(m.hidden, stream)) {
+KdaWeights::KdaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream, DeviceMemory& mem) {
   PB_CHECK(m.kda_heads + m.f_rank <= kSmallWidth, "KDA: kda_heads + f_rank must fit the 256-wide small projection");
+  const WeightFill fill{mem, stream};
+  wbig = fill.weight("kda.wbig", 4 * m.kda_inner(), m.hidden, seed + 11);
+  wsm = fill.weight("kda.wsm", kSmallWidth, m.hidden, seed + 12);
+  w_f_b = fill.weight("kda.w_f_b", m.kda_inner(), m.f_rank, seed + 13);
+  w_o = fill.weight("kda.w_o", m.hidden, m.kda_inner(), seed + 14);
+  conv_taps = fill.uniform_f32("kda.conv_taps", 3 * 4 * m.kda_inner(), seed + 15, 0.5f);
+  dt_bias = fill.uniform_f32("kda.dt_bias", m.kda_inner(), seed + 16, 1.0f);
+  A_log = fill.uniform_f32("kda.A_log", m.kda_heads, seed + 17, 0.5f);
+  gamma_o = fill.ones_f32("kda.gamma_o", m.kda_head_dim);
+  gain_in = fill.ones_f32("kda.gain_in", m.hidden);
 }
 
-KdaBlock::KdaBlock(const ModelShape& m, const KdaWeights& w, const KdaLane& lane)
-    : m_(m), w_(w), lane_(lane), b_(lane.rows), inner_(m.kda_inner()) {
+KdaBlockBuffers KdaBlockBuffers::take(DeviceMemory& mem, const ModelShape& m, const KdaLane& lane) {
+  mem.begin_block("kda");
+  const int64_t b = lane.rows, t = lane.segments.at(size_t(lane.rank)).len, h = m.hidden, inner = m.kda_inner();
+  const int64_t heads = m.kda_heads, d = m.kda_head_dim;
+  KdaBlockBuffers k;
+  // The projections' turn: normed rows, f32 partials, landed streams, the prepare's inputs.
+  k.normed_ = mem.take<bf16>("normed", b * h, Home::mixer);
+  k.partial_ = mem.take<float>("partial", b * 4 * inner, Home::mixer);
+  k.small_partial_ = mem.take<float>("small_partial", b * kSmallWidth, Home::mixer);
+  k.small_ = mem.take<bf16>("beta_f_a", b * (heads + m.f_rank), Home::mixer);  // beta [b, heads] then f_a [b, f_rank]
+  k.forget_partial_ = mem.take<float>("forget_partial", b * inner, Home::mixer);
+  k.forget_ = mem.take<bf16>("forget", b * inner, Home::mixer);
+  for (int i = 0; i < 3; ++i) k.qkv_[i] = mem.take<bf16>(std::string("conv_") + kStreams[i], t * inner, Home::mixer);
+  k.halo_partial_ = mem.take<float>("halo_partial", 4 * 3 * inner, Home::mixer);
+  k.conv_scratch_ = mem.take<unsigned char>("conv_scratch", int64_t(conv_baseline_scratch_bytes({t, inner, 4 * inner, t})),
+                                            Home::mixer);
+  // The walk's turn, and the output's.
+  k.s_in_ = mem.take<float>("s_in", heads * d * d, Home::mixer);
+  k.fold_scratch_ = mem.take<float>("fold_scratch", heads * d * d, Home::mixer);
+  k.gated_ = mem.take<bf16>("gated", b * inner, Home::mixer);
+  k.o_partial_ = mem.take<float>("o_partial", b * h, Home::mixer);
+  k.attn_out_ = mem.take<bf16>("attn_out", b * h, Home::mixer);
+  // Across turns: out_gate (projections -> output), the core's output (walk ->
+  // output; rows >= T zeroed once), the conv carries (zeros on rank 0) and sinks.
+  k.out_gate_ = mem.take<bf16>("out_gate", b * inner, Home::rank);
+  k.core_ = mem.take<bf16>("core", b * inner, Home::rank);
+  k.carry_ = mem.take<bf16>("carry", 3 * 4 * inner, Home::rank);  // [stream][4 rows][inner]
+  for (int i = 0; i < 3; ++i) k.next_[i] = mem.take<bf16>(std::string("next_") + kStreams[i], 3 * inner, Home::rank);
+  mem.note("prepared_chunks", int64_t(KdaWorkspace::bytes_for(t, int(heads))));  // kda_prepare -> the walks
+  return k;
+}
+
+KdaBlock::KdaBlock(const ModelShape& m, const KdaWeights& w, const KdaLane& lane, KdaBlockBuffers buffers)
+    : KdaBlockBuffers(std::move(buffers)), m_(m), w_(w), lane_(lane), b_(lane.rows), inner_(m.kda_inner()) {
   PB_CHECK(lane_.cp >= 1 && lane_.rank >= 0 && lane_.rank < lane_.cp && int(lane_.segments.size()) == lane_.cp,
            "KdaBlock: the lane's rank, cp and segments disagree");
   PB_CHECK((lane_.cp == 1) == (lane_.fabric == nullptr), "KdaBlock: a fabric is needed exactly when cp > 1");
@@ -45,30 +78,9 @@ KdaBlock::KdaBlock(const ModelShape& m, const KdaWeights& w, const KdaLane& lane
     PB_CHECK(s.len <= b_ && (lane_.cp == 1 || s.len >= 3), "KdaBlock: segments must fit the bucket and hold >= 3 tokens");
   if (lane_.fabric) PB_CHECK(lane_.fabric->layout().hidden == m.hidden && lane_.fabric->layout().kda_heads == m.kda_heads,
                              "KdaBlock: the fabric's slab has no KDA regions for this model (model_slab_layout)");
-  const int64_t t = live_rows(), h = m.hidden, heads = m.kda_heads, d = m.kda_head_dim;
-  normed_ = DeviceBuffer<bf16>(size_t(b_ * h));
-  partial_ = DeviceBuffer<float>(size_t(b_ * 4 * inner_));
-  small_partial_ = DeviceBuffer<float>(size_t(b_ * kSmallWidth));
-  small_ = DeviceBuffer<bf16>(size_t(b_ * (heads + m.f_rank)));  // beta [b, heads] then f_a [b, f_rank]
-  out_gate_ = DeviceBuffer<bf16>(size_t(b_ * inner_));
-  forget_partial_ = DeviceBuffer<float>(size_t(b_ * inner_));
-  forget_ = DeviceBuffer<bf16>(size_t(b_ * inner_));
-  for (int i = 0; i < 3; ++i) {
-    qkv_[i] = DeviceBuffer<bf16>(size_t(t * inner_));
-    next_[i] = DeviceBuffer<bf16>(size_t(3 * inner_));
-  }
-  carry_ = DeviceBuffer<bf16>(size_t(3 * 4 * inner_));  // [stream][4 rows][inner]; zeros on rank 0
-  PB_CUDA(cudaMemset(carry_.get(), 0, carry_.bytes()));
-  halo_partial_ = DeviceBuffer<float>(size_t(4 * 3 * inner_));
-  core_ = DeviceBuffer<bf16>(size_t(b_ * inner_));
-  PB_CUDA(cudaMemset(core_.get(), 0, core_.bytes()));  // rows >= T stay zero
-  gated_ = DeviceBuffer<bf16>(size_t(b_ * inner_));
-  o_partial_ = DeviceBuffer<float>(size_t(b_ * h));
-  attn_out_ = DeviceBuffer<bf16>(size_t(b_ * h));
-  s_in_ = DeviceBuffer<float>(size_t(heads * d * d));
-  fold_scratch_ = DeviceBuffer<float>(size_t(heads * d * d));
-  conv_scratch_ = DeviceBuffer<unsigned char>(conv_baseline_scratch_bytes({t, inner_, 4 * inner_, t}));
-  ws_ = KdaWorkspace(t, int(heads));
+  PB_CUDA(cudaMemset(carry_.get(), 0, carry_.bytes()));  // rank 0's carry: zeros
+  PB_CUDA(cudaMemset(core_.get(), 0, core_.bytes()));    // rows >= T stay zero
+  ws_ = KdaWorkspace(live_rows(), int(m.kda_heads));
   if (lane_.fabric) {  // the halo rows' unused fourth row stays zero
     const SlabLayout& L = lane_.fabric->layout();
     for (int p = 0; p < 2; ++p) PB_CUDA(cudaMemset(lane_.fabric->at(lane_.rank, L.halo[p]), 0, L.halo[p].bytes));

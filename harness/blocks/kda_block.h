@@ -29,6 +29,7 @@
 #include "conv_silu_chunk.h"
 #include "cuts.h"
 #include "device_buffer.h"
+#include "device_memory.h"
 #include "gemm.h"
 #include "kda.h"
 #include "model.h"
@@ -42,7 +43,8 @@ class IpcFabric;
 
 // One weight set shared by every KDA layer (seeded).
 struct KdaWeights {
-  KdaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream);
+  // Taken from `mem` (Home::weights) and filled when mem.fills_weights().
+  KdaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream, DeviceMemory& mem = DeviceMemory::standalone());
   DeviceBuffer<__nv_bfloat16> wbig;   // [4·inner, hidden]: q | k | v | g rows
   DeviceBuffer<__nv_bfloat16> wsm;    // [256, hidden]: beta (heads) | f_a (f_rank) | pad
   DeviceBuffer<__nv_bfloat16> w_f_b;  // [inner, f_rank]
@@ -61,9 +63,23 @@ struct KdaLane {
   IpcFabric* fabric = nullptr;  // null at cp 1
 };
 
-class KdaBlock {
+// The block's buffers and where they live (device_memory.h): the mixer lane
+// for what one turn writes and reads, the rank for what crosses turns
+// (out_gate and the prepared chunks from the projections to the walk and the
+// output, the core's output, the conv carry).
+struct KdaBlockBuffers {
+  static KdaBlockBuffers take(DeviceMemory& mem, const ModelShape& m, const KdaLane& lane);
+  DeviceBuffer<__nv_bfloat16> normed_, small_, out_gate_, forget_, qkv_[3], next_[3], carry_, core_, gated_,
+      attn_out_;
+  DeviceBuffer<float> partial_, small_partial_, forget_partial_, halo_partial_, o_partial_, s_in_, fold_scratch_;
+  DeviceBuffer<unsigned char> conv_scratch_;
+};
+
+class KdaBlock : private KdaBlockBuffers {
  public:
-  KdaBlock(const ModelShape& m, const KdaWeights& w, const KdaLane& lane);
+  KdaBlock(const ModelShape& m, const KdaWeights& w, const KdaLane& lane, KdaBlockBuffers buffers);
+  KdaBlock(const ModelShape& m, const KdaWeights& w, const KdaLane& lane)
+      : KdaBlock(m, w, lane, take(DeviceMemory::standalone(), m, lane)) {}
   ~KdaBlock();
 
   // mixed [b, hidden] bf16 -> attn_out() [b, hidden] bf16 (rows >= T of the
@@ -90,10 +106,6 @@ class KdaBlock {
   int64_t b_, inner_;
   int64_t seq_ = 0;
   CutSet cuts_;
-  DeviceBuffer<__nv_bfloat16> normed_, small_, out_gate_, forget_, qkv_[3], next_[3], carry_, core_, gated_,
-      attn_out_;
-  DeviceBuffer<float> partial_, small_partial_, forget_partial_, halo_partial_, o_partial_, s_in_, fold_scratch_;
-  DeviceBuffer<unsigned char> conv_scratch_;
   KdaWorkspace ws_;
   KdaWalk forward_walk_ = kda_fastest_forward_walk();  // the forward's walk; the package takes kHalves
 };

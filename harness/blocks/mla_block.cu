@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 
 #include "block_common.h"
@@ -22,63 +21,69 @@ using bf16 = __nv_bfloat16;
 
 }  // namespace
 
-MlaWeights::MlaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream)
-    : wfu(synthetic_weight(m.mla_fused_width(), m.hidden, seed + 1, stream)),
-      w_q_b(synthetic_weight(m.heads * m.d_qk(), m.q_lora, seed + 2, stream)),
-      w_kv_b(synthetic_weight(m.heads * (m.qk_nope + m.v_head), m.kv_lora, seed + 3, stream)),
-      w_o(synthetic_weight(m.hidden, m.heads * m.v_head, seed + 4, stream)),
-      gain_in(ones_f32(m.hidden, stream)),
-      gain_q_a(ones_f32(m.q_lora, stream)),
-      gain_kv(ones_f32(m.kv_lora, stream)) {}
+MlaWeights::MlaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream, DeviceMemory& mem) {
+  const WeightFill fill{mem, stream};
+  wfu = fill.weight("mla.wfu", m.mla_fused_width(), m.hidden, seed + 1);
+  w_q_b = fill.weight("mla.w_q_b", m.heads * m.d_qk(), m.q_lora, seed + 2);
+  w_kv_b = fill.weight("mla.w_kv_b", m.heads * (m.qk_nope + m.v_head), m.kv_lora, seed + 3);
+  w_o = fill.weight("mla.w_o", m.hidden, m.heads * m.v_head, seed + 4);
+  gain_in = fill.ones_f32("mla.gain_in", m.hidden);
+  gain_q_a = fill.ones_f32("mla.gain_q_a", m.q_lora);
+  gain_kv = fill.ones_f32("mla.gain_kv", m.kv_lora);
+}
 
-MlaBlock::MlaBlock(const ModelShape& m, const MlaWeights& w, const MlaLane& lane, FmhaEngine engine)
-    : m_(m), w_(w), lane_(lane), engine_(engine), b_(lane.rows) {
+MlaBlockBuffers MlaBlockBuffers::take(DeviceMemory& mem, const ModelShape& m, const MlaLane& lane) {
+  mem.begin_block("mla");
+  const int64_t b = lane.rows, heads = m.heads, t = lane.segments.at(size_t(lane.rank)).len;
+  const int64_t kv_width = m.kv_lora + m.qk_rope, q_width = heads * m.d_qk(), v_width = heads * m.v_head;
+  const int64_t widest = std::max({m.mla_fused_width(), q_width, m.hidden});
+  int64_t longest = 0;
+  for (const Segment& seg : lane.segments) longest = std::max(longest, seg.len);
+  MlaBlockBuffers k;
+  // The projections' turn (partial_ again in the output's).
+  k.normed_ = mem.take<bf16>("normed", b * m.hidden, Home::mixer);
+  k.partial_ = mem.take<float>("partial", b * widest, Home::mixer);
+  k.q_a_ = mem.take<bf16>("q_a", b * m.q_lora, Home::mixer);
+  k.q_norm_ = mem.take<bf16>("q_norm", b * m.q_lora, Home::mixer);
+  // The attention's turn: windows, merges, o_finalize.
+  k.o_win_ = mem.take<bf16>("o_win", longest * v_width, Home::mixer);
+  k.lse_win_ = mem.take<float>("lse_win", heads * longest, Home::mixer);
+  const bool helps = lane.cp > 1 && !helped(lane.cp, lane.rank).empty();  // under the stripe
+  if (helps && !lane.helped_in_place) k.staged_q_ = mem.take<bf16>("staged_q", longest * q_width, Home::mixer);
+  k.o_acc_ = mem.take<float>("o_acc", t * v_width, Home::mixer);
+  k.lse_acc_ = mem.take<float>("lse_acc", heads * t, Home::mixer);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t tk = i == 0 ? t : longest;
+    k.keys_[i] = mem.take<bf16>(i == 0 ? "keys_own" : "keys_peer", tk * q_width, Home::mixer);
+    k.kvb_[i] = mem.take<bf16>(i == 0 ? "kv_b_own" : "kv_b_peer", tk * heads * (m.qk_nope + m.v_head), Home::mixer);
+  }
+  // The output's turn.
+  k.gated_ = mem.take<bf16>("gated", b * v_width, Home::mixer);
+  k.attn_out_ = mem.take<bf16>("attn_out", b * m.hidden, Home::mixer);
+  // Across turns.
+  k.gate_ = mem.take<bf16>("gate", b * v_width, Home::rank);
+  k.attn_ = mem.take<bf16>("attention", b * v_width, Home::rank);
+  if (lane.cp == 1) {  // at cp > 1 the window lies in the fabric's slab
+    k.local_kv_ = mem.take<bf16>("window_kv", b * kv_width, Home::rank);
+    k.local_q_ = mem.take<bf16>("window_q", b * q_width, Home::rank);
+  }
+  return k;
+}
+
+MlaBlock::MlaBlock(const ModelShape& m, const MlaWeights& w, const MlaLane& lane, FmhaEngine engine,
+                   MlaBlockBuffers buffers)
+    : MlaBlockBuffers(std::move(buffers)), m_(m), w_(w), lane_(lane), engine_(engine), b_(lane.rows) {
   PB_CHECK(lane_.cp >= 1 && lane_.rank >= 0 && lane_.rank < lane_.cp && int(lane_.segments.size()) == lane_.cp,
            "MlaBlock: the lane's rank, cp and segments disagree");
   PB_CHECK((lane_.cp == 1) == (lane_.fabric == nullptr), "MlaBlock: a fabric is needed exactly when cp > 1");
   for (const Segment& s : lane_.segments) PB_CHECK(s.len <= b_, "MlaBlock: a segment exceeds the bucket rows");
-  const int64_t heads = m.heads, t = live_rows();
-  const int64_t kv_width = m.kv_lora + m.qk_rope, q_width = heads * m.d_qk(), v_width = heads * m.v_head;
-  const int64_t widest = std::max({m.mla_fused_width(), q_width, m.hidden});
-  normed_ = DeviceBuffer<bf16>(size_t(b_ * m.hidden));
-  partial_ = DeviceBuffer<float>(size_t(b_ * widest));
-  q_a_ = DeviceBuffer<bf16>(size_t(b_ * m.q_lora));
-  q_norm_ = DeviceBuffer<bf16>(size_t(b_ * m.q_lora));
-  gate_ = DeviceBuffer<bf16>(size_t(b_ * v_width));
-  attn_ = DeviceBuffer<bf16>(size_t(b_ * v_width));
-  gated_ = DeviceBuffer<bf16>(size_t(b_ * v_width));
-  attn_out_ = DeviceBuffer<bf16>(size_t(b_ * m.hidden));
-  int64_t longest = 0;
-  for (const Segment& seg : lane_.segments) longest = std::max(longest, seg.len);
-  o_win_ = DeviceBuffer<bf16>(size_t(longest * v_width));
-  lse_win_ = DeviceBuffer<float>(size_t(heads * longest));
-  // A helped window copies the owner's queries into this rank's memory and its
-  // result back into the owner's return slot (inside the fabric spans), so the
-  // FMHA itself runs on local memory: on one shared H200 an FMHA reading the
-  // queries and writing the slot in the peer's IPC-mapped slab in place ran
-  // ~1.2x a local pair, staged ~1.0x (README, the CP lane). PB_HELPED_IN_PLACE=1
-  // restores the in-place form for that A/B.
-  const char* in_place = std::getenv("PB_HELPED_IN_PLACE");
-  const bool helps = lane_.cp > 1 && !helped(lane_.cp, lane_.rank).empty();  // under the stripe
-  if (helps && !(in_place && std::string(in_place) == "1"))
-    staged_q_ = DeviceBuffer<bf16>(size_t(longest * q_width));
-  o_acc_ = DeviceBuffer<float>(size_t(t * v_width));
-  lse_acc_ = DeviceBuffer<float>(size_t(heads * t));
   // Rows T .. b of the attention are never written: zero them once.
   PB_CUDA(cudaMemset(attn_.get(), 0, attn_.bytes()));
-  if (lane_.cp == 1) {
-    local_kv_ = DeviceBuffer<bf16>(size_t(b_ * kv_width));
-    local_q_ = DeviceBuffer<bf16>(size_t(b_ * q_width));
-  } else {
+  if (lane_.cp > 1) {
     const SlabLayout& L = lane_.fabric->layout();
-    PB_CHECK(L.seg >= b_ && L.heads == heads && L.kv_rank == m.kv_lora && L.rope_dim == m.qk_rope &&
+    PB_CHECK(L.seg >= b_ && L.heads == m.heads && L.kv_rank == m.kv_lora && L.rope_dim == m.qk_rope &&
                  L.qk_dim == m.d_qk() && L.v_dim == m.v_head,
              "MlaBlock: the fabric's slab layout does not match the model and bucket");
-  }
-  for (int i = 0; i < 2; ++i) {
-    const int64_t tk = i == 0 ? t : longest;
-    keys_[i] = DeviceBuffer<bf16>(size_t(tk * q_width));
-    kvb_[i] = DeviceBuffer<bf16>(size_t(tk * heads * (m.qk_nope + m.v_head)));
   }
 }
 
@@ -97,9 +102,8 @@ void MlaBlock::run(const bf16* mixed, int64_t seq, const CutSet& cuts, Timeline&
 }
 
 void MlaBlock::finish(Timeline& tl, const Blas& blas) {
-  const int64_t v_width = m_.heads * m_.v_head, t = live_rows();
+  const int64_t v_width = m_.heads * m_.v_head;
   cudaStream_t s = tl.stream();
-  tl.launch("o_finalize", "o_finalize", [&] { o_finalize(o_acc_.get(), attn_.get(), t * v_width, s); });
   tl.launch("elementwise", "mul_sigmoid", [&] {
     mul_sigmoid(elementwise_variant(cuts_), attn_.get(), gate_.get(), gated_.get(), b_ * v_width, s);
   });
@@ -182,6 +186,8 @@ void MlaBlock::attend(Timeline& tl, const Blas& blas) {
         lane_.fabric->ring(k, doorbell_index(lane_.cp, lane_.rank, Bell::consumed), doorbell_value(seq_, 0),
                            tl.stream());
     });
+  const int64_t v_width = m_.heads * m_.v_head, t = live_rows();
+  tl.launch("o_finalize", "o_finalize", [&] { o_finalize(o_acc_.get(), attn_.get(), t * v_width, tl.stream()); });
 }
 
 // kv_b on segment k's latents (read in place from k's window), bf16 out, then K.

@@ -36,6 +36,7 @@
 
 #include "cuts.h"
 #include "device_buffer.h"
+#include "device_memory.h"
 #include "fmha.h"
 #include "gemm.h"
 #include "model.h"
@@ -51,7 +52,8 @@ class IpcFabric;
 // One weight set, shared by every MLA layer (seeded uniform, scaled by
 // sqrt(3 / fan_in) so that activations stay O(1)).
 struct MlaWeights {
-  MlaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream);
+  // Taken from `mem` (Home::weights) and filled when mem.fills_weights().
+  MlaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream, DeviceMemory& mem = DeviceMemory::standalone());
   DeviceBuffer<__nv_bfloat16> wfu;     // [q_lora + kv_lora + rope + heads·v, hidden]
   DeviceBuffer<__nv_bfloat16> w_q_b;   // [heads·(nope + rope), q_lora]
   DeviceBuffer<__nv_bfloat16> w_kv_b;  // [heads·(nope + v), kv_lora]
@@ -65,11 +67,33 @@ struct MlaLane {
   std::vector<Segment> segments;  // contiguous_segments(context, cp)
   int64_t rows = 0;               // b: the bucket's rows (>= every segment)
   IpcFabric* fabric = nullptr;
+  // Helped windows (cut 3) read the owner's queries and write its return slot
+  // in the owner's slab in place, instead of staging them through this rank's
+  // memory inside the fabric spans (scenario key helped_in_place; on one
+  // shared GPU in place ran ~1.2x a local pair, staged ~1.0x).
+  bool helped_in_place = false;
 };
 
-class MlaBlock {
+// The block's buffers and where they live (device_memory.h): the mixer lane for
+// what one turn writes and reads, the rank for what crosses turns (the gate,
+// projections -> output; the attention, whose rows >= T are zeroed once; the
+// window at cp 1, projections -> attention).
+struct MlaBlockBuffers {
+  static MlaBlockBuffers take(DeviceMemory& mem, const ModelShape& m, const MlaLane& lane);
+  DeviceBuffer<__nv_bfloat16> normed_, q_a_, q_norm_, gate_, attn_, gated_, attn_out_, o_win_;
+  DeviceBuffer<float> partial_, lse_win_, o_acc_, lse_acc_;
+  DeviceBuffer<__nv_bfloat16> local_kv_, local_q_;  // the window at cp 1
+  DeviceBuffer<__nv_bfloat16> staged_q_;            // a helped window's queries (cp > 1, staged)
+  // Expanded keys: [0] the own segment's, [1] the foreign segment of the
+  // current window (reused: windows run in stream order).
+  DeviceBuffer<__nv_bfloat16> keys_[2], kvb_[2];
+};
+
+class MlaBlock : private MlaBlockBuffers {
  public:
-  MlaBlock(const ModelShape& m, const MlaWeights& w, const MlaLane& lane, FmhaEngine engine);
+  MlaBlock(const ModelShape& m, const MlaWeights& w, const MlaLane& lane, FmhaEngine engine, MlaBlockBuffers buffers);
+  MlaBlock(const ModelShape& m, const MlaWeights& w, const MlaLane& lane, FmhaEngine engine)
+      : MlaBlock(m, w, lane, engine, take(DeviceMemory::standalone(), m, lane)) {}
   ~MlaBlock();
 
   // mixed [b, hidden] bf16 -> attn_out() [b, hidden] bf16. Rows >= T of
@@ -77,7 +101,7 @@ class MlaBlock {
   void run(const __nv_bfloat16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl, const Blas& blas);
   // run() in three phases, for ranks of one GPU that take turns (scenario
   // key serialize_ranks): projections up to the published window; the key
-  // expansions, FMHA windows and merges; o_finalize to attn_out. Taking turns
+  // expansions, FMHA windows, merges and o_finalize; the gate to attn_out. Taking turns
   // phase by phase in rank order never deadlocks: a rank's attention needs
   // only windows published in the first phase and returns from lower ranks.
   void project(const __nv_bfloat16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl, const Blas& blas);
@@ -107,16 +131,7 @@ class MlaBlock {
   MlaLane lane_;
   FmhaEngine engine_;
   int64_t b_;
-  // activations
-  DeviceBuffer<__nv_bfloat16> normed_, q_a_, q_norm_, gate_, attn_, gated_, attn_out_, o_win_;
-  DeviceBuffer<float> partial_, lse_win_, o_acc_, lse_acc_;
-  DeviceBuffer<__nv_bfloat16> local_kv_, local_q_;  // the window at cp 1
-  DeviceBuffer<__nv_bfloat16> staged_q_;            // a helped window's queries (cp > 1)
-  // Expanded keys: [0] the own segment's, [1] the foreign segment of the
-  // current window (reused: windows run in stream order); expanded_[k] =
-  // buffer holding segment k this call, -1 when not expanded yet.
-  std::vector<int> expanded_;
-  DeviceBuffer<__nv_bfloat16> keys_[2], kvb_[2];
+  std::vector<int> expanded_;  // [k]: the keys_ buffer holding segment k this call, -1 when not expanded yet
 };
 
 }  // namespace pb

@@ -22,63 +22,70 @@ MoeRouteShape route_shape(const ModelShape& m, int64_t tokens) {
 
 }  // namespace
 
-MoeWeights make_moe_weights(const ModelShape& m, uint64_t seed, cudaStream_t stream) {
+MoeWeights make_moe_weights(const ModelShape& m, uint64_t seed, cudaStream_t stream, DeviceMemory& mem) {
   const int64_t h = m.hidden, E = m.experts, lat = m.moe_latent, I = m.expert_inter, S = m.shared_inter;
+  const WeightFill fill{mem, stream};
   MoeWeights w;
-  w.router = synthetic_weight(E, h, tensor_seed(seed, 1), stream);
-  w.lat_down = synthetic_weight(lat, h, tensor_seed(seed, 2), stream);
-  w.expert_gate_up = synthetic_weight(E * 2 * I, lat, tensor_seed(seed, 3), stream);
-  w.expert_down = synthetic_weight(E * lat, I, tensor_seed(seed, 4), stream);
-  w.lat_up = synthetic_weight(h, lat, tensor_seed(seed, 5), stream);
-  w.shared_gate_up = synthetic_weight(2 * S, h, tensor_seed(seed, 6), stream);
-  w.shared_down = synthetic_weight(h, S, tensor_seed(seed, 7), stream);
-  const std::vector<float> bias = synthetic_router_bias(int(E), tensor_seed(seed, 8));
-  w.router_bias = DeviceBuffer<float>(size_t(E));
-  PB_CUDA(cudaMemcpyAsync(w.router_bias.get(), bias.data(), bias.size() * sizeof(float), cudaMemcpyHostToDevice,
-                          stream));
-  PB_CUDA(cudaStreamSynchronize(stream));  // `bias` is pageable host memory
+  w.router = fill.weight("moe.router", E, h, tensor_seed(seed, 1));
+  w.lat_down = fill.weight("moe.lat_down", lat, h, tensor_seed(seed, 2));
+  w.expert_gate_up = fill.weight("moe.expert_gate_up", E * 2 * I, lat, tensor_seed(seed, 3));
+  w.expert_down = fill.weight("moe.expert_down", E * lat, I, tensor_seed(seed, 4));
+  w.lat_up = fill.weight("moe.lat_up", h, lat, tensor_seed(seed, 5));
+  w.shared_gate_up = fill.weight("moe.shared_gate_up", 2 * S, h, tensor_seed(seed, 6));
+  w.shared_down = fill.weight("moe.shared_down", h, S, tensor_seed(seed, 7));
+  w.router_bias = mem.take<float>("moe.router_bias", E, Home::weights);
+  if (mem.fills_weights()) {
+    const std::vector<float> bias = synthetic_router_bias(int(E), tensor_seed(seed, 8));
+    PB_CUDA(cudaMemcpyAsync(w.router_bias.get(), bias.data(), bias.size() * sizeof(float), cudaMemcpyHostToDevice,
+                            stream));
+    PB_CUDA(cudaStreamSynchronize(stream));  // `bias` is pageable host memory
+  }
   return w;
 }
 
-MoeBlock::MoeBlock(const ModelShape& m, int64_t bucket, int64_t max_tokens, uint64_t seed, const Blas& blas,
-                   cudaStream_t stream)
-    : m_(m), b_(bucket), max_tokens_(max_tokens), w_(make_moe_weights(m, seed, stream)),
-      sizes_(int(m.experts)), gemm_gate_up_(int(m.experts)), gemm_down_(int(m.experts)) {
-  PB_CHECK(max_tokens >= 1 && max_tokens <= bucket, "MoeBlock: need 1 <= max_tokens <= bucket");
+MoeBlockBuffers MoeBlockBuffers::take(DeviceMemory& mem, const ModelShape& m, int64_t bucket, int64_t max_tokens) {
+  mem.begin_block("moe");
   const int64_t h = m.hidden, E = m.experts, k = m.top_k, lat = m.moe_latent, I = m.expert_inter,
                 S = m.shared_inter;
   const int64_t b = bucket, routed = max_tokens * k;
-  check_moe_route_shape(route_shape(m, max_tokens));
-  auto bf = [](int64_t n) { return DeviceBuffer<bf16>(size_t(n)); };
-  normed_ = bf(b * h);
-  latent_ = bf(b * lat);
-  xp_ = bf(routed * lat);
-  gate_ = bf(routed * I);
-  up_ = bf(routed * I);
-  act_ = bf(routed * I);
-  yd_ = bf(routed * lat);
-  routed_latent_ = bf(b * lat);
-  routed_norm_ = bf(b * lat);
-  routed_ = bf(b * h);
-  sh_gate_ = bf(b * S);
-  sh_up_ = bf(b * S);
-  sh_act_ = bf(b * S);
-  shared_ = bf(b * h);
+  const auto bf = [&](const char* name, int64_t n) { return mem.take<bf16>(name, n, Home::ffn); };
+  const auto i32 = [&](const char* name, int64_t n) { return mem.take<int32_t>(name, n, Home::ffn); };
+  MoeBlockBuffers x;
+  x.normed_ = bf("normed", b * h);
+  x.latent_ = bf("latent", b * lat);
+  x.xp_ = bf("permuted", routed * lat);
+  x.gate_ = bf("expert_gate", routed * I);
+  x.up_ = bf("expert_up", routed * I);
+  x.act_ = bf("expert_act", routed * I);
+  x.yd_ = bf("expert_down", routed * lat);
+  x.routed_latent_ = bf("routed_latent", b * lat);
+  x.routed_norm_ = bf("routed_norm", b * lat);
+  x.routed_ = bf("routed", b * h);
+  x.sh_gate_ = bf("shared_gate", b * S);
+  x.sh_up_ = bf("shared_up", b * S);
+  x.sh_act_ = bf("shared_act", b * S);
+  x.shared_ = bf("shared", b * h);
   // One f32 scratch for every dense GEMM's partial: each is landed before the
   // next GEMM writes. The expert GEMMs write bf16 directly (moe_gemm.h).
-  const int64_t partial = std::max({b * lat, b * h, b * 2 * S});
-  partial_ = DeviceBuffer<float>(size_t(partial));
-  logits_ = DeviceBuffer<float>(size_t(b * E));
-  topw_ = DeviceBuffer<float>(size_t(routed));
-  ids_ = DeviceBuffer<int32_t>(size_t(routed));
-  plan_counts_ = DeviceBuffer<int32_t>(size_t(E));
-  plan_offsets_ = DeviceBuffer<int32_t>(size_t(E + 1));
-  perm_src_ = DeviceBuffer<int32_t>(size_t(routed));
-  perm_dst_ = DeviceBuffer<int32_t>(size_t(routed));
-  const size_t ws = moe_permute_plan_workspace_bytes(route_shape(m, max_tokens));
-  plan_ws_ = DeviceBuffer<int32_t>(std::max<size_t>(1, (ws + 3) / 4));
-  counts_.assign(size_t(E), 0);
-  PB_CUDA(cudaStreamSynchronize(stream));
+  x.partial_ = mem.take<float>("partial", std::max({b * lat, b * h, b * 2 * S}), Home::ffn);
+  x.logits_ = mem.take<float>("logits", b * E, Home::ffn);
+  x.topw_ = mem.take<float>("topk_weights", routed, Home::ffn);
+  x.ids_ = i32("topk_ids", routed);
+  x.plan_counts_ = i32("plan_counts", E);
+  x.plan_offsets_ = i32("plan_offsets", E + 1);
+  x.perm_src_ = i32("perm_src", routed);
+  x.perm_dst_ = i32("perm_dst", routed);
+  const int64_t ws = int64_t(moe_permute_plan_workspace_bytes(route_shape(m, max_tokens)));
+  x.plan_ws_ = i32("plan_workspace", std::max<int64_t>(1, (ws + 3) / 4));
+  return x;
+}
+
+MoeBlock::MoeBlock(const ModelShape& m, int64_t bucket, int64_t max_tokens, MoeWeights w, MoeBlockBuffers buffers)
+    : MoeBlockBuffers(std::move(buffers)), m_(m), b_(bucket), max_tokens_(max_tokens), w_(std::move(w)),
+      sizes_(int(m.experts)), gemm_gate_up_(int(m.experts)), gemm_down_(int(m.experts)) {
+  PB_CHECK(max_tokens >= 1 && max_tokens <= bucket, "MoeBlock: need 1 <= max_tokens <= bucket");
+  check_moe_route_shape(route_shape(m, max_tokens));
+  counts_.assign(size_t(m.experts), 0);
 }
 
 double MoeBlock::load_imbalance() const { return moe_load_imbalance(counts_.data(), int(m_.experts)); }

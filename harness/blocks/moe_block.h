@@ -38,6 +38,7 @@
 
 #include "cuts.h"
 #include "device_buffer.h"
+#include "device_memory.h"
 #include "gemm.h"
 #include "model.h"
 #include "moe_gemm.h"
@@ -57,15 +58,28 @@ struct MoeWeights {
   DeviceBuffer<__nv_bfloat16> shared_down;     // [h, S]
 };
 
-// Allocates and fills the weight set on `stream` (seeded: same seed, same bits).
-MoeWeights make_moe_weights(const ModelShape& m, uint64_t seed, cudaStream_t stream);
+// Takes the weight set from `mem` (Home::weights) and fills it on `stream`
+// when mem.fills_weights() (seeded: same seed, same bits).
+MoeWeights make_moe_weights(const ModelShape& m, uint64_t seed, cudaStream_t stream,
+                            DeviceMemory& mem = DeviceMemory::standalone());
 
-class MoeBlock {
+// The block's buffers for b = bucket rows and up to max_tokens live rows, all
+// in the ffn lane (device_memory.h): the block runs within one turn.
+struct MoeBlockBuffers {
+  static MoeBlockBuffers take(DeviceMemory& mem, const ModelShape& m, int64_t bucket, int64_t max_tokens);
+  DeviceBuffer<__nv_bfloat16> normed_, latent_, xp_, gate_, up_, act_, yd_, routed_latent_, routed_norm_, routed_,
+      sh_gate_, sh_up_, sh_act_, shared_;
+  DeviceBuffer<float> partial_, logits_, topw_;
+  DeviceBuffer<int32_t> ids_, plan_counts_, plan_offsets_, perm_src_, perm_dst_, plan_ws_;
+};
+
+class MoeBlock : private MoeBlockBuffers {
  public:
-  // Buffers for b = bucket rows and up to max_tokens live rows; weights filled
-  // on `stream`.
-  MoeBlock(const ModelShape& m, int64_t bucket, int64_t max_tokens, uint64_t seed, const Blas& blas,
-           cudaStream_t stream);
+  MoeBlock(const ModelShape& m, int64_t bucket, int64_t max_tokens, MoeWeights w, MoeBlockBuffers buffers);
+  // Standalone: buffers and weights of its own, filled on `stream`.
+  MoeBlock(const ModelShape& m, int64_t bucket, int64_t max_tokens, uint64_t seed, cudaStream_t stream)
+      : MoeBlock(m, bucket, max_tokens, make_moe_weights(m, seed, stream),
+                 take(DeviceMemory::standalone(), m, bucket, max_tokens)) {}
 
   // Every launch through tl (on tl.stream()); x and out are [b, h], distinct.
   // `engine` runs both expert GEMMs (the scenario's moe_gemm key); grouped
@@ -87,11 +101,6 @@ class MoeBlock {
   ModelShape m_;
   int64_t b_, max_tokens_;
   MoeWeights w_;
-  // activations (bf16 unless said)
-  DeviceBuffer<__nv_bfloat16> normed_, latent_, xp_, gate_, up_, act_, yd_, routed_latent_, routed_norm_,
-      routed_, sh_gate_, sh_up_, sh_act_, shared_;
-  DeviceBuffer<float> partial_, logits_, topw_;
-  DeviceBuffer<int32_t> ids_, plan_counts_, plan_offsets_, perm_src_, perm_dst_, plan_ws_;
   MoeGroupSizes sizes_;
   MoeGemm gemm_gate_up_, gemm_down_;
   std::vector<int32_t> counts_;

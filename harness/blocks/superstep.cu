@@ -2,13 +2,18 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdio>
+
 #include "attnres.h"
 #include "block_common.h"
 #include "check.h"
 #include "elementwise.h"
+#include "gang.h"
 #include "embed.h"
 #include "ref_math.h"
 #include "schedule.h"
+#include "slab_layout.h"
 
 namespace pb {
 
@@ -37,44 +42,121 @@ bool any_layer(const ModelShape& m, bool (*pred)(const ModelShape&, int64_t)) {
 
 }  // namespace
 
-Superstep::Superstep(const Scenario& s, int rank, IpcFabric* fabric, const Blas& blas, cudaStream_t stream)
+Superstep::Parts Superstep::take_parts(DeviceMemory& mem, const Scenario& s, int rank, cudaStream_t stream) {
+  const ModelShape& m = s.model;
+  const int cp = s.cp;
+  const std::vector<Segment> segs = contiguous_segments(s.context, cp);
+  const int64_t b = s.bucket, t = segs.at(size_t(rank)).len, h = m.hidden;
+  const uint64_t seed = s.seed;
+  const WeightFill fill{mem, stream};
+  Parts p;
+  p.embed_table = mem.take<bf16>("embed_table", m.vocab * h, Home::weights);
+  if (mem.fills_weights()) fill_uniform_bf16(p.embed_table.get(), m.vocab * h, seed + 1, 1.0f, stream);
+  p.sw = fill.uniform_f32("attnres.sw", (2 * m.layers + 1) * h, seed + 2, 0.02f);
+  if (any_layer(m, [](const ModelShape& x, int64_t l) { return x.is_mla(l); })) {
+    p.mla_w = std::make_unique<MlaWeights>(m, seed + 10, stream, mem);
+    p.mla = std::make_unique<MlaBlockBuffers>(
+        MlaBlockBuffers::take(mem, m, MlaLane{rank, cp, segs, b, nullptr, s.helped_in_place}));
+  }
+  if (any_layer(m, [](const ModelShape& x, int64_t l) { return !x.is_mla(l); })) {
+    p.kda_w = std::make_unique<KdaWeights>(m, seed + 20, stream, mem);
+    p.kda = std::make_unique<KdaBlockBuffers>(KdaBlockBuffers::take(mem, m, KdaLane{rank, cp, segs, b, nullptr}));
+  }
+  if (any_layer(m, [](const ModelShape& x, int64_t l) { return !x.is_dense_ffn(l); })) {
+    p.moe_w = std::make_unique<MoeWeights>(make_moe_weights(m, seed + 30, stream, mem));
+    p.moe = std::make_unique<MoeBlockBuffers>(MoeBlockBuffers::take(mem, m, b, t));
+  }
+  if (any_layer(m, [](const ModelShape& x, int64_t l) { return x.is_dense_ffn(l); }))
+    p.dense = std::make_unique<DenseFfn>(m, b, seed + 40, stream, mem);
+  // Ranks that share weights take the same set, the lm head included.
+  if (rank == cp - 1 || mem.placement().shares_weights())
+    p.first = std::make_unique<FirstToken>(m, seed + 50, stream, mem);
+  mem.begin_block("superstep");
+  // Across turns: the residual stream, the snapshots, the token ids, the fingerprints.
+  p.ids = mem.take<int32_t>("token_ids", b, Home::rank);
+  p.hidden = mem.take<bf16>("hidden", b * h, Home::rank);
+  p.snap = mem.take<bf16>("snapshots", b * kSnapBlocks * h, Home::rank);
+  p.last_mixed = mem.take<bf16>("last_mixed", h, Home::rank);
+  p.checksums = mem.take<unsigned long long>("checksums", m.layers, Home::rank);
+  // Within a turn: the AttnRes outputs, the partial sum after the mixer, the FFN's output.
+  p.mixed = mem.take<bf16>("mixed", b * h, Home::trunk);
+  p.prefix2 = mem.take<bf16>("prefix2", b * h, Home::trunk);
+  p.ffn_out = mem.take<bf16>("ffn_out", b * h, Home::trunk);
+  p.scores = mem.take<float>("attnres_scores", b * (kSnapBlocks + 1), Home::trunk);
+  if (cp > 1) {
+    mem.begin_block("fabric");
+    mem.note("slab", model_slab_layout(m, cp, b).total_bytes);
+  }
+  return p;
+}
+
+MemoryNeeds Superstep::memory_needs(const Scenario& s, int rank, const Placement& placement) {
+  DeviceMemory mem = DeviceMemory::counting(placement);
+  take_parts(mem, s, rank, nullptr);
+  return mem.needs();
+}
+
+Superstep::Superstep(const Scenario& s, int rank, IpcFabric* fabric, const Blas& blas, cudaStream_t stream,
+                     DeviceMemory& mem)
     : s_(s), m_(s.model), rank_(rank), cp_(s.cp), b_(s.bucket), blas_(blas),
-      fmha_(fmha_engine_from_name(s.fmha)), moe_engine_(moe_gemm_engine_from_name(s.moe_gemm.c_str())) {
+      fmha_(fmha_engine_from_name(s.fmha)), moe_engine_(moe_gemm_engine_from_name(s.moe_gemm.c_str())),
+      p_(take_parts(mem, s, rank, stream)) {
+  PB_CHECK(!mem.counting_only(), "Superstep: a counting DeviceMemory only sizes (memory_needs)");
   const std::vector<Segment> segs = contiguous_segments(s.context, cp_);
   t_ = segs[rank_].len;
-  const int64_t h = m_.hidden;
-  const uint64_t seed = s.seed;
-  embed_table_ = DeviceBuffer<bf16>(size_t(m_.vocab * h));
-  fill_uniform_bf16(embed_table_.get(), m_.vocab * h, seed + 1, 1.0f, stream);
-  sw_ = synthetic_f32((2 * m_.layers + 1) * h, seed + 2, 0.02f, stream);
-  if (any_layer(m_, [](const ModelShape& m, int64_t l) { return m.is_mla(l); })) {
-    mla_w_ = std::make_unique<MlaWeights>(m_, seed + 10, stream);
-    mla_ = std::make_unique<MlaBlock>(m_, *mla_w_, MlaLane{rank_, cp_, segs, b_, fabric}, fmha_);
-  }
-  if (any_layer(m_, [](const ModelShape& m, int64_t l) { return !m.is_mla(l); })) {
-    kda_w_ = std::make_unique<KdaWeights>(m_, seed + 20, stream);
-    kda_ = std::make_unique<KdaBlock>(m_, *kda_w_, KdaLane{rank_, cp_, segs, b_, fabric});
-  }
-  if (any_layer(m_, [](const ModelShape& m, int64_t l) { return !m.is_dense_ffn(l); }))
-    moe_ = std::make_unique<MoeBlock>(m_, b_, t_, seed + 30, blas, stream);
-  if (any_layer(m_, [](const ModelShape& m, int64_t l) { return m.is_dense_ffn(l); }))
-    dense_ = std::make_unique<DenseFfn>(m_, b_, seed + 40, stream);
-  if (rank_ == cp_ - 1) first_ = std::make_unique<FirstToken>(m_, seed + 50, stream);
-  ids_ = DeviceBuffer<int32_t>(size_t(b_));
-  ids_.upload(token_ids(seed, segs[rank_], b_, m_.vocab));
-  hidden_ = DeviceBuffer<bf16>(size_t(b_ * h));
-  mixed_ = DeviceBuffer<bf16>(size_t(b_ * h));
-  prefix2_ = DeviceBuffer<bf16>(size_t(b_ * h));
-  ffn_out_ = DeviceBuffer<bf16>(size_t(b_ * h));
-  snap_ = DeviceBuffer<bf16>(size_t(b_ * kSnapBlocks * h));
-  PB_CUDA(cudaMemsetAsync(snap_.get(), 0, snap_.bytes(), stream));
-  last_mixed_ = DeviceBuffer<bf16>(size_t(h));
-  scores_ = DeviceBuffer<float>(size_t(b_ * (kSnapBlocks + 1)));
-  checksums_ = DeviceBuffer<unsigned long long>(size_t(m_.layers));
+  if (p_.mla)
+    mla_ = std::make_unique<MlaBlock>(m_, *p_.mla_w, MlaLane{rank_, cp_, segs, b_, fabric, s.helped_in_place}, fmha_,
+                                      std::move(*p_.mla));
+  if (p_.kda) kda_ = std::make_unique<KdaBlock>(m_, *p_.kda_w, KdaLane{rank_, cp_, segs, b_, fabric}, std::move(*p_.kda));
+  if (p_.moe) moe_ = std::make_unique<MoeBlock>(m_, b_, t_, std::move(*p_.moe_w), std::move(*p_.moe));
+  p_.ids.upload(token_ids(s.seed, segs[rank_], b_, m_.vocab));
+  PB_CUDA(cudaMemsetAsync(p_.snap.get(), 0, p_.snap.bytes(), stream));
   PB_CUDA(cudaStreamSynchronize(stream));
 }
 
 Superstep::~Superstep() = default;
+
+MemoryBudget superstep_memory_budget(const Scenario& s, const Placement& p) {
+  PB_CHECK(p.ranks_per_gpu >= 1, "memory budget: ranks per GPU must be positive");
+  MemoryBudget out;
+  for (int r = 0; r < s.cp; ++r) out.ranks.push_back(Superstep::memory_needs(s, r, p));
+  for (int first = 0; first < s.cp; first += p.ranks_per_gpu) {
+    const std::vector<MemoryNeeds> gpu(out.ranks.begin() + first,
+                                       out.ranks.begin() + std::min(s.cp, first + p.ranks_per_gpu));
+    const GpuBudget b = gpu_budget(gpu, p);
+    if (b.total() > out.fullest.total()) out.fullest = b;
+  }
+  const auto gb = [](int64_t bytes) { return double(bytes) / 1e9; };
+  char line[256];
+  std::string t = "memory, GB (" + s.name + ", " + std::to_string(p.ranks_per_gpu) + " rank(s) per GPU" +
+                  (p.serialized ? ", serialized" : "") + "; weights " + (p.shares_weights() ? "shared" : "per rank") +
+                  ", turn-local arena " + (p.shares_arena() ? "shared" : "per rank") + ")\n";
+  std::snprintf(line, sizeof line, "  %-6s %9s %9s %11s %9s %9s %9s\n", "rank", "weights", "own", "turn-local",
+                "trunk", "mixer", "ffn");
+  t += line;
+  for (int r = 0; r < s.cp; ++r) {
+    if (r > 0 && r < s.cp - 1) continue;  // the first and the last rank differ; the middle ones equal the first
+    const MemoryNeeds& n = out.ranks[size_t(r)];
+    std::snprintf(line, sizeof line, "  %-6d %9.2f %9.2f %11.2f %9.2f %9.2f %9.2f\n", r, gb(n.weights), gb(n.rank),
+                  gb(n.turn_local), gb(n.lanes[0]), gb(n.lanes[1]), gb(n.lanes[2]));
+    t += line;
+  }
+  t += "  (turn-local: every turn-local buffer apart; trunk, mixer, ffn: the shared arena's lanes)\n";
+  const GpuBudget& f = out.fullest;
+  std::snprintf(line, sizeof line,
+                "  per GPU (the fullest): weights %.1f + turn-local arena %.1f + ranks' own %.1f = %.1f GB,\n"
+                "  plus each process's CUDA context and library workspaces (not counted here)\n",
+                gb(f.weights), gb(f.arena), gb(f.ranks), gb(f.total()));
+  t += line;
+  out.table = t;
+  return out;
+}
+
+GangMemory superstep_memory(const Gang& gang, int device, const Scenario& s) {
+  const int rank = gang.rank();
+  return GangMemory(gang, device, s.serialize_ranks,
+                    [&](const Placement& p) { return Superstep::memory_needs(s, rank, p); });
+}
 
 void Superstep::attnres_call(const CutSet& cuts, Timeline& tl, int64_t rows, int nb, const bf16* snap,
                              const bf16* partial, const float* sw, bf16* out) {
@@ -82,13 +164,13 @@ void Superstep::attnres_call(const CutSet& cuts, Timeline& tl, int64_t rows, int
   const AttnResShape shape{rows, m_.hidden, nb, kSnapBlocks};
   if (cuts[Cut::attnres]) {
     tl.launch("attnres", "attnres.fused",
-              [&] { attnres(Variant::cut, snap, partial, sw, scores_.get(), out, shape, kAttnResEps, st); });
+              [&] { attnres(Variant::cut, snap, partial, sw, p_.scores.get(), out, shape, kAttnResEps, st); });
     return;
   }
   const AttnResStep step = [&](const char* name, const std::function<void()>& work) {
     tl.launch("attnres", std::string("attnres.") + name, work);
   };
-  attnres_baseline(snap, partial, sw, scores_.get(), out, shape, kAttnResEps, st, &step);
+  attnres_baseline(snap, partial, sw, p_.scores.get(), out, shape, kAttnResEps, st, &step);
 }
 
 void Superstep::add2_call(const CutSet& cuts, Timeline& tl, const bf16* a, const bf16* b, bf16* out) {
@@ -100,22 +182,22 @@ void Superstep::run(const CutSet& cuts, Timeline& tl, const Turn& turn, bool che
   cudaStream_t st = tl.stream();
   const int64_t h = m_.hidden;
   tl.set_layer(-1);
-  turn([&] { tl.launch("embed", "embed.gather", [&] { embed_gather(embed_table_.get(), ids_.get(), hidden_.get(), b_, h, st); }); });
+  turn([&] { tl.launch("embed", "embed.gather", [&] { embed_gather(p_.embed_table.get(), p_.ids.get(), p_.hidden.get(), b_, h, st); }); });
   for (int64_t layer = 0; layer < m_.layers; ++layer) {
     tl.set_layer(int32_t(layer));
     const bool mla = m_.is_mla(layer), snapshot = m_.is_snapshot_layer(layer);
-    const float* sw_attn = sw_.get() + 2 * layer * h;
+    const float* sw_attn = p_.sw.get() + 2 * layer * h;
     const float* sw_mlp = sw_attn + h;
     turn([&] {
-      const bf16* mixer_in = hidden_.get();
+      const bf16* mixer_in = p_.hidden.get();
       if (layer > 0) {
-        attnres_call(cuts, tl, b_, int(m_.nb_in(layer)), snap_.get(), hidden_.get(), sw_attn, mixed_.get());
-        mixer_in = mixed_.get();
+        attnres_call(cuts, tl, b_, int(m_.nb_in(layer)), p_.snap.get(), p_.hidden.get(), sw_attn, p_.mixed.get());
+        mixer_in = p_.mixed.get();
       }
       if (snapshot)
         tl.launch("attnres", "attnres.snapshot", [&] {
           const int64_t block = layer / m_.attnres_period;
-          PB_CUDA(cudaMemcpy2DAsync(snap_.get() + block * h, size_t(kSnapBlocks * h) * 2, hidden_.get(), size_t(h) * 2,
+          PB_CUDA(cudaMemcpy2DAsync(p_.snap.get() + block * h, size_t(kSnapBlocks * h) * 2, p_.hidden.get(), size_t(h) * 2,
                                     size_t(h) * 2, size_t(b_), cudaMemcpyDeviceToDevice, st));
         });
       if (mla) mla_->project(mixer_in, mla_seq_, cuts, tl, blas_);
@@ -131,32 +213,32 @@ void Superstep::run(const CutSet& cuts, Timeline& tl, const Turn& turn, bool che
       const bf16* attn_out = mla ? mla_->attn_out() : kda_->attn_out();
       const bf16* prefix2 = attn_out;  // snapshot layers restart the partial sum
       if (!snapshot) {
-        add2_call(cuts, tl, hidden_.get(), attn_out, prefix2_.get());
-        prefix2 = prefix2_.get();
+        add2_call(cuts, tl, p_.hidden.get(), attn_out, p_.prefix2.get());
+        prefix2 = p_.prefix2.get();
       }
-      attnres_call(cuts, tl, b_, int(m_.nb_mlp(layer)), snap_.get(), prefix2, sw_mlp, mixed_.get());
-      if (m_.is_dense_ffn(layer)) dense_->run(tl, blas_, cuts, mixed_.get(), ffn_out_.get());
-      else moe_->run(tl, blas_, cuts, moe_engine_, mixed_.get(), t_, ffn_out_.get());
-      add2_call(cuts, tl, prefix2, ffn_out_.get(), hidden_.get());
-      if (checksums) checksum_bf16(hidden_.get(), t_ * h, checksums_.get() + layer, st);
+      attnres_call(cuts, tl, b_, int(m_.nb_mlp(layer)), p_.snap.get(), prefix2, sw_mlp, p_.mixed.get());
+      if (m_.is_dense_ffn(layer)) p_.dense->run(tl, blas_, cuts, p_.mixed.get(), p_.ffn_out.get());
+      else moe_->run(tl, blas_, cuts, moe_engine_, p_.mixed.get(), t_, p_.ffn_out.get());
+      add2_call(cuts, tl, prefix2, p_.ffn_out.get(), p_.hidden.get());
+      if (checksums) checksum_bf16(p_.hidden.get(), t_ * h, p_.checksums.get() + layer, st);
     });
     if (mla) ++mla_seq_;
     else ++kda_seq_;
   }
   tl.set_layer(-1);
   turn([&] {
-    if (!first_) return;
+    if (rank_ != cp_ - 1) return;
     const int64_t last = t_ - 1;
-    attnres_call(cuts, tl, 1, int(m_.nb_final()), snap_.get() + last * kSnapBlocks * h, hidden_.get() + last * h,
-                 sw_.get() + 2 * m_.layers * h, last_mixed_.get());
-    first_->run(tl, blas_, cuts, last_mixed_.get());
+    attnres_call(cuts, tl, 1, int(m_.nb_final()), p_.snap.get() + last * kSnapBlocks * h, p_.hidden.get() + last * h,
+                 p_.sw.get() + 2 * m_.layers * h, p_.last_mixed.get());
+    p_.first->run(tl, blas_, cuts, p_.last_mixed.get());
   });
-  have_first_token_ = first_ != nullptr;
+  have_first_token_ = rank_ == cp_ - 1;
 }
 
-int64_t Superstep::first_token() const { return have_first_token_ ? first_->token() : -1; }
+int64_t Superstep::first_token() const { return have_first_token_ ? p_.first->token() : -1; }
 
-std::vector<uint64_t> Superstep::layer_checksums() const { return checksums_.download<uint64_t>(); }
+std::vector<uint64_t> Superstep::layer_checksums() const { return p_.checksums.download<uint64_t>(); }
 
 namespace {
 std::vector<float> widen(const std::vector<uint16_t>& bits) {
@@ -171,7 +253,7 @@ std::vector<float> Superstep::hidden_samples(int rows, int cols) const {
   std::vector<uint16_t> bits(size_t(rows) * size_t(cols));
   for (int i = 0; i < rows; ++i) {
     const int64_t r = rows == 1 ? 0 : int64_t(i) * (t_ - 1) / (rows - 1);
-    PB_CUDA(cudaMemcpy(bits.data() + size_t(i) * size_t(cols), hidden_.get() + r * m_.hidden, size_t(cols) * 2,
+    PB_CUDA(cudaMemcpy(bits.data() + size_t(i) * size_t(cols), p_.hidden.get() + r * m_.hidden, size_t(cols) * 2,
                        cudaMemcpyDeviceToHost));
   }
   return widen(bits);
@@ -180,7 +262,7 @@ std::vector<float> Superstep::hidden_samples(int rows, int cols) const {
 std::vector<float> Superstep::last_logits() const {
   if (!have_first_token_) return {};
   std::vector<uint16_t> bits(size_t(m_.vocab));
-  PB_CUDA(cudaMemcpy(bits.data(), first_->logits(), bits.size() * 2, cudaMemcpyDeviceToHost));
+  PB_CUDA(cudaMemcpy(bits.data(), p_.first->logits(), bits.size() * 2, cudaMemcpyDeviceToHost));
   return widen(bits);
 }
 

@@ -23,6 +23,7 @@
 #include "cuts.h"
 #include "dense_ffn.h"
 #include "device_buffer.h"
+#include "device_memory.h"
 #include "first_token.h"
 #include "fmha.h"
 #include "gemm.h"
@@ -36,13 +37,20 @@
 
 namespace pb {
 
+class Gang;
 class IpcFabric;
 
 
 class Superstep {
  public:
-  Superstep(const Scenario& s, int rank, IpcFabric* fabric, const Blas& blas, cudaStream_t stream);
+  // Every buffer from `mem` (device_memory.h): weights, the rank's own, the
+  // turn-local lanes. Weights are filled when mem.fills_weights().
+  Superstep(const Scenario& s, int rank, IpcFabric* fabric, const Blas& blas, cudaStream_t stream,
+            DeviceMemory& mem = DeviceMemory::standalone());
   ~Superstep();
+  // What rank `rank` of `s` takes under a placement, by home, the fabric's
+  // slab included: the same takes as the constructor, with no device.
+  static MemoryNeeds memory_needs(const Scenario& s, int rank, const Placement& p);
 
   // One superstep under `cuts`. With checksums, also fingerprints every
   // layer's output rows [0, T) (extra launches outside the timeline).
@@ -51,7 +59,7 @@ class Superstep {
   // the layer fingerprints, the final hidden rows.
   int64_t first_token() const;
   std::vector<uint64_t> layer_checksums() const;
-  const __nv_bfloat16* hidden() const { return hidden_.get(); }  // [b, hidden]
+  const __nv_bfloat16* hidden() const { return p_.hidden.get(); }  // [b, hidden]
   // After run(): `rows` live rows, evenly spaced with the first and the last
   // (row i = i * (T - 1) / (rows - 1)), times the first `cols` columns of the
   // final hidden state, as f32 [rows, cols].
@@ -61,6 +69,24 @@ class Superstep {
   int64_t live_rows() const { return t_; }
 
  private:
+  // Everything the superstep takes, in the constructor's order.
+  struct Parts {
+    DeviceBuffer<__nv_bfloat16> embed_table;
+    DeviceBuffer<float> sw;  // [2 * layers + 1, hidden]: sw_attn, sw_mlp per layer, then sw_out
+    std::unique_ptr<MlaWeights> mla_w;
+    std::unique_ptr<MlaBlockBuffers> mla;
+    std::unique_ptr<KdaWeights> kda_w;
+    std::unique_ptr<KdaBlockBuffers> kda;
+    std::unique_ptr<MoeWeights> moe_w;
+    std::unique_ptr<MoeBlockBuffers> moe;
+    std::unique_ptr<DenseFfn> dense;
+    std::unique_ptr<FirstToken> first;
+    DeviceBuffer<int32_t> ids;
+    DeviceBuffer<__nv_bfloat16> hidden, mixed, prefix2, ffn_out, snap, last_mixed;
+    DeviceBuffer<float> scores;
+    DeviceBuffer<unsigned long long> checksums;
+  };
+  static Parts take_parts(DeviceMemory& mem, const Scenario& s, int rank, cudaStream_t stream);
   void attnres_call(const CutSet& cuts, Timeline& tl, int64_t rows, int nb, const __nv_bfloat16* snap,
                     const __nv_bfloat16* partial, const float* sw, __nv_bfloat16* out);
   void add2_call(const CutSet& cuts, Timeline& tl, const __nv_bfloat16* a, const __nv_bfloat16* b,
@@ -74,23 +100,27 @@ class Superstep {
   FmhaEngine fmha_;
   MoeGemmEngine moe_engine_;
   int64_t mla_seq_ = 0, kda_seq_ = 0;
-  // weights
-  DeviceBuffer<__nv_bfloat16> embed_table_;
-  DeviceBuffer<float> sw_;  // [2 * layers + 1, hidden]: sw_attn, sw_mlp per layer, then sw_out
-  std::unique_ptr<MlaWeights> mla_w_;
-  std::unique_ptr<KdaWeights> kda_w_;
+  Parts p_;
   // blocks
   std::unique_ptr<MlaBlock> mla_;
   std::unique_ptr<KdaBlock> kda_;
   std::unique_ptr<MoeBlock> moe_;
-  std::unique_ptr<DenseFfn> dense_;
-  std::unique_ptr<FirstToken> first_;
-  // activations
-  DeviceBuffer<int32_t> ids_;
-  DeviceBuffer<__nv_bfloat16> hidden_, mixed_, prefix2_, ffn_out_, snap_, last_mixed_;
-  DeviceBuffer<float> scores_;
-  DeviceBuffer<unsigned long long> checksums_;
   bool have_first_token_ = false;
 };
+
+// The gang's device memory for supersteps of `s` (device_memory.h): counts
+// this rank's needs under the placement its GPU's ranks form, refuses a
+// scenario that does not fit, shares weights and the turn-local arena.
+// Collective over the gang.
+GangMemory superstep_memory(const Gang& gang, int device, const Scenario& s);
+
+// plan's memory table for `s` under a placement (ranks r*k .. r*k+k-1 on GPU r,
+// k = ranks_per_gpu): each rank's needs by home, and the fullest GPU's budget.
+struct MemoryBudget {
+  std::vector<MemoryNeeds> ranks;  // [cp]
+  GpuBudget fullest;               // the GPU that needs the most
+  std::string table;               // printable
+};
+MemoryBudget superstep_memory_budget(const Scenario& s, const Placement& p);
 
 }  // namespace pb

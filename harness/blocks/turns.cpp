@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "check.h"
+#include "device_memory.h"
 #include "fabric.h"
 
 namespace pb {
@@ -21,11 +22,12 @@ bool trace_turns() {
 }
 }  // namespace
 
-Turn make_turn(const Gang& gang, bool serial, IpcFabric* fab, cudaStream_t stream, int settle_ms) {
+Turn make_turn(const Gang& gang, bool serial, IpcFabric* fab, cudaStream_t stream, int settle_ms,
+               const DeviceMemory* poison) {
   if (!serial) return [](const std::function<void()>& phase) { phase(); };
   auto count = std::make_shared<long>(0);
   const bool trace = trace_turns();
-  return [&gang, fab, stream, count, trace, settle_ms](const std::function<void()>& phase) {
+  return [&gang, fab, stream, count, trace, settle_ms, poison](const std::function<void()>& phase) {
     const long n = (*count)++;
     for (int r = 0; r < gang.size(); ++r) {
       if (r == gang.rank()) {
@@ -33,6 +35,7 @@ Turn make_turn(const Gang& gang, bool serial, IpcFabric* fab, cudaStream_t strea
         if (trace) std::fprintf(stderr, "rank %d: turn %ld starts\n", r, n);
         phase();
         if (fab) fab->drain();
+        if (poison) poison->poison_arena(stream);
         PB_CUDA(cudaStreamSynchronize(stream));
         if (trace) std::fprintf(stderr, "rank %d: turn %ld done\n", r, n);
       }

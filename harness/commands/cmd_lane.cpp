@@ -105,8 +105,8 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   if (cp > 1)
     fab = std::make_unique<IpcFabric>(
         gang, slab_layout(cp, rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()), int(m.v_head)),
-        kLaneWaitTimeoutS);
-  MlaBlock block(m, weights, {me, cp, segs, rows, fab.get()}, engine);
+        s.wait_timeout_or(kLaneWaitTimeoutS));
+  MlaBlock block(m, weights, {me, cp, segs, rows, fab.get(), s.helped_in_place}, engine);
   Timeline tl(stream, true);
   tl.set_layer(int32_t(layer));
   const Turn turn = make_turn(gang, serial, fab.get(), stream, s.turn_settle_ms);

@@ -10,6 +10,7 @@
 #include "plan.h"
 #include "profile.h"
 #include "run_info.h"
+#include "superstep.h"
 
 namespace pb {
 
@@ -76,6 +77,15 @@ int cmd_plan(const Gang& gang, const ScenarioArgs& args) {
     result.variants.push_back(std::move(v));
   }
   if (gang.is_root()) {
+    Placement placement;
+    placement.ranks_per_gpu = args.ranks_per_gpu > 0 ? args.ranks_per_gpu : (s.serialize_ranks ? s.cp : 1);
+    placement.serialized = s.serialize_ranks;
+    const MemoryBudget budget = superstep_memory_budget(s, placement);
+    std::printf("%s", budget.table.c_str());
+    result.numbers["memory_ranks_per_gpu"] = placement.ranks_per_gpu;
+    result.numbers["memory_weights_bytes"] = double(budget.fullest.weights);
+    result.numbers["memory_arena_bytes"] = double(budget.fullest.arena);
+    result.numbers["memory_rank_bytes"] = double(budget.fullest.ranks);
     const std::string path = output_path(args.output, s.name, "plan");
     write_results(path, result, args.overwrite);
     std::printf("wrote %s\n", path.c_str());

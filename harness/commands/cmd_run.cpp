@@ -91,13 +91,18 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   }
   gang.barrier();
 
+  GangMemory memory = superstep_memory(gang, device, s);
+  record_memory(gang, memory, result);
+  if (gang.is_root()) std::printf("memory: %s\n", memory.describe().c_str());
   const Blas blas;
   std::unique_ptr<IpcFabric> fab;
-  if (cp > 1) fab = std::make_unique<IpcFabric>(gang, model_slab_layout(s.model, cp, s.bucket), kRunWaitTimeoutS);
-  Superstep step(s, me, fab.get(), blas, stream);
+  if (cp > 1) fab = std::make_unique<IpcFabric>(gang, model_slab_layout(s.model, cp, s.bucket), s.wait_timeout_or(kRunWaitTimeoutS));
+  Superstep step(s, me, fab.get(), blas, stream, memory.memory());
+  memory.after_weights_filled(stream);
   const double peak_bytes = peak_device_bytes();
   Timeline tl(stream, true);
-  const Turn turn = make_turn(gang, s.serialize_ranks, fab.get(), stream, s.turn_settle_ms);
+  const Turn turn = make_turn(gang, s.serialize_ranks, fab.get(), stream, s.turn_settle_ms,
+                              s.debug.poison_arena ? &memory.memory() : nullptr);
 
   if (!s.debug.delay_family.empty()) tl.set_delay(s.debug.delay_family, s.debug.delay_us);
   std::signal(SIGINT, note_interrupt);
@@ -225,7 +230,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
                                                 "), last rep, measured ms")
                               .c_str());
     std::printf("variant %s: TTFT min %.1f / median %.1f / max %.1f ms over %zu reps, first token %lld, "
-                "peak device memory %.1f GB (rank 0)\n",
+                "device memory in use %.1f GB (rank 0's GPU)\n",
                 v.name.c_str(), t.min, t.median, t.max, v.ttft_ms.size(), (long long)v.outputs.first_token,
                 peak_bytes / 1e9);
   }

@@ -23,6 +23,7 @@ struct ScenarioArgs {
   std::string output;             // --output
   bool overwrite = false;         // --overwrite
   std::string profile;            // --profile (plan)
+  int ranks_per_gpu = 0;          // --ranks-per-gpu (plan's memory budget); 0: cp with serialize_ranks, else 1
   std::string command_line;
 };
 

@@ -58,6 +58,9 @@ int main(int argc, char** argv) {
   CLI::App* plan = app.add_subcommand("plan", "analytic superstep per rank: launches, bytes, FLOPs, roofline");
   add_scenario_options(plan, plan_args);
   plan->add_option("--profile", plan_args.profile, "GPU profile for the roofline: h200, h100, gb300");
+  plan->add_option("--ranks-per-gpu", plan_args.ranks_per_gpu,
+                   "the memory budget's placement (default: cp with serialize_ranks, else 1)")
+      ->check(CLI::PositiveNumber);
   CLI::App* run = app.add_subcommand("run", "measured superstep on the GPUs (one rank per GPU)");
   add_scenario_options(run, run_args);
   CLI::App* verify = app.add_subcommand(

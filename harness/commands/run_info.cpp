@@ -92,6 +92,23 @@ void record_run_info(const Gang& gang, const std::string& command_line, RunResul
   result.numbers["world_size"] = gang.size();
 }
 
+void record_memory(const Gang& gang, const GangMemory& memory, RunResult& result) {
+  const std::vector<std::string> own = gang.gather(std::to_string(memory.memory().needs().rank));
+  if (!gang.is_root()) return;
+  const GpuBudget& b = memory.budget();
+  const Placement& p = memory.placement();
+  result.numbers["memory_weights_bytes"] = double(b.weights);
+  result.numbers["memory_arena_bytes"] = double(b.arena);
+  result.numbers["memory_rank_bytes"] = double(b.ranks);
+  result.numbers["memory_ranks_per_gpu"] = p.ranks_per_gpu;
+  result.numbers["memory_weights_shared"] = p.shares_weights() ? 1 : 0;
+  result.numbers["memory_arena_shared"] = p.shares_arena() ? 1 : 0;
+  std::string per_rank;
+  for (size_t r = 0; r < own.size(); ++r) per_rank += (r ? ", " : "") + std::to_string(r) + ": " + own[r];
+  result.text["memory_rank_bytes"] = per_rank;
+  result.text["memory"] = memory.describe();
+}
+
 std::string output_path(const std::string& requested, const std::string& name, const std::string& kind) {
   if (!requested.empty()) return requested;
   std::time_t now = std::time(nullptr);

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "device_memory.h"
 #include "gang.h"
 #include "results.h"
 #include "scenario.h"
@@ -17,6 +18,13 @@ void record_run_info(const Gang& gang, const std::string& command_line, RunResul
 void record_scenario(const Scenario& s, RunResult& result);
 // Each rank's GPU (name, UUID, PCI bus id), gathered to rank 0 (collective).
 void record_devices(const Gang& gang, int device, RunResult& result);
+
+// Where the superstep's memory lives (collective): numbers memory_weights_bytes,
+// memory_arena_bytes (per GPU: once when shared), memory_rank_bytes (this
+// GPU's ranks' own buffers), memory_ranks_per_gpu, memory_weights_shared and
+// memory_arena_shared (0 / 1), and text memory_rank_bytes ("rank: bytes" per
+// rank) and memory (one line).
+void record_memory(const Gang& gang, const GangMemory& memory, RunResult& result);
 
 // runs/<name>-<kind>-<UTC time>.h5 when `requested` is empty, else `requested`.
 std::string output_path(const std::string& requested, const std::string& name, const std::string& kind);

@@ -22,8 +22,9 @@ std::string join(const std::vector<std::string>& items) {
 
 const std::vector<std::string> kTopKeys = {
     "name", "model", "cp", "context", "bucket", "split_k", "fabric", "fmha", "moe_gemm", "gpu_profile",
-    "serialize_ranks", "turn_settle_ms", "cuts", "variants", "warmup", "reps", "seed", "output", "debug"};
-const std::vector<std::string> kDebugKeys = {"delay_family", "delay_us"};
+    "serialize_ranks", "turn_settle_ms", "helped_in_place", "wait_timeout_s", "cuts", "variants", "warmup", "reps",
+    "seed", "output", "debug"};
+const std::vector<std::string> kDebugKeys = {"delay_family", "delay_us", "poison_arena"};
 const std::vector<std::string> kVariantKeys = {"name", "cuts"};
 
 // Where an error points: the file position of a node, or the command-line
@@ -343,6 +344,9 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
   if (root["serialize_ranks"]) s.serialize_ranks = get_bool(at, root["serialize_ranks"], "serialize_ranks");
   if (root["turn_settle_ms"])
     s.turn_settle_ms = int(get_int(at, root["turn_settle_ms"], "turn_settle_ms", 0, 10000));
+  if (root["helped_in_place"]) s.helped_in_place = get_bool(at, root["helped_in_place"], "helped_in_place");
+  if (root["wait_timeout_s"])
+    s.wait_timeout_s = get_double(at, root["wait_timeout_s"], "wait_timeout_s", 0.1, 86400);
   if (root["warmup"]) s.warmup = int(get_int(at, root["warmup"], "warmup", 0, 1000));
   if (root["reps"]) s.reps = int(get_int(at, root["reps"], "reps", 1, 100000));
   if (root["seed"]) s.seed = uint64_t(get_int(at, root["seed"], "seed", 0, INT64_MAX));
@@ -354,6 +358,8 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
       s.debug.delay_family = get_string(at, root["debug"]["delay_family"], "debug.delay_family");
     if (root["debug"]["delay_us"])
       s.debug.delay_us = get_double(at, root["debug"]["delay_us"], "debug.delay_us", 0, 1e6);
+    if (root["debug"]["poison_arena"])
+      s.debug.poison_arena = get_bool(at, root["debug"]["poison_arena"], "debug.poison_arena");
   }
 
   if (!overrides.cuts.empty()) {

@@ -11,6 +11,8 @@
 //   moe_gemm: grouped                      # grouped | loop | cutlass (the expert GEMMs' engine)
 //   serialize_ranks: false                 # ranks of one GPU take turns
 //   turn_settle_ms: 0                      # a serialized turn starts after this much GPU idle
+//   helped_in_place: false                 # cut 3's helped windows read/write the peer's slab in place
+//   wait_timeout_s: 300                    # a doorbell wait past this fails the gang
 //   cuts: all                              # all | none | seed | [land, conv] | {land: on}
 //   variants: each-cut                     # or [{name: a, cuts: none}, ...]
 //   warmup: 1
@@ -19,6 +21,7 @@
 //   output: runs/cp4-64k.h5
 //   gpu_profile: h200                      # the plan's roofline: h200 | h100 | gb300
 //   debug: {delay_family: land, delay_us: 50}   # test-only: slow a family down
+//   debug: {poison_arena: true}            # fill the shared turn-local arena with NaN after every turn
 //
 // Every error names the file, line and column, the key, and the allowed values.
 // Command-line overrides (`--set key=value`, dotted keys for model.*, and
@@ -47,6 +50,7 @@ struct VariantSpec {
 struct DebugKnobs {
   std::string delay_family;  // empty: none
   double delay_us = 0;       // added to every launch of that family
+  bool poison_arena = false;  // every turn ends by filling the shared turn-local arena with 0xff (NaN)
 };
 
 struct ScenarioOverrides {
@@ -70,6 +74,8 @@ struct Scenario {
   std::string gpu_profile = "h200";
   bool serialize_ranks = false;
   int turn_settle_ms = 0;  // serialized turns (and the lane's pair) start after this much GPU idle
+  bool helped_in_place = false;  // mla_block.h MlaLane::helped_in_place
+  double wait_timeout_s = 0;     // a doorbell wait's deadline; 0: the command's default
   std::vector<VariantSpec> variants;  // at least one
   int warmup = 1;
   int reps = 5;
@@ -78,6 +84,7 @@ struct Scenario {
   DebugKnobs debug;
 
   int64_t segment() const { return context / cp; }
+  double wait_timeout_or(double command_default) const { return wait_timeout_s > 0 ? wait_timeout_s : command_default; }
 };
 
 Scenario parse_scenario(const std::string& text, const std::string& source,

@@ -34,25 +34,8 @@ void warn_error(const char* file, int line, const std::string& what);
     if (!(cond)) ::pb::throw_error(__FILE__, __LINE__, std::string(msg));    \
   } while (0)
 
-#ifdef __CUDACC__
-#define PB_HAVE_CUDA_RUNTIME 1
-#endif
-#if defined(PB_HAVE_CUDA_RUNTIME) || defined(CUDART_VERSION)
-#include <cuda_runtime_api.h>
-#define PB_CUDA(expr)                                                        \
-  do {                                                                       \
-    cudaError_t pb_err_ = (expr);                                            \
-    if (pb_err_ != cudaSuccess)                                              \
-      ::pb::throw_error(__FILE__, __LINE__,                                  \
-                        std::string(#expr) + ": " + cudaGetErrorName(pb_err_) \
-                            + " (" + cudaGetErrorString(pb_err_) + ")");     \
-  } while (0)
-#define PB_CUDA_LAUNCH() PB_CUDA(cudaGetLastError())
-#define PB_CUDA_NOTHROW(expr)                                                \
-  do {                                                                       \
-    cudaError_t pb_err_ = (expr);                                            \
-    if (pb_err_ != cudaSuccess)                                              \
-      ::pb::warn_error(__FILE__, __LINE__,                                   \
-                       std::string(#expr) + ": " + cudaGetErrorName(pb_err_)); \
-  } while (0)
+// The CUDA runtime checks (check_cuda.h) come with this header wherever the
+// runtime's headers are in scope; include check_cuda.h to have them regardless.
+#if defined(__CUDACC__) || defined(CUDART_VERSION)
+#include "check_cuda.h"
 #endif

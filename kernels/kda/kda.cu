@@ -1536,6 +1536,12 @@ KdaWorkspace::KdaWorkspace(int64_t max_tokens, int heads) : max_tokens_(max_toke
   state = DeviceBuffer<float>(size_t(heads) * kD * kD);
 }
 
+size_t KdaWorkspace::bytes_for(int64_t max_tokens, int heads) {
+  const size_t tiles = size_t(heads) * size_t((max_tokens + kC - 1) / kC);
+  return tiles * (4 * kC * kD * sizeof(bf16) + kC * kC * sizeof(bf16) + kD * sizeof(float)) +
+         size_t(heads) * kD * kD * sizeof(float);
+}
+
 size_t KdaWorkspace::bytes() const {
   return w.bytes() + u.bytes() + khat.bytes() + qg.bytes() + aqk.bytes() + gamma.bytes() + state.bytes();
 }

@@ -185,6 +185,8 @@ class KdaWorkspace {
   int heads() const { return heads_; }
   int64_t chunks() const { return (max_tokens_ + kKdaChunkLen - 1) / kKdaChunkLen; }
   size_t bytes() const;
+  // What KdaWorkspace(max_tokens, heads) allocates, without a device.
+  static size_t bytes_for(int64_t max_tokens, int heads);
 
   DeviceBuffer<__nv_bfloat16> w, u, khat, qg;  // [H, chunks, 64, 128]
   DeviceBuffer<__nv_bfloat16> aqk;              // [H, chunks, 64, 64]
