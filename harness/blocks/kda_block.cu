@@ -89,6 +89,12 @@ KdaBlock::KdaBlock(const ModelShape& m, const KdaWeights& w, const KdaLane& lane
 
 KdaBlock::~KdaBlock() = default;
 
+const char* KdaBlock::forward_walk_name() const {
+  if (forward_walk_ == KdaWalk::kWgmma) return "wgmma";
+  if (forward_walk_ == KdaWalk::kHalves) return "halves";
+  return "head";
+}
+
 void KdaBlock::run(const bf16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl, const Blas& blas) {
   project(mixed, seq, cuts, tl, blas);
   recur(tl, blas);

@@ -94,6 +94,8 @@ class KdaBlock : private KdaBlockBuffers {
   const __nv_bfloat16* attn_out() const { return attn_out_.get(); }
   const __nv_bfloat16* core_out() const { return core_.get(); }  // [b, inner], rows >= T zero
   int64_t live_rows() const { return lane_.segments[lane_.rank].len; }
+  // The state walk the forward runs on this device ("wgmma" on sm_90, else "head").
+  const char* forward_walk_name() const;
 
  private:
   void halo(Timeline& tl, const Blas& blas);

@@ -89,6 +89,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   record_run_info(gang, args.command_line, result);
   record_scenario(s, result);
   record_devices(gang, device, result);
+  result.text["engine_fmha"] = fmha_engine_name(engine);
 
   cudaStream_t stream;
   PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

@@ -99,6 +99,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   if (cp > 1) fab = std::make_unique<IpcFabric>(gang, model_slab_layout(s.model, cp, s.bucket), s.wait_timeout_or(kRunWaitTimeoutS));
   Superstep step(s, me, fab.get(), blas, stream, memory.memory());
   memory.after_weights_filled(stream);
+  for (const auto& [what, engine] : step.engines()) result.text["engine_" + what] = engine;
   const double peak_bytes = peak_device_bytes();
   Timeline tl(stream, true);
   const Turn turn = make_turn(gang, s.serialize_ranks, fab.get(), stream, s.turn_settle_ms,
