@@ -21,12 +21,26 @@ cudaEvent_t Timeline::event(size_t i) {
 }
 
 void Timeline::launch(const char* family, const std::string& kernel, const std::function<void()>& work) {
+  PB_CHECK(!in_launch_, "Timeline: launch '" + kernel + "' inside another launch");
   const size_t i = pending_.size();
   if (timed_) PB_CUDA(cudaEventRecord(event(2 * i), stream_));
+  in_launch_ = true;
+  bells_.clear();
   work();
+  in_launch_ = false;
   if (delay_us_ > 0 && family == delay_family_) gpu_delay(delay_us_, stream_);
   if (timed_) PB_CUDA(cudaEventRecord(event(2 * i + 1), stream_));
-  pending_.push_back({layer_, family, kernel, 0.0});
+  TimedLaunch l;
+  l.layer = layer_;
+  l.family = family;
+  l.kernel = kernel;
+  l.bells = std::move(bells_);
+  pending_.push_back(std::move(l));
+}
+
+void Timeline::note_bell(const BellNote& bell) {
+  PB_CHECK(in_launch_, "Timeline: a doorbell outside a launch");
+  bells_.push_back(bell);
 }
 
 std::vector<TimedLaunch> Timeline::collect() {

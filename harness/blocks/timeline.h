@@ -21,11 +21,23 @@
 
 namespace pb {
 
+// A doorbell a launch rang or waited on (docs/design.md §3): flag is the index
+// in the receiver's doorbell array (doorbell_index), so a wait of rank r on
+// (flag, value) is met by the ring of its sender into r's flag with a value >= it.
+struct BellNote {
+  bool ring = false;  // else a wait
+  int peer = 0;       // ring: the receiver; wait: the sender
+  int flag = 0;
+  uint64_t value = 0;
+};
+
 struct TimedLaunch {
   int32_t layer = -1;
   std::string family;
   std::string kernel;
   double ms = 0;  // between the launch's two events; 0 when untimed
+  int32_t stream = 0;  // the rank's stream it ran on (0: the work stream)
+  std::vector<BellNote> bells;
 };
 
 class Timeline {
@@ -48,6 +60,8 @@ class Timeline {
 
   // Enqueues `work` (launches on stream()) between two events named family / kernel.
   void launch(const char* family, const std::string& kernel, const std::function<void()>& work);
+  // Inside a launch's work: a doorbell it rings or waits on (the blocks' fabric calls).
+  void note_bell(const BellNote& bell);
   // Waits for the stream; returns the launches since the last collect(), in order.
   std::vector<TimedLaunch> collect();
   size_t pending() const { return pending_.size(); }
@@ -61,6 +75,8 @@ class Timeline {
   double delay_us_ = 0;
   std::vector<cudaEvent_t> events_;  // pool: launch i uses events 2i, 2i + 1
   std::vector<TimedLaunch> pending_;
+  bool in_launch_ = false;
+  std::vector<BellNote> bells_;  // the launch in progress's
 };
 
 }  // namespace pb
