@@ -5,6 +5,7 @@
 #   gpu  suites that need a CUDA device; exit 77 = skipped without one
 # test/support holds the mains and helpers of each kind.
 add_library(pb_doctest_main STATIC test/support/doctest_main.cpp)
+target_include_directories(pb_doctest_main PUBLIC test/support)
 target_link_libraries(pb_doctest_main PUBLIC doctest::doctest)
 
 add_library(pb_gpu_test_support STATIC test/support/gpu_test.cpp test/support/device_math.cu
