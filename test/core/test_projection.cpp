@@ -372,6 +372,26 @@ TEST_CASE("projection: a rank's streams run side by side") {
   check_invariants(p);
 }
 
+TEST_CASE("projection: a dependency between a rank's own streams is a bell to itself of a kind of its own") {
+  // Rank 0's stream 1 copies 8 us; stream 0 computes 3 us, then waits for the copy (an event, flag 1000).
+  Gang g(1);
+  const int64_t copy = g.span(0, "fabric.publish_halo", 8, 0, 1, 1024);
+  g.v.bells.push_back({0, 0, copy, BellOpKind::ring, 0, 1000, "event", 1});
+  g.span(0, "gemm.wfu", 3, 0, 0);
+  const int64_t w = g.span(0, "fabric.wait_copy", 0.5, 0, 0);
+  g.v.bells.push_back({0, 0, w, BellOpKind::wait, 0, 1000, "event", 1});
+  g.span(0, "gemm.halo_qkv", 5, 0, 0);
+  const Projection p = g.project();
+  CHECK(p.ttft_ms * 1e3 == doctest::Approx(13));
+  CHECK(p.ranks[0].wait_us == doctest::Approx(5));
+  CHECK(stall_us(p, 0, 0, "event") == doctest::Approx(5));
+  CHECK(p.ranks[0].path_compute_us == doctest::Approx(13));
+  check_invariants(p);
+  g.v.bells.pop_back();
+  g.v.bells.push_back({0, 0, w, BellOpKind::wait, 0, 1000, "event", 2});  // never rung
+  CHECK(contains(error_of([&] { g.project(); }), "waits for doorbell 'event' from rank 0 (flag 1000) >= 2"));
+}
+
 namespace {
 
 // The MLA block's launches and doorbells for one call on one rank, in
