@@ -5,6 +5,7 @@
 #   gpu  suites that need a CUDA device; exit 77 = skipped without one
 # test/support holds the mains and helpers of each kind.
 add_library(pb_doctest_main STATIC test/support/doctest_main.cpp)
+target_include_directories(pb_doctest_main PUBLIC test/support)
 target_link_libraries(pb_doctest_main PUBLIC doctest::doctest)
 
 add_library(pb_gpu_test_support STATIC test/support/gpu_test.cpp test/support/device_math.cu
@@ -58,7 +59,7 @@ foreach(family ${PB_KERNEL_FAMILIES})
 endforeach()
 
 # harness/core: pure host code.
-foreach(name test_compare test_plan test_results test_scenario test_schedule test_slab_layout)
+foreach(name test_compare test_plan test_projection test_results test_scenario test_schedule test_slab_layout)
   pb_cpu_test(test/core/${name}.cpp)
 endforeach()
 # The gang on 4 ranks.

@@ -2,7 +2,7 @@
 import h5py
 import numpy as np
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSIONS = (1, 2)  # 2 added spans.stream, bells and projection/
 
 
 def _text(v):
@@ -12,8 +12,8 @@ def _text(v):
 def open_results(path):
     f = h5py.File(path, "r")
     version = int(f.attrs.get("schema_version", -1))
-    if version != SCHEMA_VERSION:
-        raise SystemExit(f"{path}: schema_version {version}, this script reads {SCHEMA_VERSION}")
+    if version not in SCHEMA_VERSIONS:
+        raise SystemExit(f"{path}: schema_version {version}, this script reads {', '.join(map(str, SCHEMA_VERSIONS))}")
     return f
 
 
