@@ -102,7 +102,7 @@ void KdaBlock::run(const bf16* mixed, int64_t seq, const CutSet& cuts, Timeline&
 }
 
 void KdaBlock::wait(int sender, Bell kind, uint64_t value, const std::string& what, Timeline& tl) {
-  lane_.fabric->wait(doorbell_index(lane_.cp, sender, kind), value, tl.stream(), {int(tl.layer()), int(seq_), what});
+  wait_bell(*lane_.fabric, tl, sender, kind, value, {int(tl.layer()), int(seq_), what});
 }
 
 void KdaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl, const Blas& blas) {
@@ -165,7 +165,7 @@ void KdaBlock::halo(Timeline& tl, const Blas& blas) {
     });
     tl.launch("fabric", "fabric.publish_halo", [&] {
       lane_.fabric->copy_to_peer(me + 1, L.halo[par].offset, normed_.get() + (t - 3) * h, 3 * h * 2, s);
-      lane_.fabric->ring(me + 1, doorbell_index(cp, me, Bell::halo), doorbell_value(seq_, 0), s);
+      ring_bell(*lane_.fabric, tl, me, me + 1, Bell::halo, doorbell_value(seq_, 0));
     });
   }
   if (me > 0) {
@@ -179,7 +179,7 @@ void KdaBlock::halo(Timeline& tl, const Blas& blas) {
       land_band(tl, land_variant(cuts_), std::string("halo_") + kStreams[i], halo_partial_.get(),
                 carry_.get() + i * 4 * inner_, 4, 3 * inner_, i * inner_, inner_);
     tl.launch("fabric", "fabric.release_halo", [&] {
-      lane_.fabric->ring(me - 1, doorbell_index(cp, me, Bell::halo_read), doorbell_value(seq_, 0), s);
+      ring_bell(*lane_.fabric, tl, me, me - 1, Bell::halo_read, doorbell_value(seq_, 0));
     });
   }
 }
@@ -223,7 +223,7 @@ void KdaBlock::recur(Timeline& tl, const Blas& blas) {
     });
     tl.launch("fabric", "fabric.publish_state", [&] {
       for (int r = me + 1; r < cp; ++r)
-        lane_.fabric->ring(r, doorbell_index(cp, me, Bell::state), doorbell_value(seq_, 0), s);
+        ring_bell(*lane_.fabric, tl, me, r, Bell::state, doorbell_value(seq_, 0));
     });
   }
   if (me > 0) {
@@ -242,7 +242,7 @@ void KdaBlock::recur(Timeline& tl, const Blas& blas) {
               [&] { kda_fold(blas, M.data(), D.data(), me, heads, s_in_.get(), fold_scratch_.get(), s); });
     tl.launch("fabric", "fabric.release_state", [&] {
       for (int j = 0; j < me; ++j)
-        lane_.fabric->ring(j, doorbell_index(cp, me, Bell::state_read), doorbell_value(seq_, 0), s);
+        ring_bell(*lane_.fabric, tl, me, j, Bell::state_read, doorbell_value(seq_, 0));
     });
   }
   tl.launch("kda", "kda.forward", [&] {

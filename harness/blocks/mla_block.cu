@@ -147,12 +147,12 @@ void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
   if (!readers.empty())
     tl.launch("fabric", "fabric.publish_window", [&] {
       for (int r : readers)
-        lane_.fabric->ring(r, doorbell_index(lane_.cp, lane_.rank, Bell::window), doorbell_value(seq_, 0), s);
+        ring_bell(*lane_.fabric, tl, lane_.rank, r, Bell::window, doorbell_value(seq_, 0));
     });
 }
 
 void MlaBlock::wait(int sender, Bell kind, uint64_t value, const std::string& what, Timeline& tl) {
-  lane_.fabric->wait(doorbell_index(lane_.cp, sender, kind), value, tl.stream(), {int(tl.layer()), int(seq_), what});
+  wait_bell(*lane_.fabric, tl, sender, kind, value, {int(tl.layer()), int(seq_), what});
 }
 
 void MlaBlock::attend(Timeline& tl, const Blas& blas) {
@@ -180,11 +180,9 @@ void MlaBlock::attend(Timeline& tl, const Blas& blas) {
   if (!read.empty())
     tl.launch("fabric", "fabric.release_window", [&] {
       for (int k : read)
-        lane_.fabric->ring(k, doorbell_index(lane_.cp, lane_.rank, Bell::released), doorbell_value(seq_, 0),
-                           tl.stream());
+        ring_bell(*lane_.fabric, tl, lane_.rank, k, Bell::released, doorbell_value(seq_, 0));
       for (int k : unmerged_helpers)
-        lane_.fabric->ring(k, doorbell_index(lane_.cp, lane_.rank, Bell::consumed), doorbell_value(seq_, 0),
-                           tl.stream());
+        ring_bell(*lane_.fabric, tl, lane_.rank, k, Bell::consumed, doorbell_value(seq_, 0));
     });
   const int64_t v_width = m_.heads * m_.v_head, t = live_rows();
   tl.launch("o_finalize", "o_finalize", [&] { o_finalize(o_acc_.get(), attn_.get(), t * v_width, tl.stream()); });
@@ -276,7 +274,7 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
         PB_CUDA(cudaMemcpyAsync(slot_o, o_win_.get(), size_t(tq * heads * m_.v_head) * 2, cudaMemcpyDeviceToDevice, s));
         PB_CUDA(cudaMemcpyAsync(slot_lse, lse_win_.get(), size_t(heads * tq) * 4, cudaMemcpyDeviceToDevice, s));
       }
-      lane_.fabric->ring(w.q, doorbell_index(lane_.cp, me, Bell::returned), doorbell_value(seq_, w.slot), s);
+      ring_bell(*lane_.fabric, tl, me, w.q, Bell::returned, doorbell_value(seq_, w.slot));
     });
   }
 }
@@ -301,7 +299,7 @@ void MlaBlock::merge(const MergeStep& step, bool reset, Variant v, Timeline& tl)
             [&] { lse_merge(v, o, lse, o_acc_.get(), lse_acc_.get(), t, heads, reset, s); });
   if (step.slot >= 0)
     tl.launch("fabric", "fabric.release_return", [&] {
-      lane_.fabric->ring(step.k, doorbell_index(lane_.cp, lane_.rank, Bell::consumed), doorbell_value(seq_, 0), s);
+      ring_bell(*lane_.fabric, tl, lane_.rank, step.k, Bell::consumed, doorbell_value(seq_, 0));
     });
 }
 

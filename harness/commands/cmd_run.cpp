@@ -23,6 +23,7 @@
 #include "plan.h"
 #include "plan_match.h"
 #include "profile.h"
+#include "projection.h"
 #include "run_info.h"
 #include "stats.h"
 #include "superstep.h"
@@ -148,6 +149,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
         logits[vi] = step.last_logits();
       }
       std::vector<Span> spans;
+      std::vector<BellOp> bells;
       RankRep rr;
       rr.rep = rep;
       rr.rank = me;
@@ -156,13 +158,17 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       for (size_t i = 0; i < launches.size(); ++i) {
         const TimedLaunch& l = launches[i];
         const Launch& p = plan.launches[i];
-        spans.push_back({rep, me, l.layer, l.family, l.kernel, l.ms * 1e3, p.cost.bytes, p.cost.flops});
+        spans.push_back({rep, me, l.layer, l.family, l.kernel, l.ms * 1e3, p.cost.bytes, p.cost.flops, l.stream});
+        for (const BellNote& b : l.bells)
+          bells.push_back({rep, me, int64_t(i), b.ring ? BellOpKind::ring : BellOpKind::wait, b.peer, b.flag,
+                           doorbell_kind(cp, b.flag), b.value});
         if (l.kernel.rfind("fabric.wait", 0) == 0) rr.wait_us += l.ms * 1e3;
       }
       const FabricStats after = fab ? fab->stats() : FabricStats{};
       rr.fabric_bytes = double(after.bytes_written - before.bytes_written + after.bytes_read - before.bytes_read);
       // Every rank's spans and wall to rank 0; TTFT is the last rank's wall.
       const std::vector<std::string> span_parts = gang.gather(rep >= 0 ? pack_spans(spans) : std::string());
+      const std::vector<std::string> bell_parts = gang.gather(rep >= 0 ? pack_bells(bells) : std::string());
       const std::vector<std::string> rep_parts = gang.gather(pack_rank_reps({rr}));
       if (!gang.is_root()) continue;
       const double ttft = unpack_rank_reps(rep_parts.back()).at(0).wall_us / 1e3;
@@ -172,8 +178,8 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       if (rep < 0) continue;
       VariantResult& v = result.variants[vi];
       v.ttft_ms.push_back(ttft);
-      for (const auto& part : span_parts)
-        for (Span& sp : unpack_spans(part)) v.spans.push_back(std::move(sp));
+      for (size_t r = 0; r < span_parts.size(); ++r)
+        append_spans(v, unpack_spans(span_parts[r]), unpack_bells(bell_parts[r]));
       for (const auto& part : rep_parts)
         for (const RankRep& r : unpack_rank_reps(part)) v.rank_reps.push_back(r);
     }
@@ -234,6 +240,17 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
                 "device memory in use %.1f GB (rank 0's GPU)\n",
                 v.name.c_str(), t.min, t.median, t.max, v.ttft_ms.size(), (long long)v.outputs.first_token,
                 peak_bytes / 1e9);
+    // Each rank's spans were timed alone (serialized, or one rank): replay the gang as if each had its GPU.
+    if ((s.serialize_ranks || cp == 1) && can_project(v)) {
+      try {
+        for (const char* link : {kMeasuredLink, "nvlink4"}) {
+          v.projections.push_back(project_variant(v, link));
+          std::printf("%s", format_projection(v.name, v.projections.back()).c_str());
+        }
+      } catch (const Error& e) {
+        std::printf("variant %s: no projected gang: %s\n", v.name.c_str(), e.what());
+      }
+    }
   }
   if (gang.is_root()) {
     result.complete = true;
