@@ -2,27 +2,9 @@
 // package), the fold. Contract, precision and floors: kda.h; convention and
 // stability: kda_ref.h.
 //
-// kda_prepare2_kernel (KdaPrepare::kV2, the default) — grid (chunks, heads), 256 threads,
-//   73.75 KiB smem, 80 registers (12 bytes spilled), 3 CTAs/SM: b per (token, channel) in registers, two ex2 per
-//   element, pair B operands rescaled per channel, inverse off-diagonal blocks on tf32 mma
-//   (steps at its definition below).
-// kda_prepare_kernel (v1, KdaPrepare::kV1) — grid (chunks, heads), 256 threads (8 warps), 96.75 KiB smem, 2 CTAs/SM
-//   1 cp.async q, k, g [64, 128] bf16 (rows past T zero-filled); β = sigmoid
-//   2 log2-decay la2 = −5·log2(e)·sigmoid(exp(A_log)(g + dt_bias)) (0 past T), in-chunk
-//     inclusive cumsum b (f32, log2 units); q, k row norms 1/sqrt(Σx² + 1e-6)
-//   3 per element: Qg = scale·q̂·2^b, K̂ = k̂·2^{b_last − b} → workspace; Γ = 2^{b_last};
-//     qe = q̂·2^{b − b_a}, ke = k̂·2^{b − b_a} (a = the row's 16-block start, ≤ 1) → smem
-//   4 the 10 block pairs (R, I ≤ R) of L and Aqk over 8 warps, mma m16n8k16: A operand
-//     qe/ke rows of block R, B operand k̂_i·2^{b_a(R) − b_i} built in registers (≤ 1 for
-//     I < R; ≤ 2^{75 log2 e} inside the diagonal block — finite in f32 and bf16)
-//   5 A = (I + L)^{-1}: 16x16 diagonal inverses by substitution (one warp each, column
-//     per lane), then A_RI = −A_RR Σ_{J=I..R−1} L_RJ A_JI by block distance (f32)
-//   6 W = (A·β) (K̂∘2^b), Ũ = (A·β) V on mma (warp = row block × product), staged, stored
-// kda_state_kernel — grid (heads, slices of 32 state rows), 256 threads, 69.5 KiB, 3 CTAs/SM
-//   per chunk: U = Ũ − W S0ᵀ, O = Qg S0ᵀ (warp: 16 tokens × 16 rows); sync;
-//   O += Aqk U → o; S = S0 Γ + Uᵀ K̂ (warp: 32 rows × 16 key channels); sync.
-//   S lives in f32 registers; its bf16 copy in smem is the B operand of the next chunk.
-//   Loads of chunk n+1 (cp.async) go out as soon as each buffer is free.
+// kda_prepare_kernel — grid (chunks, heads), 256 threads, 73.75 KiB smem, 3 CTAs/SM: b per
+//   (token, channel) in registers, two ex2 per element, pair B operands rescaled per channel,
+//   inverse off-diagonal blocks on tf32 mma (steps at its definition below).
 // kda_walk_kernel — grid (heads, 1 or 2 for the package's D, M), 512 threads, 193 KiB, 1 CTA/SM
 //   (the default walk, KdaWalk::kHead): all 128 rows of S per CTA, S in f32 registers
 //   (warp: 32 rows × 32 key channels); two stages of workspace tiles, chunk n+1's cp.async
@@ -43,10 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "check.h"
 #include "ptx.cuh"
@@ -67,10 +46,6 @@ static_assert(kD == 128 && kC == 64, "kda: the tiling assumes dk = dv = 128 and 
 using namespace ptx;  // the shared PTX wrappers (ptx.cuh)
 
 __device__ __forceinline__ float sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
-// sigmoid with ex2.approx and the approximate divide (a few ulp; 0 for x → −inf).
-__device__ __forceinline__ float sigmoid_fast(float x) {
-  return __fdividef(1.0f, __fadd_rn(1.0f, fast_exp2(__fmul_rn(-kLog2e, x))));
-}
 
 // ---------------------------------------------------------------------------
 // Swizzled tiles (byte offsets; row_bytes a multiple of 128)
@@ -82,7 +57,6 @@ using kda_tiles::RowChunk;
 using kda_tiles::swz;
 // element (r, c) of a bf16 [rows][128] tile / f32 [rows][128] tile / f32 or bf16 [rows][64] tile
 __device__ __forceinline__ uint32_t at_h128(int r, int c) { return swz(r, c >> 3, 256) + ((c & 7) << 1); }
-__device__ __forceinline__ uint32_t at_f128(int r, int c) { return swz(r, c >> 2, 512) + ((c & 3) << 2); }
 __device__ __forceinline__ uint32_t at_f64(int r, int c) { return swz(r, c >> 2, 256) + ((c & 3) << 2); }
 
 template <class T>
@@ -108,7 +82,7 @@ __device__ __forceinline__ void load_tile(unsigned char* s, const bf16* g, int64
 }
 
 // ---------------------------------------------------------------------------
-// kda_prepare_kernel
+// The prepare's parameters
 // ---------------------------------------------------------------------------
 
 struct PrepParams {
@@ -120,276 +94,10 @@ struct PrepParams {
   float* gamma;
 };
 
-constexpr uint32_t kPrepQ = 0, kPrepK = 16384, kPrepX = 32768, kPrepB = 49152, kPrepL = 81920;
-constexpr uint32_t kPrepBeta = 98304, kPrepInvQ = kPrepBeta + 256, kPrepInvK = kPrepInvQ + 256;
-constexpr uint32_t kPrepSmem = kPrepInvK + 256;  // 99072 bytes
-
-__global__ void __launch_bounds__(kThreads, 2) kda_prepare_kernel(const PrepParams p) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char* sQ = smem + kPrepQ;  // q raw → qe → A f32 [64][64]
-  unsigned char* sK = smem + kPrepK;  // k raw → kg = k̂·2^b → W staging
-  unsigned char* sX = smem + kPrepX;  // g raw → ke → v raw → Ũ staging
-  unsigned char* sB = smem + kPrepB;  // b f32 [64][128] (log2 units)
-  unsigned char* sL = smem + kPrepL;  // L f32 [64][64]; blocks (I, R), I < R, hold temporaries
-  float* sBeta = reinterpret_cast<float*>(smem + kPrepBeta);
-  float* sInvQ = reinterpret_cast<float*>(smem + kPrepInvQ);
-  float* sInvK = reinterpret_cast<float*>(smem + kPrepInvK);
-  unsigned char* sA = sQ;
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t4 = lane & 3;
-  const RowChunk pa = lane_rows_then_k(lane), pb = lane_k_then_rows(lane);  // ldmatrix lane patterns
-  const int chunk = blockIdx.x, h = blockIdx.y;
-  const int64_t t0 = int64_t(chunk) * kC;
-  const int n = p.tokens - t0 < kC ? int(p.tokens - t0) : kC;
-  const int64_t tile = (int64_t(h) * p.ws_chunks + chunk);  // tile index in the workspace
-
-  // ---- 1. loads ----
-  load_tile<kD>(sQ, p.in.q + t0 * p.in.q_ld + int64_t(h) * kD, p.in.q_ld, n, tid);
-  load_tile<kD>(sK, p.in.k + t0 * p.in.k_ld + int64_t(h) * kD, p.in.k_ld, n, tid);
-  load_tile<kD>(sX, p.in.g + t0 * p.in.g_ld + int64_t(h) * kD, p.in.g_ld, n, tid);
-  cp_async_commit();
-  if (tid < kC) {
-    sBeta[tid] = tid < n ? sigmoid_f32(__bfloat162float(p.in.beta_pre[(t0 + tid) * p.in.beta_ld + h])) : 0.0f;
-  }
-  cp_async_wait_all();
-  __syncthreads();
-
-  // ---- 2. gates + cumsum (thread: channel c, half of the rows), norms ----
-  {
-    const int c = tid & (kD - 1), half = tid >> 7;
-    const float a = expf(p.in.A_log[h]);
-    const float bias = p.in.dt_bias[int64_t(h) * kD + c];
-    float run = 0.0f;
-    for (int i = 0; i < kC / 2; ++i) {
-      const int r = half * (kC / 2) + i;
-      float la2 = 0.0f;
-      if (r < n) {
-        const float x = __fmul_rn(a, __fadd_rn(__bfloat162float(sm<bf16>(sX, at_h128(r, c))), bias));
-        la2 = __fmul_rn(-5.0f * kLog2e, sigmoid_fast(x));
-      }
-      run = __fadd_rn(run, la2);
-      sm<float>(sB, at_f128(r, c)) = run;
-    }
-    // norms: rows 0..63 of q, 64..127 of k; a warp takes 16 rows, a lane 4 channels
-    for (int rr = 0; rr < 16; ++rr) {
-      const int row = warp * 16 + rr, r = row & (kC - 1);
-      const unsigned char* t = row < kC ? sQ : sK;
-      const uint2 raw = *reinterpret_cast<const uint2*>(t + at_h128(r, lane * 4));
-      const float2 x0 = unpack_bf16x2(raw.x), x1 = unpack_bf16x2(raw.y);
-      float ss = __fmul_rn(x0.x, x0.x);
-      ss = __fmaf_rn(x0.y, x0.y, ss);
-      ss = __fmaf_rn(x1.x, x1.x, ss);
-      ss = __fmaf_rn(x1.y, x1.y, ss);
-#pragma unroll
-      for (int o = 16; o >= 1; o >>= 1) ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, o));
-      if (lane == 0) (row < kC ? sInvQ : sInvK)[r] = 1.0f / sqrtf(__fadd_rn(ss, 1e-6f));
-    }
-    __syncthreads();
-    if (half == 1) {
-      const float base = sm<float>(sB, at_f128(kC / 2 - 1, c));
-      for (int r = kC / 2; r < kC; ++r) sm<float>(sB, at_f128(r, c)) = __fadd_rn(sm<float>(sB, at_f128(r, c)), base);
-    }
-    __syncthreads();
-  }
-
-  // ---- 3. Qg, K̂, Γ to the workspace; qe, ke to smem ----
-  for (int i = tid; i < kC * 16; i += kThreads) {
-    const int r = i >> 4, c8 = i & 15, ra = r & ~15;
-    const uint4 qraw = sm<uint4>(sQ, swz(r, c8, 256));
-    const uint4 kraw = sm<uint4>(sK, swz(r, c8, 256));
-    const float4 b0 = sm<float4>(sB, swz(r, 2 * c8, 512)), b1 = sm<float4>(sB, swz(r, 2 * c8 + 1, 512));
-    const float4 a0 = sm<float4>(sB, swz(ra, 2 * c8, 512)), a1 = sm<float4>(sB, swz(ra, 2 * c8 + 1, 512));
-    const float4 l0 = sm<float4>(sB, swz(kC - 1, 2 * c8, 512)), l1 = sm<float4>(sB, swz(kC - 1, 2 * c8 + 1, 512));
-    const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-    const float ba[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-    const float bl[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
-    const uint32_t qw[4] = {qraw.x, qraw.y, qraw.z, qraw.w}, kw[4] = {kraw.x, kraw.y, kraw.z, kraw.w};
-    const float iq = sInvQ[r], ik = sInvK[r];
-    uint32_t qg[4], kh[4], qe[4], ke[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 qv = unpack_bf16x2(qw[e]), kv = unpack_bf16x2(kw[e]);
-      const float qn0 = __fmul_rn(qv.x, iq), qn1 = __fmul_rn(qv.y, iq);
-      const float kn0 = __fmul_rn(kv.x, ik), kn1 = __fmul_rn(kv.y, ik);
-      const int j = 2 * e;
-      const float fb0 = fast_exp2(b[j]), fb1 = fast_exp2(b[j + 1]);
-      const float fr0 = fast_exp2(__fsub_rn(b[j], ba[j])), fr1 = fast_exp2(__fsub_rn(b[j + 1], ba[j + 1]));
-      const float fl0 = fast_exp2(__fsub_rn(bl[j], b[j])), fl1 = fast_exp2(__fsub_rn(bl[j + 1], b[j + 1]));
-      qg[e] = pack_bf16x2(__fmul_rn(p.scale, __fmul_rn(qn0, fb0)), __fmul_rn(p.scale, __fmul_rn(qn1, fb1)));
-      kh[e] = pack_bf16x2(__fmul_rn(kn0, fl0), __fmul_rn(kn1, fl1));
-      qe[e] = pack_bf16x2(__fmul_rn(qn0, fr0), __fmul_rn(qn1, fr1));
-      ke[e] = pack_bf16x2(__fmul_rn(kn0, fr0), __fmul_rn(kn1, fr1));
-    }
-    const int64_t off = (tile * kC + r) * kD + c8 * 8;
-    *reinterpret_cast<uint4*>(p.qg + off) = make_uint4(qg[0], qg[1], qg[2], qg[3]);
-    *reinterpret_cast<uint4*>(p.khat + off) = make_uint4(kh[0], kh[1], kh[2], kh[3]);
-    sm<uint4>(sQ, swz(r, c8, 256)) = make_uint4(qe[0], qe[1], qe[2], qe[3]);
-    sm<uint4>(sX, swz(r, c8, 256)) = make_uint4(ke[0], ke[1], ke[2], ke[3]);
-  }
-  if (tid < kD) p.gamma[tile * kD + tid] = fast_exp2(sm<float>(sB, at_f128(kC - 1, tid)));
-  __syncthreads();
-
-  // ---- 4. L (strictly lower, ·β_r) → sL and Aqk (lower, ·scale) → workspace ----
-  {
-    // pair pr = R (R + 1) / 2 + I: (0,0) (1,0) (1,1) (2,0) (2,1) (2,2) (3,0) .. (3,3)
-    for (int pr = warp; pr < 10; pr += 8) {
-      const int R = pr < 1 ? 0 : pr < 3 ? 1 : pr < 6 ? 2 : 3, I = pr - R * (R + 1) / 2, ra = 16 * R;
-      float accL[2][4] = {}, accQ[2][4] = {};
-#pragma unroll 2
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        uint32_t aK[4], aQ[4];
-        const int arow = ra + pa.row, achunk = 2 * ks + pa.chunk;
-        ldmatrix_x4(smem_addr(sX + swz(arow, achunk, 256)), aK);
-        ldmatrix_x4(smem_addr(sQ + swz(arow, achunk, 256)), aQ);
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const int i = 16 * I + 8 * nt + g;  // key row
-          const float ik = sInvK[i];
-          uint32_t bb[2];
-#pragma unroll
-          for (int hk = 0; hk < 2; ++hk) {
-            const int c = 16 * ks + 2 * t4 + 8 * hk;
-            const float2 kv = unpack_bf16x2(sm<uint32_t>(sK, at_h128(i, c)));
-            const float2 bi = sm<float2>(sB, at_f128(i, c));
-            const float2 bA = sm<float2>(sB, at_f128(ra, c));
-            const float e0 = fast_exp2(__fsub_rn(bA.x, bi.x)), e1 = fast_exp2(__fsub_rn(bA.y, bi.y));
-            bb[hk] = pack_bf16x2(__fmul_rn(__fmul_rn(kv.x, ik), e0), __fmul_rn(__fmul_rn(kv.y, ik), e1));
-          }
-          mma_16816(accL[nt], aK, bb[0], bb[1]);
-          mma_16816(accQ[nt], aQ, bb[0], bb[1]);
-        }
-      }
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int r = ra + g + 8 * hr, i = 16 * I + 8 * nt + 2 * t4;
-          const float br = sBeta[r];
-          float2 lv, qv;
-          lv.x = i < r ? __fmul_rn(br, accL[nt][2 * hr]) : 0.0f;
-          lv.y = i + 1 < r ? __fmul_rn(br, accL[nt][2 * hr + 1]) : 0.0f;
-          qv.x = i <= r ? __fmul_rn(p.scale, accQ[nt][2 * hr]) : 0.0f;
-          qv.y = i + 1 <= r ? __fmul_rn(p.scale, accQ[nt][2 * hr + 1]) : 0.0f;
-          sm<float2>(sL, at_f64(r, i)) = lv;
-          *reinterpret_cast<uint32_t*>(p.aqk + (tile * kC + r) * kC + i) = pack_bf16x2(qv.x, qv.y);
-        }
-    }
-  }
-  __syncthreads();
-
-  // v raw into sX (ke is consumed) while A is solved; kg = k̂·2^b in place of k raw.
-  load_tile<kD>(sX, p.in.v + t0 * p.in.v_ld + int64_t(h) * kD, p.in.v_ld, n, tid);
-  cp_async_commit();
-  for (int i = tid; i < kC * 16; i += kThreads) {
-    const int r = i >> 4, c8 = i & 15;
-    const uint4 kraw = sm<uint4>(sK, swz(r, c8, 256));
-    const float4 b0 = sm<float4>(sB, swz(r, 2 * c8, 512)), b1 = sm<float4>(sB, swz(r, 2 * c8 + 1, 512));
-    const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-    const uint32_t kw[4] = {kraw.x, kraw.y, kraw.z, kraw.w};
-    const float ik = sInvK[r];
-    uint32_t kg[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 kv = unpack_bf16x2(kw[e]);
-      kg[e] = pack_bf16x2(__fmul_rn(__fmul_rn(kv.x, ik), fast_exp2(b[2 * e])),
-                          __fmul_rn(__fmul_rn(kv.y, ik), fast_exp2(b[2 * e + 1])));
-    }
-    sm<uint4>(sK, swz(r, c8, 256)) = make_uint4(kg[0], kg[1], kg[2], kg[3]);
-  }
-
-  // ---- 5a. diagonal blocks: A_RR = (I + L_RR)^{-1}, warp R, lane j < 16 owns column j ----
-  if (warp < 4 && lane < 16) {
-    const int R = warp, j = lane, o = 16 * R;
-    float x[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) x[i] = i == j ? 1.0f : 0.0f;
-#pragma unroll
-    for (int r = 1; r < 16; ++r) {
-      float acc = 0.0f;
-#pragma unroll
-      for (int i = 0; i < r; ++i) acc = __fmaf_rn(sm<float>(sL, at_f64(o + r, o + i)), x[i], acc);
-      x[r] = r > j ? -acc : x[r];
-    }
-#pragma unroll
-    for (int i = 0; i < 16; ++i) sm<float>(sA, at_f64(o + i, o + j)) = x[i];
-  }
-  __syncthreads();
-  // ---- 5b. off-diagonal blocks by distance d: T = Σ_J L_RJ A_JI (kept in sL block (I, R)),
-  //          then A_RI = −A_RR T ----
-  for (int d = 1; d < 4; ++d) {
-    const int total = (4 - d) * 256;
-    for (int e = tid; e < total; e += kThreads) {
-      const int R = d + (e >> 8), I = R - d, rr = (e >> 4) & 15, cc = e & 15;
-      float acc = 0.0f;
-      for (int J = I; J < R; ++J)
-#pragma unroll
-        for (int kx = 0; kx < 16; ++kx)
-          acc = __fmaf_rn(sm<float>(sL, at_f64(16 * R + rr, 16 * J + kx)), sm<float>(sA, at_f64(16 * J + kx, 16 * I + cc)),
-                          acc);
-      sm<float>(sL, at_f64(16 * I + rr, 16 * R + cc)) = acc;
-    }
-    __syncthreads();
-    for (int e = tid; e < total; e += kThreads) {
-      const int R = d + (e >> 8), I = R - d, rr = (e >> 4) & 15, cc = e & 15;
-      float acc = 0.0f;
-#pragma unroll
-      for (int kx = 0; kx < 16; ++kx)
-        acc = __fmaf_rn(sm<float>(sA, at_f64(16 * R + rr, 16 * R + kx)), sm<float>(sL, at_f64(16 * I + kx, 16 * R + cc)),
-                        acc);
-      sm<float>(sA, at_f64(16 * R + rr, 16 * I + cc)) = -acc;
-    }
-    __syncthreads();
-  }
-  cp_async_wait_all();
-  __syncthreads();  // v landed
-
-  // ---- 6. W = (A·β) kg, Ũ = (A·β) v: warp = (row block R, product) ----
-  {
-    const int R = warp & 3, prod = warp >> 2;
-    const unsigned char* sBop = prod == 0 ? sK : sX;
-    float acc[16][4];
-#pragma unroll
-    for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
-    for (int ks = 0; ks <= R; ++ks) {
-      uint32_t a[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {  // reg q: row g + 8 (q & 1), cols 2 t4 + 8 (q >> 1)
-        const int r = 16 * R + g + 8 * (q & 1), c = 16 * ks + 2 * t4 + 8 * (q >> 1);
-        const float2 av = sm<float2>(sA, at_f64(r, c));
-        a[q] = pack_bf16x2(__fmul_rn(av.x, sBeta[c]), __fmul_rn(av.y, sBeta[c + 1]));
-      }
-#pragma unroll
-      for (int np = 0; np < 8; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(smem_addr(sBop + swz(16 * ks + pa.row, 2 * np + pa.chunk, 256)), b);
-        mma_16816(acc[2 * np], a, b[0], b[1]);
-        mma_16816(acc[2 * np + 1], a, b[2], b[3]);
-      }
-    }
-    __syncthreads();  // every warp is done reading kg and v: stage W in sK, Ũ in sX
-    unsigned char* stage = prod == 0 ? sK : sX;
-#pragma unroll
-    for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr)
-        sm<uint32_t>(stage, at_h128(16 * R + g + 8 * hr, 8 * nt + 2 * t4)) =
-            pack_bf16x2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
-  }
-  __syncthreads();
-  for (int i = tid; i < 2 * kC * 16; i += kThreads) {
-    const int which = i >> 10, r = (i >> 4) & (kC - 1), c8 = i & 15;
-    const uint4 val = sm<uint4>(which == 0 ? sK : sX, swz(r, c8, 256));
-    *reinterpret_cast<uint4*>((which == 0 ? p.w : p.u) + (tile * kC + r) * kD + c8 * 8) = val;
-  }
-}
-
 // ---------------------------------------------------------------------------
-// kda_prepare2_kernel (KdaPrepare::kV2, the default): the same products as
-// kda_prepare_kernel with ~1/3 of the exponentials, the (I + L)^{-1} off-diagonal
-// blocks on tensor cores (tf32) and 73.75 KiB smem (3 CTAs/SM).
+// kda_prepare_kernel: the chunk products, with the exponentials once per (token, channel) and
+// per (block pair, channel), the (I + L)^{-1} off-diagonal blocks on tensor cores (tf32) and
+// 73.75 KiB smem (3 CTAs/SM).
 //   thread (qt, cp) = (tid >> 6, tid & 63) owns token block qt (rows 16qt..16qt+15) and
 //   channels 2cp, 2cp+1 from the gates to the per-element products, b in registers:
 //   0 cp.async g (into sX), then q, k; gates once g lands (one ex2 + one rcp each), in-block cumsum
@@ -434,9 +142,9 @@ __device__ __forceinline__ float2 mul2(float2 a, float2 b) { return make_float2(
 __device__ __forceinline__ float2 scale2(float2 a, float s) { return make_float2(__fmul_rn(a.x, s), __fmul_rn(a.y, s)); }
 __device__ __forceinline__ uint32_t pack2(float2 v) { return pack_bf16x2(v.x, v.y); }
 
-constexpr int kP2Pairs = 10;
+constexpr int kPrepPairs = 10;
 // pair index → (R, I): the diagonal pairs first (warps 0-3), then the off-diagonal ones
-__device__ __forceinline__ void p2_pair(int pr, int& R, int& I) {
+__device__ __forceinline__ void prep_pair(int pr, int& R, int& I) {
   // R = {0,1,2,3,1,2,3,2,3,3}[pr], I = {0,1,2,3,0,1,2,0,1,0}[pr], two bits each (no local array)
   R = int((0xfb9e4u >> (2 * pr)) & 3u);
   I = int((0x124e4u >> (2 * pr)) & 3u);
@@ -450,24 +158,24 @@ __device__ __forceinline__ uint32_t ab_at(int R, int I, int r, int c) {
   return swz(16 * I + r, 4 * R + (c >> 3), 256) + uint32_t(c & 7) * 2;
 }
 
-constexpr uint32_t kP2Q = 0, kP2K = 16384, kP2X = 32768, kP2L = 49152, kP2F = 65536;
-constexpr uint32_t kP2Tot = kP2F + kP2Pairs * kD * 4, kP2Loc0 = kP2Tot + 4 * kD * 4;
-constexpr uint32_t kP2Beta = kP2Loc0 + 4 * kD * 4, kP2InvQ = kP2Beta + 256, kP2InvK = kP2InvQ + 256;
-constexpr uint32_t kP2Smem = kP2InvK + 256;  // 75520 bytes: 3 CTAs/SM
-static_assert(3 * (kP2Smem + 1024) <= 228 * 1024, "kda_prepare2_kernel: 3 CTAs/SM do not fit");
+constexpr uint32_t kPrepQ = 0, kPrepK = 16384, kPrepX = 32768, kPrepL = 49152, kPrepF = 65536;
+constexpr uint32_t kPrepTot = kPrepF + kPrepPairs * kD * 4, kPrepLoc0 = kPrepTot + 4 * kD * 4;
+constexpr uint32_t kPrepBeta = kPrepLoc0 + 4 * kD * 4, kPrepInvQ = kPrepBeta + 256, kPrepInvK = kPrepInvQ + 256;
+constexpr uint32_t kPrepSmem = kPrepInvK + 256;  // 75520 bytes: 3 CTAs/SM
+static_assert(3 * (kPrepSmem + 1024) <= 228 * 1024, "kda_prepare_kernel: 3 CTAs/SM do not fit");
 
-__global__ void __launch_bounds__(kThreads, 3) kda_prepare2_kernel(const PrepParams p) {
+__global__ void __launch_bounds__(kThreads, 3) kda_prepare_kernel(const PrepParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char* sQ = smem + kP2Q;  // q raw → qe → A off-diagonal blocks f32 [64][64] + Ab (ab_at)
-  unsigned char* sK = smem + kP2K;  // k raw → ke → kg
-  unsigned char* sX = smem + kP2X;  // g → kx → v
-  unsigned char* sL = smem + kP2L;  // L f32 [64][64] (A_RR on the diagonal blocks); dead after phase 4
-  float* sF = reinterpret_cast<float*>(smem + kP2F);      // [10][128]
-  float* sTot = reinterpret_cast<float*>(smem + kP2Tot);  // [4][128] block sums of la2
-  float* sLoc0 = reinterpret_cast<float*>(smem + kP2Loc0);  // [4][128] la2 of each block's first row
-  float* sBeta = reinterpret_cast<float*>(smem + kP2Beta);
-  float* sInvQ = reinterpret_cast<float*>(smem + kP2InvQ);
-  float* sInvK = reinterpret_cast<float*>(smem + kP2InvK);
+  unsigned char* sQ = smem + kPrepQ;  // q raw → qe → A off-diagonal blocks f32 [64][64] + Ab (ab_at)
+  unsigned char* sK = smem + kPrepK;  // k raw → ke → kg
+  unsigned char* sX = smem + kPrepX;  // g → kx → v
+  unsigned char* sL = smem + kPrepL;  // L f32 [64][64] (A_RR on the diagonal blocks); dead after phase 4
+  float* sF = reinterpret_cast<float*>(smem + kPrepF);      // [10][128]
+  float* sTot = reinterpret_cast<float*>(smem + kPrepTot);  // [4][128] block sums of la2
+  float* sLoc0 = reinterpret_cast<float*>(smem + kPrepLoc0);  // [4][128] la2 of each block's first row
+  float* sBeta = reinterpret_cast<float*>(smem + kPrepBeta);
+  float* sInvQ = reinterpret_cast<float*>(smem + kPrepInvQ);
+  float* sInvK = reinterpret_cast<float*>(smem + kPrepInvK);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
@@ -562,10 +270,10 @@ __global__ void __launch_bounds__(kThreads, 3) kda_prepare2_kernel(const PrepPar
 #pragma unroll
     for (int J = 0; J < 4; ++J) prefix[J + 1] = __fadd_rn(prefix[J], sTot[J * kD + c]);
 #pragma unroll
-    for (int pr = 0; pr < kP2Pairs; ++pr) {
+    for (int pr = 0; pr < kPrepPairs; ++pr) {
       if ((pr & 1) != (tid >> 7)) continue;  // warp-uniform; R, I are constants once unrolled
       int R, I;
-      p2_pair(pr, R, I);
+      prep_pair(pr, R, I);
       sF[pr * kD + c] = fast_exp2(__fsub_rn(__fadd_rn(prefix[R], sLoc0[R * kD + c]), prefix[I + 1]));
     }
   }
@@ -606,9 +314,9 @@ __global__ void __launch_bounds__(kThreads, 3) kda_prepare2_kernel(const PrepPar
 
   // ---- 3. pairs: L (strictly lower, ·β_r) → sL, Aqk (lower, ·scale) → workspace; diagonal inverses ----
   // warps 0-3: pair warp (diagonal) only; warps 4-7: pairs warp and warp + 4 (< 10)
-  for (int pr = warp; pr < kP2Pairs; pr += warp < 4 ? kP2Pairs : 4) {
+  for (int pr = warp; pr < kPrepPairs; pr += warp < 4 ? kPrepPairs : 4) {
     int R, I;
-    p2_pair(pr, R, I);
+    prep_pair(pr, R, I);
     const float* Fp = sF + pr * kD;
     float accL[2][4] = {}, accQ[2][4] = {};
 #pragma unroll
@@ -756,7 +464,7 @@ __global__ void __launch_bounds__(kThreads, 3) kda_prepare2_kernel(const PrepPar
   }
 }
 
-// Phase A of the 64-row and 32-row walks, one warp's 16 tokens (16 tb..) × 16 S rows (16 dh..
+// Phase A of the halves walk, one warp's 16 tokens (16 tb..) × 16 S rows (16 dh..
 // of the bf16 S0 tile sS, 256-byte swizzled rows): P += W S0ᵀ and, with o, O += Qg S0ᵀ, k over
 // the 128 key channels in 8 steps of 16 (the B fragments shared by both products).
 __device__ __forceinline__ void products_16x16(const unsigned char* sS, const unsigned char* sW,
@@ -796,178 +504,8 @@ __device__ __forceinline__ void store_o(const StateParams& p, int ch, int tb, in
 }
 
 // ---------------------------------------------------------------------------
-// kda_state_kernel: the walk over chunks for 32 rows of S (or of [D; M])
-// ---------------------------------------------------------------------------
-
-constexpr uint32_t kStW = 0, kStQg = 16384, kStKh = 32768, kStAqk = 49152, kStS = 57344, kStU = 65536;
-constexpr uint32_t kStGam = kStU + 64 * 80, kStSmem = kStGam + 512;  // 71168 bytes
-constexpr int kUPitchBytes = 80;  // sU [64 tokens][32 rows] bf16, rows padded to 5 chunks
-
-__global__ void __launch_bounds__(kThreads, 3) kda_state_kernel(const StateParams p) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char* sW = smem + kStW;
-  unsigned char* sQg = smem + kStQg;
-  unsigned char* sKh = smem + kStKh;
-  unsigned char* sAqk = smem + kStAqk;
-  unsigned char* sS = smem + kStS;  // bf16 [32][128] swizzled: this slice's rows of S0
-  unsigned char* sU = smem + kStU;
-  float* sGam = reinterpret_cast<float*>(smem + kStGam);
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t4 = lane & 3;
-  const RowChunk pa = lane_rows_then_k(lane), pb = lane_k_then_rows(lane);  // ldmatrix lane patterns
-  const int head = blockIdx.x, slice = blockIdx.y;
-  const bool is_m = p.package && slice >= kD / 32;
-  const int row0 = (slice & 3) * 32;
-  const bool with_o = !p.package && p.o != nullptr;
-  const int tb = warp & 3, dh = warp >> 2;  // phase A/B: tokens 16tb.., rows 16dh.. of the slice
-
-  // S rows row0 + 16mt + g (+8), key channels 16warp + 8nt + 2t4 (+1): s[mt][nt][e]
-  float s[2][2][4];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = row0 + 16 * mt + g + 8 * (e >> 1), col = 16 * warp + 8 * nt + 2 * t4 + (e & 1);
-        float v0 = 0.0f;
-        if (is_m) {
-          v0 = row == col ? 1.0f : 0.0f;
-        } else if (!p.package && p.s_in != nullptr) {
-          v0 = p.s_in[(int64_t(head) * kD + row) * kD + col];
-        }
-        s[mt][nt][e] = v0;
-      }
-  auto store_s_bf16 = [&]() {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr)
-          sm<uint32_t>(sS, at_h128(16 * mt + g + 8 * hr, 16 * warp + 8 * nt + 2 * t4)) =
-              pack_bf16x2(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]);
-  };
-  store_s_bf16();
-
-  const int64_t head_tile = int64_t(head) * p.ws_chunks;
-  auto load_first = [&](int ch) {  // W (and Qg) of chunk ch
-    const int64_t t = head_tile + ch;
-    load_tile<kD>(sW, p.w + t * kC * kD, kD, kC, tid);
-    if (with_o) load_tile<kD>(sQg, p.qg + t * kC * kD, kD, kC, tid);
-  };
-  auto load_second = [&](int ch) {  // K̂, Γ (and Aqk) of chunk ch
-    const int64_t t = head_tile + ch;
-    load_tile<kD>(sKh, p.khat + t * kC * kD, kD, kC, tid);
-    if (with_o) load_tile<kC>(sAqk, p.aqk + t * kC * kC, kC, kC, tid);
-    if (tid < kD / 4) cp_async_16(smem_addr(sGam + 4 * tid), p.gamma + t * kD + 4 * tid, true);
-  };
-  if (p.chunks > 0) {
-    load_first(0);
-    load_second(0);
-  }
-  cp_async_commit();
-
-  for (int ch = 0; ch < p.chunks; ++ch) {
-    const int64_t t = head_tile + ch;
-    // Ũ for this warp's U tile (registers; zero for M rows)
-    float ut[2][4];
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        float2 v = make_float2(0.0f, 0.0f);
-        if (!is_m) {
-          const int tok = 16 * tb + g + 8 * hr, col = row0 + 16 * dh + 8 * nt + 2 * t4;
-          v = unpack_bf16x2(*reinterpret_cast<const uint32_t*>(p.u + (t * kC + tok) * kD + col));
-        }
-        ut[nt][2 * hr] = v.x;
-        ut[nt][2 * hr + 1] = v.y;
-      }
-    cp_async_wait_all();
-    __syncthreads();  // chunk ch's tiles and S0 (bf16) visible
-
-    // ---- A: P = W S0ᵀ, O = Qg S0ᵀ (16 tokens × 16 rows) ----
-    float pw[2][4] = {}, acc_o[2][4] = {};
-    products_16x16(sS, sW, sQg, tb, dh, pa, pb, with_o, pw, acc_o);
-    // U = Ũ − P → sU [token][row] bf16
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int tok = 16 * tb + g + 8 * hr, col = 16 * dh + 8 * nt + 2 * t4;
-        sm<uint32_t>(sU, uint32_t(tok * kUPitchBytes + col * 2)) =
-            pack_bf16x2(__fsub_rn(ut[nt][2 * hr], pw[nt][2 * hr]), __fsub_rn(ut[nt][2 * hr + 1], pw[nt][2 * hr + 1]));
-      }
-    __syncthreads();  // U visible; W, Qg and S0 (bf16) consumed
-    if (ch + 1 < p.chunks) load_first(ch + 1);
-    cp_async_commit();
-
-    // ---- B: O += Aqk U over the token blocks I <= tb; store o ----
-    if (with_o) {
-      for (int I = 0; I <= tb; ++I) {
-        uint32_t a[4], b[4];
-        ldmatrix_x4(smem_addr(sAqk + swz(16 * tb + pa.row, 2 * I + pa.chunk, 128)), a);
-        ldmatrix_x4_trans(
-            smem_addr(sU + uint32_t((16 * I + pa.row) * kUPitchBytes + (2 * dh + pa.chunk) * 16)), b);
-        mma_16816(acc_o[0], a, b[0], b[1]);
-        mma_16816(acc_o[1], a, b[2], b[3]);
-      }
-      store_o(p, ch, tb, head * kD + row0 + 16 * dh, g, t4, acc_o);
-    }
-
-    // ---- C: S = S0 Γ + Uᵀ K̂ (32 rows × key channels 16 warp..) ----
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      const float2 gm = *reinterpret_cast<const float2*>(sGam + 16 * warp + 8 * nt + 2 * t4);
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        s[mt][nt][0] = __fmul_rn(s[mt][nt][0], gm.x);
-        s[mt][nt][1] = __fmul_rn(s[mt][nt][1], gm.y);
-        s[mt][nt][2] = __fmul_rn(s[mt][nt][2], gm.x);
-        s[mt][nt][3] = __fmul_rn(s[mt][nt][3], gm.y);
-      }
-    }
-#pragma unroll
-    for (int ks = 0; ks < kC / 16; ++ks) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(smem_addr(sKh + swz(16 * ks + pa.row, 2 * warp + pa.chunk, 256)), b);
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        uint32_t a[4];
-        ldmatrix_x4_trans(
-            smem_addr(sU + uint32_t((16 * ks + pb.row) * kUPitchBytes + (2 * mt + pb.chunk) * 16)), a);
-        mma_16816(s[mt][0], a, b[0], b[1]);
-        mma_16816(s[mt][1], a, b[2], b[3]);
-      }
-    }
-    store_s_bf16();  // every read of sS happened before the last barrier
-    __syncthreads();  // K̂, Aqk, Γ, U consumed
-    if (ch + 1 < p.chunks) load_second(ch + 1);
-    cp_async_commit();
-  }
-  cp_async_wait_all();
-
-  float* out = is_m ? p.m_out : p.s_out;
-  if (out != nullptr) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int row = row0 + 16 * mt + g + 8 * hr, col = 16 * warp + 8 * nt + 2 * t4;
-          *reinterpret_cast<float2*>(out + (int64_t(head) * kD + row) * kD + col) =
-              make_float2(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]);
-        }
-  }
-}
-
-// ---------------------------------------------------------------------------
 // kda_walk_kernel: the walk over chunks for all 128 rows of S (or of D, or of M)
-// in one CTA, so every workspace byte crosses L2 → SM once (kda_state_kernel's
-// four 32-row slices read W, Qg, K̂, Aqk four times: 4x the L2 traffic, 27% L2 hits).
+// in one CTA, so every workspace byte crosses L2 → SM once.
 // ---------------------------------------------------------------------------
 
 constexpr int kWalkThreads = 512;  // 16 warps
@@ -1393,12 +931,6 @@ void launch_state(const StateParams& p, int heads, KdaWalk walk, cudaStream_t st
     case KdaWalk::kWgmma:
       launch_walk_wgmma(p, heads, stream);  // kda_walk_wgmma.cu (forward only)
       break;
-    case KdaWalk::kSlices: {
-      PB_CUDA(cudaFuncSetAttribute(kda_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStSmem)));
-      const dim3 grid(unsigned(heads), p.package ? 8u : 4u);
-      kda_state_kernel<<<grid, kThreads, kStSmem, stream>>>(p);
-      break;
-    }
     default:
       PB_CHECK(false, "kda: unknown walk");
   }
@@ -1434,20 +966,10 @@ PrepParams prepare_params(const KdaInputs& in, int64_t tokens, int heads, KdaWor
 }
 
 // One prepare grid over the chunks of p (p.tokens ≥ 1).
-void launch_prepare(const PrepParams& p, int heads, KdaPrepare prep, cudaStream_t stream) {
+void launch_prepare(const PrepParams& p, int heads, cudaStream_t stream) {
   const dim3 grid{unsigned((p.tokens + kC - 1) / kC), unsigned(heads)};
-  switch (prep) {
-    case KdaPrepare::kV2:
-      PB_CUDA(cudaFuncSetAttribute(kda_prepare2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kP2Smem)));
-      kda_prepare2_kernel<<<grid, kThreads, kP2Smem, stream>>>(p);
-      break;
-    case KdaPrepare::kV1:
-      PB_CUDA(cudaFuncSetAttribute(kda_prepare_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kPrepSmem)));
-      kda_prepare_kernel<<<grid, kThreads, kPrepSmem, stream>>>(p);
-      break;
-    default:
-      PB_CHECK(false, "kda: unknown prepare");
-  }
+  PB_CUDA(cudaFuncSetAttribute(kda_prepare_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kPrepSmem)));
+  kda_prepare_kernel<<<grid, kThreads, kPrepSmem, stream>>>(p);
   PB_CUDA_LAUNCH();
 }
 
@@ -1466,62 +988,6 @@ StateParams forward_params(const KdaWorkspace& ws, int64_t tokens, const float* 
   return p;
 }
 
-// The pieces of kda_forward_pipelined: p moved to chunks [c0, c1) of the segment. The kernels
-// index the workspace as head · ws_chunks + chunk and the rows from their base pointers, so
-// moving the bases by c0 chunks (the workspace's stride kept) is the whole change.
-
-// The workspace products' bases (PrepParams or StateParams) moved to chunk c0.
-template <class Params>
-void move_products(Params& p, int64_t c0) {
-  p.w += c0 * kC * kD;
-  p.u += c0 * kC * kD;
-  p.khat += c0 * kC * kD;
-  p.qg += c0 * kC * kD;
-  p.aqk += c0 * kC * kC;
-  p.gamma += c0 * kD;
-}
-PrepParams prepare_piece(PrepParams p, int64_t c0, int64_t c1) {
-  const int64_t t0 = c0 * kC;
-  p.in.q += t0 * p.in.q_ld;
-  p.in.k += t0 * p.in.k_ld;
-  p.in.v += t0 * p.in.v_ld;
-  p.in.g += t0 * p.in.g_ld;
-  p.in.beta_pre += t0 * p.in.beta_ld;
-  p.tokens = std::min(p.tokens, c1 * kC) - t0;
-  move_products(p, c0);
-  return p;
-}
-StateParams state_piece(StateParams p, int64_t c0, int64_t c1) {
-  move_products(p, c0);
-  p.tokens = std::min(p.tokens, c1 * kC) - c0 * kC;
-  p.chunks = int(c1 - c0);
-  if (p.o != nullptr) p.o += c0 * kC * p.o_ld;
-  return p;
-}
-
-// kda_forward_pipelined's side streams (prepare: the lowest priority, walk: the highest) and
-// events (fork, one per piece, join), created on a device's first call and kept for the process.
-struct PipelineStreams {
-  cudaStream_t prep = nullptr, walk = nullptr;
-  cudaEvent_t events[kKdaMaxPieces + 2] = {};
-};
-PipelineStreams& pipeline_streams() {
-  static std::mutex mu;
-  static std::map<int, PipelineStreams> by_device;
-  int dev = 0;
-  PB_CUDA(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  auto [it, fresh] = by_device.try_emplace(dev);
-  if (fresh) {
-    int least = 0, greatest = 0;
-    PB_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    PB_CUDA(cudaStreamCreateWithPriority(&it->second.prep, cudaStreamNonBlocking, least));
-    PB_CUDA(cudaStreamCreateWithPriority(&it->second.walk, cudaStreamNonBlocking, greatest));
-    for (cudaEvent_t& e : it->second.events) PB_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  }
-  return it->second;
-}
-
 }  // namespace
 
 KdaWorkspace::KdaWorkspace(int64_t max_tokens, int heads) : max_tokens_(max_tokens), heads_(heads) {
@@ -1533,17 +999,15 @@ KdaWorkspace::KdaWorkspace(int64_t max_tokens, int heads) : max_tokens_(max_toke
   qg = DeviceBuffer<bf16>(tiles * kC * kD);
   aqk = DeviceBuffer<bf16>(tiles * kC * kC);
   gamma = DeviceBuffer<float>(tiles * kD);
-  state = DeviceBuffer<float>(size_t(heads) * kD * kD);
 }
 
 size_t KdaWorkspace::bytes() const {
-  return w.bytes() + u.bytes() + khat.bytes() + qg.bytes() + aqk.bytes() + gamma.bytes() + state.bytes();
+  return w.bytes() + u.bytes() + khat.bytes() + qg.bytes() + aqk.bytes() + gamma.bytes();
 }
 
-void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, cudaStream_t stream,
-                 KdaPrepare prep) {
+void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, cudaStream_t stream) {
   const PrepParams p = prepare_params(in, tokens, heads, ws);
-  if (p.tokens > 0) launch_prepare(p, heads, prep, stream);
+  if (p.tokens > 0) launch_prepare(p, heads, stream);
 }
 
 void kda_forward_state(const KdaWorkspace& ws, int64_t tokens, const float* S_in, bf16* o, int64_t o_ld,
@@ -1552,55 +1016,9 @@ void kda_forward_state(const KdaWorkspace& ws, int64_t tokens, const float* S_in
 }
 
 void kda_forward(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, const float* S_in, bf16* o,
-                 int64_t o_ld, float* S_out, cudaStream_t stream, KdaWalk walk, KdaPrepare prep) {
-  kda_prepare(in, tokens, heads, ws, stream, prep);
+                 int64_t o_ld, float* S_out, cudaStream_t stream, KdaWalk walk) {
+  kda_prepare(in, tokens, heads, ws, stream);
   kda_forward_state(ws, tokens, S_in, o, o_ld, S_out, stream, walk);
-}
-
-std::vector<int64_t> kda_piece_ends(int64_t chunks, int pieces, double shrink) {
-  PB_CHECK(chunks >= 1, "kda_piece_ends: chunks must be positive");
-  PB_CHECK(pieces >= 1 && pieces <= kKdaMaxPieces, "kda_forward_pipelined: pieces outside 1 .. 64");
-  PB_CHECK(shrink > 0.0 && shrink <= 1.0, "kda_forward_pipelined: shrink outside (0, 1]");
-  const int n = int(std::min<int64_t>(pieces, chunks));
-  std::vector<int64_t> ends(static_cast<size_t>(n));
-  for (int j = 1; j <= n; ++j) {
-    // the first j pieces' share of the chunks: j / n when equal, else a geometric series' partial sum
-    const double share = shrink == 1.0 ? double(j) / n : (1.0 - std::pow(shrink, j)) / (1.0 - std::pow(shrink, n));
-    const int64_t at_least = j == 1 ? 1 : ends[size_t(j - 2)] + 1;  // every piece one chunk or more
-    const int64_t at_most = chunks - (n - j);                         // and room left for the rest
-    ends[size_t(j - 1)] = std::clamp<int64_t>(std::llround(share * double(chunks)), at_least, at_most);
-  }
-  return ends;
-}
-
-void kda_forward_pipelined(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, const float* S_in,
-                           bf16* o, int64_t o_ld, float* S_out, cudaStream_t stream, int pieces, KdaWalk walk,
-                           KdaPrepare prep, double shrink) {
-  const int64_t chunks = (tokens + kC - 1) / kC;
-  const std::vector<int64_t> ends = kda_piece_ends(std::max<int64_t>(chunks, 1), pieces, shrink);
-  if (ends.size() == 1) {
-    kda_forward(in, tokens, heads, ws, S_in, o, o_ld, S_out, stream, walk, prep);
-    return;
-  }
-  const PrepParams pp = prepare_params(in, tokens, heads, ws);
-  const StateParams sp = forward_params(ws, tokens, S_in, o, o_ld, S_out);
-  const int n = int(ends.size());
-  PipelineStreams& ps = pipeline_streams();
-  PB_CUDA(cudaEventRecord(ps.events[0], stream));
-  PB_CUDA(cudaStreamWaitEvent(ps.prep, ps.events[0], 0));
-  PB_CUDA(cudaStreamWaitEvent(ps.walk, ps.events[0], 0));
-  for (int j = 0; j < n; ++j) {
-    const int64_t c0 = j == 0 ? 0 : ends[size_t(j - 1)], c1 = ends[size_t(j)];
-    launch_prepare(prepare_piece(pp, c0, c1), heads, prep, ps.prep);
-    PB_CUDA(cudaEventRecord(ps.events[1 + j], ps.prep));
-    PB_CUDA(cudaStreamWaitEvent(ps.walk, ps.events[1 + j], 0));
-    StateParams q = state_piece(sp, c0, c1);
-    q.s_in = j == 0 ? S_in : ws.state.get();
-    q.s_out = j == n - 1 ? S_out : ws.state.get();
-    launch_state(q, heads, walk, ps.walk);
-  }
-  PB_CUDA(cudaEventRecord(ps.events[n + 1], ps.walk));  // after every piece's walk, hence every prepare
-  PB_CUDA(cudaStreamWaitEvent(stream, ps.events[n + 1], 0));
 }
 
 void kda_package(const KdaWorkspace& ws, int64_t tokens, float* M, float* D, cudaStream_t stream, KdaWalk walk) {

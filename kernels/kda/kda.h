@@ -153,7 +153,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <vector>
 
 #include "device_buffer.h"
 #include "gemm.h"
@@ -189,7 +188,6 @@ class KdaWorkspace {
   DeviceBuffer<__nv_bfloat16> w, u, khat, qg;  // [H, chunks, 64, 128]
   DeviceBuffer<__nv_bfloat16> aqk;              // [H, chunks, 64, 64]
   DeviceBuffer<float> gamma;                    // [H, chunks, 128]
-  DeviceBuffer<float> state;                    // [H, dv, dk]: kda_forward_pipelined's S between pieces
 
  private:
   int64_t max_tokens_ = 0;
@@ -200,8 +198,6 @@ class KdaWorkspace {
 // summation order):
 //   kHead    kda_walk_kernel: one CTA of 16 warps per head (per head and {D, M} for the
 //            package), all 128 rows of S in registers; every workspace byte read once
-//   kSlices  kda_state_kernel (v1): four CTAs of 8 warps per head, 32 rows each; each
-//            re-reads the chunk's W, Qg, K̂, Aqk (4x the L2 → SM traffic)
 //   kHalves  kda_walk_half_kernel: two CTAs of 16 warps per head (four for the package), 64
 //            rows of S each, 2 CTAs/SM; bit-identical to kHead (each re-reads W, Qg, K̂, Aqk)
 //   kWgmma   kda_walk_wgmma_kernel (kda_walk_wgmma.cu): one CTA of 2 warpgroups per head on
@@ -209,23 +205,15 @@ class KdaWorkspace {
 //            operand from registers; FORWARD ONLY (kda_package refuses it), equal to kHead up
 //            to f32 summation order (on the H200 its S_out equalled kHead's bit for bit at
 //            16k); 562-589 µs against kHead's ~1207 at 16k x 96 heads (H200)
-enum class KdaWalk { kHead, kSlices, kHalves, kWgmma };
+enum class KdaWalk { kHead, kHalves, kWgmma };
 
 // Whether KdaWalk::kWgmma runs on the current device (sm_90: wgmma); elsewhere it throws.
 bool kda_wgmma_walk_supported();
 // The fastest forward walk the current device runs: kWgmma on sm_90, else kHead (the KDA block's).
 KdaWalk kda_fastest_forward_walk();
 
-// The prepare kernel (kda.cu; both write the same products up to rounding):
-//   kV2  kda_prepare2_kernel: exponentials once per (token, channel) and per (block pair,
-//        channel), the inverse's off-diagonal blocks on tf32 mma, 73.75 KiB smem, 3 CTAs/SM
-//   kV1  kda_prepare_kernel (v1): exponentials per block pair, the inverse on CUDA cores,
-//        96.75 KiB smem, 2 CTAs/SM
-enum class KdaPrepare { kV2, kV1 };
-
 // Gates, norms and the state-independent chunk products of tokens [0, tokens).
-void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, cudaStream_t stream,
-                 KdaPrepare prep = KdaPrepare::kV2);
+void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, cudaStream_t stream);
 
 // The forward from S_in (null = zeros): o (may be null: state only), S_out (may be null;
 // may alias S_in). tokens ≤ the tokens kda_prepare saw.
@@ -234,26 +222,7 @@ void kda_forward_state(const KdaWorkspace& ws, int64_t tokens, const float* S_in
 
 // prepare + forward_state.
 void kda_forward(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, const float* S_in,
-                 __nv_bfloat16* o, int64_t o_ld, float* S_out, cudaStream_t stream, KdaWalk walk = KdaWalk::kHead,
-                 KdaPrepare prep = KdaPrepare::kV2);
-
-// kda_forward with the segment cut into `pieces` runs of whole chunks (1 ≤ pieces ≤ 64; at most
-// one per chunk): the prepare of piece j + 1 runs on a low-priority stream while the walk of piece
-// j runs on a high-priority one, so the SMs the walk leaves idle (it holds one CTA per head) do
-// the prepare. Same kernels over the same chunks as kda_forward, the state handed between pieces
-// in f32 (ws.state): o and S_out equal kda_forward's bit for bit. Forks from `stream` and joins
-// back into it; the two side streams and their events are created once per device and shared, so
-// calls on one device must not run concurrently from several host threads.
-// shrink (0 < shrink ≤ 1) sizes the pieces: each is `shrink` times the one before it (1: equal).
-// Front-loading pays because the last piece's walk runs alone (the SMs it leaves idle have no
-// prepare left to do), while the first piece's prepare has the whole GPU anyway.
-constexpr int kKdaMaxPieces = 64;
-void kda_forward_pipelined(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, const float* S_in,
-                           __nv_bfloat16* o, int64_t o_ld, float* S_out, cudaStream_t stream, int pieces,
-                           KdaWalk walk = KdaWalk::kHead, KdaPrepare prep = KdaPrepare::kV2, double shrink = 1.0);
-// kda_forward_pipelined's pieces over `chunks` chunks: the end (exclusive, in chunks) of each of
-// min(pieces, chunks) pieces, every one at least a chunk, the last ending at `chunks`.
-std::vector<int64_t> kda_piece_ends(int64_t chunks, int pieces, double shrink = 1.0);
+                 __nv_bfloat16* o, int64_t o_ld, float* S_out, cudaStream_t stream, KdaWalk walk = KdaWalk::kHead);
 
 // The segment's package from kda_prepare's products: M [H, dk, dk], D [H, dv, dk].
 void kda_package(const KdaWorkspace& ws, int64_t tokens, float* M, float* D, cudaStream_t stream,

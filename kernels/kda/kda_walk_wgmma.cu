@@ -62,7 +62,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "check.h"
@@ -167,7 +166,7 @@ struct WalkMaps {
 };
 
 __global__ void __launch_bounds__(kWalkThreads, 1)
-    kda_walk_wgmma_kernel(const StateParams p, int probe, const __grid_constant__ WalkMaps maps) {
+    kda_walk_wgmma_kernel(const StateParams p, const __grid_constant__ WalkMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -192,13 +191,7 @@ __global__ void __launch_bounds__(kWalkThreads, 1)
       *reinterpret_cast<uint4*>(smem + st * ww::kStage + ww::kAqk + wg_at(r, 8 * j, kC)) = make_uint4(0, 0, 0, 0);
   }
 
-  // probe 1 (diagnostic): chunks 2.. load nothing and compute on chunk ch - 2's tiles
-  auto loads = [&](int ch) { return !(probe == 1 && ch >= 2); };
   auto load_chunk = [&](int ch) {
-    if (!loads(ch)) {
-      cp_async_commit();
-      return;
-    }
     unsigned char* st = smem + uint32_t(ch & 1) * ww::kStage;
     const int64_t t = head_tile + ch;
     if (tid == 0) {  // W, Ũ, K̂, Qg at 16384 tile (two 64-column boxes each), Γ: one thread, by TMA
@@ -251,11 +244,10 @@ __global__ void __launch_bounds__(kWalkThreads, 1)
 
   for (int ch = 0; ch < p.chunks; ++ch) {
     cp_async_wait_all();                                               // Aqk
-    if (loads(ch)) mbar_wait(&landed[ch & 1], uint32_t(ch >> 1) & 1u);  // the TMA tiles and Γ
+    mbar_wait(&landed[ch & 1], uint32_t(ch >> 1) & 1u);  // the TMA tiles and Γ
     fence_proxy_async();
     __syncthreads();  // chunk ch's stage visible to the tensor core; chunk ch - 1's stage consumed
     if (ch + 1 < p.chunks) load_chunk(ch + 1);  // into the other stage, consumed by chunk ch - 1
-    if (probe == 2) continue;
     const uint32_t st = base + uint32_t(ch & 1) * ww::kStage;
     const unsigned char* stp = smem + uint32_t(ch & 1) * ww::kStage;
 
@@ -360,14 +352,6 @@ __global__ void __launch_bounds__(kWalkThreads, 1)
 #endif
 }
 
-// PB_KDA_WALK_PROBE (diagnostic, wrong results): 1 = chunks 2.. load nothing and compute on the
-// two stages already loaded (the per-chunk chain alone); 2 = every chunk loads and computes
-// nothing (the loads alone). Unset or 0: the walk.
-int walk_probe() {
-  const char* e = std::getenv("PB_KDA_WALK_PROBE");
-  return e && (e[0] == '1' || e[0] == '2') ? e[0] - '0' : 0;
-}
-
 }  // namespace
 
 bool kda_wgmma_walk_supported() {
@@ -426,7 +410,7 @@ void launch_walk_wgmma(const StateParams& p, int heads, cudaStream_t stream) {
   maps.tile[2] = tile_map(p.khat, rows);
   maps.tile[3] = tile_map(p.qg != nullptr ? p.qg : p.w, rows);
   PB_CUDA(cudaFuncSetAttribute(kda_walk_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWalkSmem)));
-  kda_walk_wgmma_kernel<<<unsigned(heads), kWalkThreads, kWalkSmem, stream>>>(p, walk_probe(), maps);
+  kda_walk_wgmma_kernel<<<unsigned(heads), kWalkThreads, kWalkSmem, stream>>>(p, maps);
   PB_CUDA_LAUNCH();
 }
 
