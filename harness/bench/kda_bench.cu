@@ -256,7 +256,7 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     const Timing t_state_wg = with_wg ? time_state(KdaWalk::kWgmma) : Timing{};
     const float* fold_m[2] = {nullptr, M.get()};
     const float* fold_d[2] = {S_in.get(), D.get()};
-    kda_package(ws, T, M.get(), D.get(), stream);  // the rows' walk leaves M, D for the fold check
+    kda_package(ws, T, M.get(), D.get(), stream, KdaWalk::kHead);  // the rows' walk leaves M, D for the fold check
     const Timing t_fold = time_launches(
         [&](int, cudaStream_t st) { kda_fold(blas, fold_m, fold_d, 2, H, S_fold.get(), scratch.get(), st); }, 1,
         o.warmup, o.reps, stream);
@@ -264,7 +264,7 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     // ---- checks (slot 0; the walks above left o, S_out, M, D, S_fold of slot 0) ----
     out.poison(stream);
     S_out.poison(stream);
-    kda_forward_state(ws, T, S_in.get(), out.get(), W, S_out.get(), stream);
+    kda_forward_state(ws, T, S_in.get(), out.get(), W, S_out.get(), stream, KdaWalk::kHead);
     PB_CUDA(cudaStreamSynchronize(stream));
     int64_t wrong_o = check_outputs(in[0], A_log.get(), dt_bias.get(), S_in.get(), out.get(), T, H);
     const std::vector<float> s_fwd = S_out.download(), s_fold = S_fold.download();

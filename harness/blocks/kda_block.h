@@ -95,7 +95,7 @@ class KdaBlock {
   DeviceBuffer<float> partial_, small_partial_, forget_partial_, halo_partial_, o_partial_, s_in_, fold_scratch_;
   DeviceBuffer<unsigned char> conv_scratch_;
   KdaWorkspace ws_;
-  KdaWalk forward_walk_ = kda_fastest_forward_walk();  // the forward's walk; the package takes kHalves
+  KdaWalk forward_walk_ = kda_default_forward_walk();  // the forward's walk; the package takes kKdaPackageWalk
 };
 
 }  // namespace pb

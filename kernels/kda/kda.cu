@@ -6,7 +6,7 @@
 //   (token, channel) in registers, two ex2 per element, pair B operands rescaled per channel,
 //   inverse off-diagonal blocks on tf32 mma (steps at its definition below).
 // kda_walk_kernel — grid (heads, 1 or 2 for the package's D, M), 512 threads, 193 KiB, 1 CTA/SM
-//   (the default walk, KdaWalk::kHead): all 128 rows of S per CTA, S in f32 registers
+//   (KdaWalk::kHead; the forward's default off sm_90): all 128 rows of S per CTA, S in f32 registers
 //   (warp: 32 rows × 32 key channels); two stages of workspace tiles, chunk n+1's cp.async
 //   issued right after the barrier that opens chunk n. Per chunk: top barrier; A: P = W S0ᵀ,
 //   O = Qg S0ᵀ (warp: 16 tokens × 32 rows), U = Ũ − P → sU; barrier; B: O += Aqk U → o;

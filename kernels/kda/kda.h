@@ -209,8 +209,11 @@ enum class KdaWalk { kHead, kHalves, kWgmma };
 
 // Whether KdaWalk::kWgmma runs on the current device (sm_90: wgmma); elsewhere it throws.
 bool kda_wgmma_walk_supported();
-// The fastest forward walk the current device runs: kWgmma on sm_90, else kHead (the KDA block's).
-KdaWalk kda_fastest_forward_walk();
+// The defaults, what the superstep's KDA block runs. The forward: kWgmma on sm_90 (the
+// fastest there), else kHead (e.g. sm_100: no wgmma). The package: kHalves (its two waves of
+// half-length chains beat kHead's full-length ones; kWgmma covers the forward only).
+KdaWalk kda_default_forward_walk();
+constexpr KdaWalk kKdaPackageWalk = KdaWalk::kHalves;
 
 // Gates, norms and the state-independent chunk products of tokens [0, tokens).
 void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, cudaStream_t stream);
@@ -218,15 +221,14 @@ void kda_prepare(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& w
 // The forward from S_in (null = zeros): o (may be null: state only), S_out (may be null;
 // may alias S_in). tokens ≤ the tokens kda_prepare saw.
 void kda_forward_state(const KdaWorkspace& ws, int64_t tokens, const float* S_in, __nv_bfloat16* o, int64_t o_ld,
-                       float* S_out, cudaStream_t stream, KdaWalk walk = KdaWalk::kHead);
+                       float* S_out, cudaStream_t stream, KdaWalk walk);
 
 // prepare + forward_state.
 void kda_forward(const KdaInputs& in, int64_t tokens, int heads, KdaWorkspace& ws, const float* S_in,
-                 __nv_bfloat16* o, int64_t o_ld, float* S_out, cudaStream_t stream, KdaWalk walk = KdaWalk::kHead);
+                 __nv_bfloat16* o, int64_t o_ld, float* S_out, cudaStream_t stream, KdaWalk walk);
 
 // The segment's package from kda_prepare's products: M [H, dk, dk], D [H, dv, dk].
-void kda_package(const KdaWorkspace& ws, int64_t tokens, float* M, float* D, cudaStream_t stream,
-                 KdaWalk walk = KdaWalk::kHead);
+void kda_package(const KdaWorkspace& ws, int64_t tokens, float* M, float* D, cudaStream_t stream, KdaWalk walk);
 
 // S [H, dv, dk] = D[0];  S = S · M[j] + D[j] for j = 1..segments−1 (M[0] not read).
 // M, D: host arrays of device pointers. scratch: [H, dv, dk] f32, distinct from S.

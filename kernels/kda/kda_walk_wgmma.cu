@@ -362,7 +362,7 @@ bool kda_wgmma_walk_supported() {
   return major == 9 && minor == 0;
 }
 
-KdaWalk kda_fastest_forward_walk() { return kda_wgmma_walk_supported() ? KdaWalk::kWgmma : KdaWalk::kHead; }
+KdaWalk kda_default_forward_walk() { return kda_wgmma_walk_supported() ? KdaWalk::kWgmma : KdaWalk::kHead; }
 
 namespace {
 

@@ -187,8 +187,7 @@ struct GpuRun {
 };
 
 // kda_forward over tokens [t0, t0 + n) from S_in (empty = null).
-GpuRun gpu_forward(const Inputs& in, int64_t t0, int64_t n, const std::vector<float>& S_in,
-                   KdaWalk walk = KdaWalk::kHead) {
+GpuRun gpu_forward(const Inputs& in, int64_t t0, int64_t n, const std::vector<float>& S_in, KdaWalk walk) {
   const int H = in.heads;
   KdaWorkspace ws(std::max<int64_t>(n, 1), H);
   DeviceBuffer<bf16> o(size_t(std::max<int64_t>(n, 1) * in.width));
@@ -251,9 +250,10 @@ TEST_CASE("kda two segments threaded through S equal one pass") {
   const int64_t T1 = 130, T2 = 70, T = T1 + T2;
   const Inputs in(T, H, 101);
   const std::vector<float> S0 = random_state(H, 102, 0.5f);
-  const GpuRun whole = gpu_forward(in, 0, T, S0);
-  const GpuRun first = gpu_forward(in, 0, T1, S0);
-  const GpuRun second = gpu_forward(in, T1, T2, first.S);
+  const KdaWalk walk = kda_default_forward_walk();
+  const GpuRun whole = gpu_forward(in, 0, T, S0, walk);
+  const GpuRun first = gpu_forward(in, 0, T1, S0, walk);
+  const GpuRun second = gpu_forward(in, T1, T2, first.S, walk);
 
   const RefInputs r = ref_inputs(in, 0, T);
   const std::vector<double> S0_d = to_double(S0);
@@ -344,8 +344,8 @@ TEST_CASE("kda fold of 3 packages equals the sequential state") {
   std::vector<Package> pk;
   int64_t t0 = 0;
   for (int64_t n : lens) {
-    // segment 0: the head walk, 1 and 2: the halves walk
-    pk.push_back(gpu_package(in, t0, n, t0 == 0 ? KdaWalk::kHead : KdaWalk::kHalves));
+    // segment 0: the head walk, 1 and 2: the package's default (the halves walk)
+    pk.push_back(gpu_package(in, t0, n, t0 == 0 ? KdaWalk::kHead : kKdaPackageWalk));
     t0 += n;
   }
   std::vector<DeviceBuffer<float>> dM, dD;
@@ -375,7 +375,7 @@ TEST_CASE("kda fold of 3 packages equals the sequential state") {
   // The forward of the third segment from the fold of the first two equals the tail of one pass.
   kda_fold(blas, pM.data(), pD.data(), 2, H, S.get(), scratch.get(), nullptr);
   PB_CUDA(cudaDeviceSynchronize());
-  const GpuRun tail = gpu_forward(in, lens[0] + lens[1], lens[2], S.download());
+  const GpuRun tail = gpu_forward(in, lens[0] + lens[1], lens[2], S.download(), kda_default_forward_walk());
   std::vector<double> o_ref(size_t(T * in.width));
   ref::kda_sequential(r.q.data(), r.k.data(), r.v.data(), r.la.data(), r.beta.data(), r.shape,
                       ref::kda_default_scale(kD), nullptr, o_ref.data(), nullptr);
