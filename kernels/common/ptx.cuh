@@ -1,4 +1,4 @@
-// PTX wrappers the kernels share (sm_80+; fmha.cu, kda.cu, kda_walk_wgmma.cu, attnres.cu).
+// PTX wrappers the kernels share (sm_80+; fmha.cu, the KDA kernels, attnres.cu).
 //
 //   smem_addr          generic -> shared-window address of p
 //   cp_async_16        16 bytes global -> shared; !valid reads nothing and zero-fills

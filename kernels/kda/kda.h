@@ -2,7 +2,8 @@
 // ranks"): the chunked gated delta rule in the WY/UT form, its affine package
 // (M, D) and the fold of packages. The float64 ground truth, the convention and
 // the stability argument are in kda_ref.h; this header repeats what a caller
-// needs. One family, no variants; kda.cu holds the kernels.
+// needs. One family, no variants; kda.cu holds the entry points, kda_prepare.cu and
+// kda_walks.cu / kda_walk_wgmma.cu the kernels.
 //
 // ---- Shapes (row-major, last index fastest; dk = dv = 128 fixed) -----------
 //   q, k, v   [T, H*128] bf16   conv + SiLU outputs, row strides q_ld, k_ld, v_ld
@@ -194,7 +195,7 @@ class KdaWorkspace {
   int heads_ = 0;
 };
 
-// The state walk's kernel (one dispatch in kda.cu; both give the same results up to f32
+// The state walk's kernel (one dispatch in kda.cu; all give the same results up to f32
 // summation order):
 //   kHead    kda_walk_kernel: one CTA of 16 warps per head (per head and {D, M} for the
 //            package), all 128 rows of S in registers; every workspace byte read once

@@ -1,5 +1,5 @@
 // KdaWalk::kWgmma: the forward state walk on Hopper warpgroup MMA (sm_90a wgmma.mma_async).
-// Contract, precision and floors: kda.h; the arithmetic is kda_walk_kernel's (kda.cu):
+// Contract, precision and floors: kda.h; the arithmetic is kda_walk_kernel's (kda_walks.cu):
 //   per chunk, with S0 the state before it (S [128 rows j][128 key channels c], f32):
 //     P = W S0ᵀ,  U = bf16(Ũ − P),  O = Qg S0ᵀ + Aqk U → o (bf16),  S = S0 ∘ Γ + Uᵀ K̂,
 //   bf16 operands, f32 accumulation, S kept in f32 across chunks (its bf16 copy is the
@@ -67,7 +67,7 @@
 #include "check.h"
 #include "kda.h"
 #include "kda_tiles.h"
-#include "kda_walk.h"
+#include "kda_internal.cuh"
 #include "ptx.cuh"
 #include "tma.cuh"
 
