@@ -31,12 +31,15 @@
 #include <type_traits>
 
 #include "check.h"
+#include "launch.h"
 #include "ptx.cuh"
 
 namespace pb {
 
 namespace {
 
+using ptx::as_bf16x2;
+using ptx::as_bits;
 using ptx::cp_async_commit;
 using ptx::cp_async_wait_group;
 using ptx::prefetch_l2;
@@ -190,19 +193,12 @@ __device__ __forceinline__ void cp_async_wait_pending(int pending) {
   }
 }
 
-__device__ __forceinline__ uint32_t as_bits(bf16x2 h) {
-  uint32_t bits;
-  memcpy(&bits, &h, sizeof bits);
-  return bits;
-}
-
 // 8 bf16 of a 16-byte chunk, in address order.
 __device__ __forceinline__ void unpack8(const uint4 u, float (&f)[kChunk]) {
   const uint32_t words[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    bf16x2 h;
-    memcpy(&h, &words[k], sizeof h);  // .x is the lower address
+    const bf16x2 h = as_bf16x2(words[k]);  // .x is the lower address
     f[2 * k] = __bfloat162float(h.x);
     f[2 * k + 1] = __bfloat162float(h.y);
   }
@@ -387,11 +383,8 @@ __global__ void __launch_bounds__(kThreads, C <= 3 ? 4 : 2)
 // ---------------------------------------------------------------------------
 // launchers
 
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
 bool disjoint(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
-  const uintptr_t x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return x + uintptr_t(a_bytes) <= y || y + uintptr_t(b_bytes) <= x;
+  return !overlaps(a, size_t(a_bytes), b, size_t(b_bytes));
 }
 
 // Checks the contract of attnres.h; false when there is nothing to do (rows == 0).

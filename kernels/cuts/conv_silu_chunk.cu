@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "check.h"
+#include "launch.h"
 #include "fast_math.cuh"
 #include "land.h"
 
@@ -310,9 +311,6 @@ conv_silu_chunk_cut_kernel(const float* __restrict__ p, const float* __restrict_
   }
 }
 
-bool aligned_to(const void* ptr, uintptr_t bytes) {
-  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
-}
 
 constexpr size_t kScratchAlign = 256;
 
@@ -337,8 +335,7 @@ void check_conv_contract(const float* p, const float* cw, const bf16* carry, con
   PB_CHECK(s.commit_rows == 0 || next, "conv_silu_chunk: next is null but commit_rows > 0");
   if (s.commit_rows > 0) {
     const size_t window = kConvWindow * size_t(s.inner) * sizeof(bf16);
-    const uintptr_t a = reinterpret_cast<uintptr_t>(next), b = reinterpret_cast<uintptr_t>(carry);
-    PB_CHECK(a + window <= b || b + window <= a, "conv_silu_chunk: next overlaps carry");
+    PB_CHECK(!overlaps(next, window, carry, window), "conv_silu_chunk: next overlaps carry");
   }
 }
 

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "check.h"
+#include "launch.h"
 
 namespace pb {
 
@@ -243,9 +244,6 @@ o_finalize_kernel(const float* __restrict__ acc, bf16* __restrict__ o, int64_t n
   for (int64_t i = i0; i < end; ++i) o[i] = __float2bfloat16_rn(acc[i]);
 }
 
-bool aligned_to(const void* ptr, uintptr_t bytes) {
-  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
-}
 
 // Checks the common contract; returns false for an empty shape.
 bool check_merge_contract(const char* who, const bf16* o_win, const float* lse_win,

@@ -35,6 +35,7 @@
 #include <type_traits>
 
 #include "check.h"
+#include "launch.h"
 #include "ptx.cuh"
 
 namespace pb {
@@ -368,7 +369,6 @@ __global__ void __launch_bounds__(FmhaConfig<kDqk, kDv>::kThreads, 2) fmha_nativ
 // Launcher
 // ---------------------------------------------------------------------------
 
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 template <int kDqk, int kDv>
 void launch_native(const FmhaParams& p, cudaStream_t stream) {

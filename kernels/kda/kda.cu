@@ -10,6 +10,7 @@
 #include <string>
 
 #include "check.h"
+#include "launch.h"
 #include "kda_internal.cuh"
 
 namespace pb {
@@ -27,7 +28,6 @@ __global__ void add_f32_kernel(const float4* x, const float4* d, float4* y, int6
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 void check_rows(const void* p, int64_t ld, int64_t min_ld, const char* name) {
   PB_CHECK(p != nullptr, std::string("kda: ") + name + " is null");

@@ -68,6 +68,7 @@
 #include "kda.h"
 #include "kda_tiles.h"
 #include "kda_internal.cuh"
+#include "launch.h"
 #include "ptx.cuh"
 #include "tma.cuh"
 
@@ -371,14 +372,8 @@ using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, 
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 EncodeTiled encode_tiled() {
-  static const EncodeTiled fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    PB_CUDA(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
-    PB_CHECK(found == cudaDriverEntryPointSuccess && f != nullptr,
-             "kda wgmma walk: the driver has no cuTensorMapEncodeTiled (CUDA 12.0+)");
-    return reinterpret_cast<EncodeTiled>(f);
-  }();
+  static const EncodeTiled fn =
+      reinterpret_cast<EncodeTiled>(driver_entry_point("cuTensorMapEncodeTiled", "kda wgmma walk"));
   return fn;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "check.h"
+#include "launch.h"
 
 namespace pb {
 
@@ -38,7 +39,6 @@ __global__ void checksum_kernel(const uint16_t* __restrict__ x, int64_t n, unsig
   if (threadIdx.x % 32 == 0) atomicAdd(out, sum);
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "check.h"
+#include "launch.h"
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -93,7 +94,6 @@ struct Layout {
   }
 };
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
 
