@@ -250,9 +250,9 @@ __device__ __forceinline__ void load_sw(const float* __restrict__ sw, int t, int
 // cp.async groups: one per (row, k), possibly empty; when chunk k of a row is
 // reduced, that row's 4 groups are the newest, so waiting until 3 - k are
 // pending lands it.
-// __launch_bounds__ asks for B blocks per SM: 4 at C <= 3, 2 at C >= 4, where
-// sw's registers (8 float4 per thread) no longer fit beside 4 blocks.
-constexpr int kTwoPassMaxL2 = 6;  // candidates re-read from L2 (B = 4 at C = 9: S = 3)
+// __launch_bounds__ asks for B blocks per SM: 4 at C <= 3, 2 at C >= 4 (sw's
+// 8 float4 per thread and the 2 C sums then need more than 4 blocks allow).
+constexpr int kTwoPassMaxL2 = 6;  // most candidates re-read from L2 (kernels for 0 .. 6)
 
 template <int C, int kL2>
 __global__ void __launch_bounds__(kThreads, C <= 3 ? 4 : 2)
@@ -425,7 +425,7 @@ struct TwoPassPlan {
 };
 
 constexpr int kRowsPerBlock = 2;
-// B: 4 at C <= 3, where the kernel fits 64 registers; 2 above (its launch bounds).
+// B: 4 at C <= 3, 2 above (the kernel's launch bounds).
 int two_pass_blocks_per_sm(int cands) { return cands <= 3 ? 4 : 2; }
 
 TwoPassPlan two_pass_plan(const AttnResShape& sh) {

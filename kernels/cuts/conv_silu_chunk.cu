@@ -98,7 +98,7 @@ conv_decode_batched_kernel(const bf16* __restrict__ windows, const bf16* __restr
 constexpr int kRunRows = 16;
 constexpr int kPrefetchRows = 8;  // partial rows in flight per thread
 constexpr int kCutThreads = 128;
-constexpr int kCutMinBlocks = 5;  // per SM (20 warps): caps registers at 96, no spills
+constexpr int kCutMinBlocks = 5;  // per SM (20 warps): the launch bounds cap registers at 96
 constexpr int kVecCols = 4;
 static_assert(kRunRows >= kConvWindow, "conv cut: a run's halo must lie in the previous run");
 static_assert(kPrefetchRows <= kRunRows, "conv cut: prefetch within the run");

@@ -287,9 +287,7 @@ __global__ void __launch_bounds__(kTableThreads)
 // same bits (a + b == b + a), so the thread keeps one value per pair:
 // 32 -> 16 -> 8 values, 8 shuffles per lane stage (16 per 32 columns).
 // Every load instruction of a warp reads 8 (row, head) x 64 contiguous bytes.
-// Two blocks per SM (kNormBlocksPerSm; this build takes 87 registers, so 2
-// is also the occupancy limit): builds with 75 / 64 registers, 3 / 4 resident
-// blocks per SM, measured 8% / 12% slower on the H200.
+// The grid: at most kNormBlocksPerSm (2) resident blocks per SM, grid-stride.
 __global__ void __launch_bounds__(kThreads, 1)
     o_norm_gate_cut_kernel(const bf16* x, const bf16* g, const float* gamma, bf16* o,
                            int64_t row_heads, float eps) {

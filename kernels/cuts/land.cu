@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kThreads)
     float acc[kColumnsPerThread];
 #pragma unroll
     for (int j = 0; j < kColumnsPerThread; ++j) acc[j] = 0.0f;
-    // Not unrolled: 32 registers and full occupancy for split_k = 1, the
+    // Not unrolled: few registers and full occupancy for split_k = 1, the
     // engine's only landing.
 #pragma unroll 1
     for (int s = 0; s < split_k; ++s) {

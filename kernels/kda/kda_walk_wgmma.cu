@@ -5,8 +5,7 @@
 //   bf16 operands, f32 accumulation, S kept in f32 across chunks (its bf16 copy is the
 //   operand of the next chunk). Same roundings as kHead (__fsub_rn for U, __fmul_rn by Γ,
 //   bf16 round-to-nearest of U, S0 and o); the k-order of the f32 sums is the tensor core's
-//   own, so results equal kHead's up to f32 summation order (on the H200 its S_out equalled
-//   kHead's bit for bit at 16k).
+//   own, so results equal kHead's up to f32 summation order.
 //
 // kda_walk_wgmma_kernel — grid (heads), 256 threads = 2 warpgroups, 163 KiB smem (two stages of
 //   chunk tiles, eight 2 KiB o staging tiles, alignment slack), 1 CTA/SM, forward only. The rows
@@ -49,8 +48,7 @@
 // loaded. Per chunk n (stage n & 1), one barrier: every thread waits its cp.async group and the
 // stage's mbarrier (phase n / 2), fence.proxy.async, __syncthreads (chunk n's stage visible to
 // the tensor core; every read of chunk n − 1 done, so the other stage is free); then chunk
-// n + 1's loads. (With 17 cp.async per thread per chunk the address arithmetic and the 32
-// two-byte o stores sat on the per-chunk chain: 722 µs at 16k x 96 heads against 562-589.)
+// n + 1's loads.
 // Workspace rows past `tokens` are zero (kda_prepare), so they add nothing; o rows ≥ tokens
 // are not written. S_out may alias S_in (each thread reads its elements before any write).
 // sm_90 only: the body is compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL; other device targets
