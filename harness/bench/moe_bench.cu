@@ -446,7 +446,7 @@ int run_moe_bench(const MoeBenchOptions& o, RunResult& result) {
   Blas blas;
   int failed = 0;
 
-  MoeBlock moe(m, o.bucket, o.tokens, o.seed, blas, st);
+  MoeBlock moe(m, o.bucket, o.tokens, o.seed, st);
   std::printf("MoE weights: %.2f GB (experts %.2f GB)\n",
               double(moe.weights().router.bytes() + moe.weights().lat_down.bytes() +
                      moe.weights().expert_gate_up.bytes() + moe.weights().expert_down.bytes() +

@@ -40,8 +40,7 @@ MoeWeights make_moe_weights(const ModelShape& m, uint64_t seed, cudaStream_t str
   return w;
 }
 
-MoeBlock::MoeBlock(const ModelShape& m, int64_t bucket, int64_t max_tokens, uint64_t seed, const Blas& blas,
-                   cudaStream_t stream)
+MoeBlock::MoeBlock(const ModelShape& m, int64_t bucket, int64_t max_tokens, uint64_t seed, cudaStream_t stream)
     : m_(m), b_(bucket), max_tokens_(max_tokens), w_(make_moe_weights(m, seed, stream)),
       sizes_(int(m.experts)), gemm_gate_up_(int(m.experts)), gemm_down_(int(m.experts)) {
   PB_CHECK(max_tokens >= 1 && max_tokens <= bucket, "MoeBlock: need 1 <= max_tokens <= bucket");

@@ -64,8 +64,7 @@ class MoeBlock {
  public:
   // Buffers for b = bucket rows and up to max_tokens live rows; weights filled
   // on `stream`.
-  MoeBlock(const ModelShape& m, int64_t bucket, int64_t max_tokens, uint64_t seed, const Blas& blas,
-           cudaStream_t stream);
+  MoeBlock(const ModelShape& m, int64_t bucket, int64_t max_tokens, uint64_t seed, cudaStream_t stream);
 
   // Every launch through tl (on tl.stream()); x and out are [b, h], distinct.
   // `engine` runs both expert GEMMs (the scenario's moe_gemm key); grouped

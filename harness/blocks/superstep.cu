@@ -56,7 +56,7 @@ Superstep::Superstep(const Scenario& s, int rank, IpcFabric* fabric, const Blas&
     kda_ = std::make_unique<KdaBlock>(m_, *kda_w_, KdaLane{rank_, cp_, segs, b_, fabric});
   }
   if (any_layer(m_, [](const ModelShape& m, int64_t l) { return !m.is_dense_ffn(l); }))
-    moe_ = std::make_unique<MoeBlock>(m_, b_, t_, seed + 30, blas, stream);
+    moe_ = std::make_unique<MoeBlock>(m_, b_, t_, seed + 30, stream);
   if (any_layer(m_, [](const ModelShape& m, int64_t l) { return m.is_dense_ffn(l); }))
     dense_ = std::make_unique<DenseFfn>(m_, b_, seed + 40, stream);
   if (rank_ == cp_ - 1) first_ = std::make_unique<FirstToken>(m_, seed + 50, stream);

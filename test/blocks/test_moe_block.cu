@@ -277,7 +277,7 @@ std::vector<TimedLaunch> names_of_run(cudaStream_t st, const std::function<void(
 
 TEST_CASE("MoE block (tiny): launch list == plan, == C++ reference, cut on/off bit-identical, every engine") {
   Fixture f;
-  MoeBlock block(f.m, kBucket, kTokens, kSeed, f.blas, f.st);
+  MoeBlock block(f.m, kBucket, kTokens, kSeed, f.st);
   const RankPlan plan = plan_rank(tiny_scenario(), CutSet::all(), 0);
 
   const auto got = names_of_run(f.st, [&](Timeline& tl) {
