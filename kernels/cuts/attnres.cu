@@ -97,7 +97,6 @@ __device__ __forceinline__ void block_tree_sum(float (&v)[N], float (*stage)[N])
   }
 }
 
-
 __device__ __forceinline__ float score_of(float ss, float dot, float hidden_f, float eps) {
   return dot * rsqrtf(ss / hidden_f + eps);
 }
@@ -173,7 +172,6 @@ __global__ void __launch_bounds__(kThreads)
   }
   out[row * hidden + i] = __float2bfloat16_rn(acc);
 }
-
 
 // ---------------------------------------------------------------------------
 // cut: one fused launch, many rows in flight per SM.

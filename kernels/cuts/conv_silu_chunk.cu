@@ -311,7 +311,6 @@ conv_silu_chunk_cut_kernel(const float* __restrict__ p, const float* __restrict_
   }
 }
 
-
 constexpr size_t kScratchAlign = 256;
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }

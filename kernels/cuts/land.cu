@@ -105,7 +105,6 @@ __global__ void __launch_bounds__(kThreads)
 // ---------------------------------------------------------------------------
 // launchers
 
-
 // Checks the shape and the pointers; false when there is nothing to land.
 bool check_land_call(const float* p, const __nv_bfloat16* o, const LandShape& s) {
   check_land_shape(s);

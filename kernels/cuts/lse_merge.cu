@@ -240,7 +240,6 @@ o_finalize_kernel(const float* __restrict__ acc, bf16* __restrict__ o, int64_t n
   for (int64_t i = i0; i < end; ++i) o[i] = __float2bfloat16_rn(acc[i]);
 }
 
-
 // Checks the common contract; returns false for an empty shape.
 bool check_merge_contract(const char* who, const bf16* o_win, const float* lse_win,
                           const float* o_acc, const float* lse_acc, int64_t t_q, int heads) {

@@ -366,7 +366,6 @@ __global__ void __launch_bounds__(FmhaConfig<kDqk, kDv>::kThreads, 2) fmha_nativ
 // Launcher
 // ---------------------------------------------------------------------------
 
-
 template <int kDqk, int kDv>
 void launch_native(const FmhaParams& p, cudaStream_t stream) {
   using C = FmhaConfig<kDqk, kDv>;

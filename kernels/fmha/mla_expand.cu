@@ -39,7 +39,6 @@ __global__ void expand_k_kernel(const bf16* __restrict__ kvb, const bf16* __rest
   }
 }
 
-
 }  // namespace
 
 void expand_k(const bf16* kvb, const bf16* rope, bf16* k, ExpandKShape s, cudaStream_t stream) {

@@ -28,7 +28,6 @@ __global__ void add_f32_kernel(const float4* x, const float4* d, float4* y, int6
   }
 }
 
-
 void check_rows(const void* p, int64_t ld, int64_t min_ld, const char* name) {
   PB_CHECK(p != nullptr, std::string("kda: ") + name + " is null");
   PB_CHECK(aligned16(p) && ld % 8 == 0, std::string("kda: ") + name +

@@ -39,7 +39,6 @@ __global__ void checksum_kernel(const uint16_t* __restrict__ x, int64_t n, unsig
   if (threadIdx.x % 32 == 0) atomicAdd(out, sum);
 }
 
-
 }  // namespace
 
 void embed_gather(const bf16* table, const int32_t* ids, bf16* out, int64_t rows, int64_t hidden,

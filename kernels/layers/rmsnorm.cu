@@ -65,7 +65,6 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const bf16* x, const 
   }
 }
 
-
 }  // namespace
 
 void rmsnorm(const bf16* x, const float* gamma, bf16* out, RmsNormShape s, float eps, cudaStream_t stream) {

@@ -94,7 +94,6 @@ struct Layout {
   }
 };
 
-
 }  // namespace
 
 struct CutlassGroupedGemm::Impl {

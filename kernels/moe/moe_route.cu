@@ -380,7 +380,6 @@ void check_outputs(const char* what, std::initializer_list<Span> outputs,
   }
 }
 
-
 struct RowGrid {
   dim3 grid, block;
 };
