@@ -7,12 +7,14 @@
 #include <cstring>
 #include <thread>
 
+#include "launch.h"
+
 namespace pb {
 
 namespace {
 
 // The two stream memory operations and the attribute query, from the driver
-// at run time (cudaGetDriverEntryPointByVersion, CUDA 12 ABI: the _v2 calls).
+// at run time (driver_entry_point, launch.h; CUDA 12 ABI: the _v2 calls).
 using StreamValue64Fn = CUresult(CUDAAPI*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
 using DeviceAttributeFn = CUresult(CUDAAPI*)(int*, CUdevice_attribute, CUdevice);
 
@@ -20,15 +22,6 @@ struct StreamMemOps {
   StreamValue64Fn write64 = nullptr;
   StreamValue64Fn wait64 = nullptr;
 };
-
-void* driver_entry(const char* symbol) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  PB_CUDA(cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &found));
-  PB_CHECK(fn != nullptr && found == cudaDriverEntryPointSuccess,
-           std::string("the CUDA driver has no ") + symbol + " (CUDA 12 ABI): driver too old for the fabric");
-  return fn;
-}
 
 void cu_check(CUresult rc, const char* what) {
   PB_CHECK(rc == CUDA_SUCCESS, std::string(what) + " failed: CUresult " + std::to_string(int(rc)));
@@ -38,15 +31,15 @@ void cu_check(CUresult rc, const char* what) {
 const StreamMemOps& stream_mem_ops() {
   static const StreamMemOps ops = [] {
     StreamMemOps o;
-    o.write64 = reinterpret_cast<StreamValue64Fn>(driver_entry("cuStreamWriteValue64"));
-    o.wait64 = reinterpret_cast<StreamValue64Fn>(driver_entry("cuStreamWaitValue64"));
+    o.write64 = reinterpret_cast<StreamValue64Fn>(driver_entry_point("cuStreamWriteValue64", "the fabric"));
+    o.wait64 = reinterpret_cast<StreamValue64Fn>(driver_entry_point("cuStreamWaitValue64", "the fabric"));
     return o;
   }();
   return ops;
 }
 
 void require_stream_mem_ops(int device) {
-  auto get_attribute = reinterpret_cast<DeviceAttributeFn>(driver_entry("cuDeviceGetAttribute"));
+  auto get_attribute = reinterpret_cast<DeviceAttributeFn>(driver_entry_point("cuDeviceGetAttribute", "the fabric"));
   int can64 = 0;
   cu_check(get_attribute(&can64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, CUdevice(device)),
            "cuDeviceGetAttribute(CAN_USE_64_BIT_STREAM_MEM_OPS)");

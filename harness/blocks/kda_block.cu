@@ -219,7 +219,7 @@ void KdaBlock::recur(Timeline& tl, const Blas& blas) {
     });
     tl.launch("kda", "kda.package", [&] {
       kda_package(ws_, live_rows(), static_cast<float*>(lane_.fabric->at(me, L.M[par])),
-                  static_cast<float*>(lane_.fabric->at(me, L.D[par])), s, KdaWalk::kHalves);
+                  static_cast<float*>(lane_.fabric->at(me, L.D[par])), s, kKdaPackageWalk);
     });
     tl.launch("fabric", "fabric.publish_state", [&] {
       for (int r = me + 1; r < cp; ++r)

@@ -109,7 +109,7 @@ class KdaBlock : private KdaBlockBuffers {
   int64_t seq_ = 0;
   CutSet cuts_;
   KdaWorkspace ws_;
-  KdaWalk forward_walk_ = kda_fastest_forward_walk();  // the forward's walk; the package takes kHalves
+  KdaWalk forward_walk_ = kda_default_forward_walk();  // the forward's walk; the package takes kKdaPackageWalk
 };
 
 }  // namespace pb
