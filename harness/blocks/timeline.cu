@@ -1,9 +1,39 @@
 #include "timeline.h"
 
+#include <nvtx3/nvToolsExt.h>
+
+#include <functional>
+
 #include "check.h"
 #include "debug_delay.h"
 
 namespace pb {
+
+namespace {
+
+nvtxDomainHandle_t nvtx_domain() {
+  static nvtxDomainHandle_t d = nvtxDomainCreateA("prefill-bench");
+  return d;
+}
+
+// One colour per family name, stable across runs.
+uint32_t family_colour(const char* family) {
+  const uint32_t h = uint32_t(std::hash<std::string>{}(family));
+  return 0xff000000u | (0x404040u + (h & 0x7f7f7fu));
+}
+
+void nvtx_push(const std::string& name, const char* family) {
+  nvtxEventAttributes_t a{};
+  a.version = NVTX_VERSION;
+  a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  a.colorType = NVTX_COLOR_ARGB;
+  a.color = family_colour(family);
+  a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  a.message.ascii = name.c_str();
+  nvtxDomainRangePushEx(nvtx_domain(), &a);
+}
+
+}  // namespace
 
 Timeline::Timeline(cudaStream_t stream, bool timed) : stream_(stream), timed_(timed) {}
 
@@ -26,7 +56,9 @@ void Timeline::launch(const char* family, const std::string& kernel, const std::
   if (timed_) PB_CUDA(cudaEventRecord(event(2 * i), stream_));
   in_launch_ = true;
   bells_.clear();
+  if (nvtx_) nvtx_push(nvtx_label_ + " L" + std::to_string(layer_) + " " + kernel, family);
   work();
+  if (nvtx_) nvtxDomainRangePop(nvtx_domain());
   in_launch_ = false;
   if (delay_us_ > 0 && family == delay_family_) gpu_delay(delay_us_, stream_);
   if (timed_) PB_CUDA(cudaEventRecord(event(2 * i + 1), stream_));

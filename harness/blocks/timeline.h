@@ -10,6 +10,12 @@
 //
 // Untimed (timed = false), launch() only runs the lambda and records the names:
 // verification runs and the plan-equality test use that.
+//
+// NVTX: every launch is also an NVTX range in the "prefill-bench" domain,
+// named "<label> L<layer> <kernel>" (label: e.g. "rank 3 all rep 2", set by the
+// command), coloured by family, so `nsys profile` shows the superstep by name.
+// Without a tool attached an NVTX call is a branch on a null pointer;
+// set_nvtx(false) (scenario key nvtx: false) skips even that.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -57,6 +63,8 @@ class Timeline {
     delay_us_ = us;
   }
   int32_t layer() const { return layer_; }
+  void set_nvtx(bool on) { nvtx_ = on; }
+  void set_nvtx_label(const std::string& label) { nvtx_label_ = label; }
 
   // Enqueues `work` (launches on stream()) between two events named family / kernel.
   void launch(const char* family, const std::string& kernel, const std::function<void()>& work);
@@ -76,6 +84,8 @@ class Timeline {
   std::vector<cudaEvent_t> events_;  // pool: launch i uses events 2i, 2i + 1
   std::vector<TimedLaunch> pending_;
   bool in_launch_ = false;
+  bool nvtx_ = true;
+  std::string nvtx_label_;
   std::vector<BellNote> bells_;  // the launch in progress's
 };
 

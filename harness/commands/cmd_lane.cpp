@@ -109,6 +109,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
         s.wait_timeout_or(kLaneWaitTimeoutS));
   MlaBlock block(m, weights, {me, cp, segs, rows, fab.get(), s.helped_in_place}, engine);
   Timeline tl(stream, true);
+  tl.set_nvtx(s.nvtx);
   tl.set_layer(int32_t(layer));
   const Turn turn = make_turn(gang, serial, fab.get(), stream, s.turn_settle_ms);
   size_t free_b = 0, total_b = 0;
@@ -125,6 +126,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
     for (size_t vi = 0; vi < nv; ++vi) {
       const CutSet& cuts = s.variants[vi].cuts;
       const FabricStats before = fab ? fab->stats() : FabricStats{};
+      tl.set_nvtx_label("rank " + std::to_string(me) + " " + s.variants[vi].name + " rep " + std::to_string(rep));
       gang.barrier();
       const auto t0 = std::chrono::steady_clock::now();
       turn([&] { block.project(mixed.get(), seq, cuts, tl, blas); });

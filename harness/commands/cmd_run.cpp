@@ -103,6 +103,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   for (const auto& [what, engine] : step.engines()) result.text["engine_" + what] = engine;
   const double peak_bytes = peak_device_bytes();
   Timeline tl(stream, true);
+  tl.set_nvtx(s.nvtx);
   const Turn turn = make_turn(gang, s.serialize_ranks, fab.get(), stream, s.turn_settle_ms,
                               s.debug.poison_arena ? &memory.memory() : nullptr);
 
@@ -132,6 +133,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       const CutSet& cuts = s.variants[vi].cuts;
       const bool last_rep = rep == s.reps - 1;
       const FabricStats before = fab ? fab->stats() : FabricStats{};
+      tl.set_nvtx_label("rank " + std::to_string(me) + " " + s.variants[vi].name + " rep " + std::to_string(rep));
       gang.barrier();
       const auto t0 = std::chrono::steady_clock::now();
       step.run(cuts, tl, turn, last_rep);
