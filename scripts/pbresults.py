@@ -7,7 +7,7 @@ import sys
 import h5py
 import numpy as np
 
-SCHEMA_VERSIONS = (1, 2)  # 2 added spans.stream, bells and projection/
+SCHEMA_VERSIONS = (1, 2, 3)  # 2 added spans.stream, bells and projection/; 3 spans.start_us
 SPAN_KINDS = ("run", "plan", "lane")             # files with /variants/<name>/spans
 BENCH_KINDS = ("kernels", "fmha", "kda", "moe")  # files with /bench
 

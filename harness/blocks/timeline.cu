@@ -82,6 +82,9 @@ std::vector<TimedLaunch> Timeline::collect() {
       float ms = 0;
       PB_CUDA(cudaEventElapsedTime(&ms, events_[2 * i], events_[2 * i + 1]));
       pending_[i].ms = ms;
+      float start = 0;
+      PB_CUDA(cudaEventElapsedTime(&start, events_[0], events_[2 * i]));
+      pending_[i].start_ms = start;
     }
   std::vector<TimedLaunch> out;
   out.swap(pending_);

@@ -41,7 +41,8 @@ struct TimedLaunch {
   int32_t layer = -1;
   std::string family;
   std::string kernel;
-  double ms = 0;  // between the launch's two events; 0 when untimed
+  double ms = 0;        // between the launch's two events; 0 when untimed
+  double start_ms = 0;  // its first event after the first launch's since the last collect(); 0 untimed
   int32_t stream = 0;  // the rank's stream it ran on (0: the work stream)
   std::vector<BellNote> bells;
 };

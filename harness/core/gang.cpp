@@ -147,7 +147,7 @@ std::string pack_spans(const std::vector<Span>& spans) {
   for (const auto& s : spans) {
     w.put(s.rep); w.put(s.rank); w.put(s.layer);
     w.put(s.family); w.put(s.kernel);
-    w.put(s.time_us); w.put(s.bytes); w.put(s.flops); w.put(s.stream);
+    w.put(s.time_us); w.put(s.bytes); w.put(s.flops); w.put(s.stream); w.put(s.start_us);
   }
   return w.take();
 }
@@ -160,7 +160,7 @@ std::vector<Span> unpack_spans(const std::string& bytes) {
   for (auto& s : spans) {
     r.get(s.rep); r.get(s.rank); r.get(s.layer);
     r.get(s.family); r.get(s.kernel);
-    r.get(s.time_us); r.get(s.bytes); r.get(s.flops); r.get(s.stream);
+    r.get(s.time_us); r.get(s.bytes); r.get(s.flops); r.get(s.stream); r.get(s.start_us);
   }
   PB_CHECK(r.done(), "trailing bytes in a span record from another rank");
   return spans;

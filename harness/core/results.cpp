@@ -340,9 +340,11 @@ struct SpanRow {
   Name family, kernel;
   double time_us, bytes, flops;
   int32_t stream;
+  double start_us;
 };
 
-// Version 1 rows have no stream: read without it, it stays 0.
+// Version 1 rows have no stream (it stays 0), versions 1 and 2 no start_us
+// (from_rows sets -1).
 CompoundType span_row_type(int schema_version = kSchemaVersion) {
   CompoundType type(sizeof(SpanRow));
   type.add("rep", HOFFSET(SpanRow, rep), H5T_NATIVE_INT32)
@@ -354,11 +356,13 @@ CompoundType span_row_type(int schema_version = kSchemaVersion) {
       .add("bytes", HOFFSET(SpanRow, bytes), H5T_NATIVE_DOUBLE)
       .add("flops", HOFFSET(SpanRow, flops), H5T_NATIVE_DOUBLE);
   if (schema_version >= 2) type.add("stream", HOFFSET(SpanRow, stream), H5T_NATIVE_INT32);
+  if (schema_version >= 3) type.add("start_us", HOFFSET(SpanRow, start_us), H5T_NATIVE_DOUBLE);
   return type;
 }
 
 SpanRow to_row(const Span& span) {
-  SpanRow row{span.rep, span.rank, span.layer, {}, {}, span.time_us, span.bytes, span.flops, span.stream};
+  SpanRow row{span.rep, span.rank, span.layer, {}, {}, span.time_us, span.bytes, span.flops, span.stream,
+              span.start_us};
   store_name(row.family, span.family, "span family");
   store_name(row.kernel, span.kernel, "span kernel");
   return row;
@@ -366,7 +370,7 @@ SpanRow to_row(const Span& span) {
 
 Span from_row(const SpanRow& row) {
   return Span{row.rep,     row.rank,  row.layer, load_name(row.family), load_name(row.kernel),
-              row.time_us, row.bytes, row.flops, row.stream};
+              row.time_us, row.bytes, row.flops, row.stream, row.start_us};
 }
 
 // BellOp <-> one row of /variants/<name>/bells; op is i8 (0 wait, 1 ring).
@@ -781,6 +785,8 @@ VariantResult read_variant(const Node& variants, const std::string& name, int32_
   variant.cuts = read_string_attribute(node, "cuts");
   variant.complete = read_i32_attribute(node, "complete") != 0;
   variant.spans = from_rows<Span>(read_table<SpanRow>(node, "spans", span_row_type(schema_version)));
+  if (schema_version < 3)
+    for (Span& span : variant.spans) span.start_us = -1;
   if (schema_version >= 2) {
     variant.bells = from_rows<BellOp>(read_table<BellRow>(node, "bells", bell_row_type()));
     check_bell_spans(node, variant);

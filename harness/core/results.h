@@ -34,7 +34,7 @@
 
 namespace pb {
 
-constexpr int kSchemaVersion = 2;
+constexpr int kSchemaVersion = 3;
 constexpr int kOldestReadableSchemaVersion = 1;
 constexpr int kNameBytes = 48;  // family/kernel/variant/shape fields of the tables
 
@@ -51,6 +51,8 @@ struct Span {
                         // "fabric": the bytes that cross the link for it
   double flops = 0;
   int32_t stream = 0;   // the rank's stream it ran on: 0 = the work stream
+  double start_us = -1; // measured: when it started, after the rank's first span of the rep
+                        // began (GPU events); -1 unknown (plans, files before schema 3)
 };
 
 // One doorbell operation of a measured span (harness/blocks/fabric.h,
