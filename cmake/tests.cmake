@@ -59,7 +59,7 @@ foreach(family ${PB_KERNEL_FAMILIES})
 endforeach()
 
 # harness/core: pure host code.
-foreach(name test_compare test_plan test_projection test_results test_scenario test_schedule test_slab_layout)
+foreach(name test_compare test_plan test_projection test_results test_scenario test_schedule test_slab_layout test_trace)
   pb_cpu_test(test/core/${name}.cpp)
 endforeach()
 # The gang on 4 ranks.
@@ -142,6 +142,11 @@ if(PB_PYTHON)
            -o ${CMAKE_BINARY_DIR}/test-out/bench-plan.png --overwrite)
   set_tests_properties(cpu.plot_anatomy cpu.plot_ab cpu.plot_bench_plan PROPERTIES LABELS cpu TIMEOUT 120
     FIXTURES_REQUIRED plan_cp8 PASS_REGULAR_EXPRESSION "wrote ")
+  # A measured serialized run with its projected gang (a committed file).
+  add_test(NAME cpu.plot_timeline COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/scripts/plot_timeline.py
+           ${CMAKE_SOURCE_DIR}/results/h200/shared-memory-cp4-4layers.h5 -o ${CMAKE_BINARY_DIR}/test-out/timeline.png
+           --overwrite)
+  set_tests_properties(cpu.plot_timeline PROPERTIES LABELS cpu TIMEOUT 120 PASS_REGULAR_EXPRESSION "wrote ")
   set(pb_plot_tests ${CMAKE_SOURCE_DIR}/test/scripts/test_plots.py)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${pb_plot_tests})
   execute_process(COMMAND ${PB_PYTHON} ${pb_plot_tests} --list OUTPUT_VARIABLE pb_plot_cases
@@ -157,6 +162,13 @@ if(PB_PYTHON)
 else()
   message(STATUS "no python3 with h5py and matplotlib: the plot tests are not registered (scripts/setup.sh installs them)")
 endif()
+
+# `prefill-bench trace` of a committed run file: Chrome trace JSON, gzip-compressed.
+add_test(NAME cpu.trace_run COMMAND $<TARGET_FILE:prefill-bench> trace
+         ${CMAKE_SOURCE_DIR}/results/h200/shared-memory-cp4-4layers.h5 -o ${CMAKE_BINARY_DIR}/test-out/run.trace.json.gz
+         --overwrite)
+set_tests_properties(cpu.trace_run PROPERTIES LABELS cpu TIMEOUT 60 ENVIRONMENT "${PB_MPI_ENV}"
+  PASS_REGULAR_EXPRESSION "wrote .*run.trace.json.gz")
 
 # `prefill-bench lane` end to end on 2 ranks (serialized turns, tiny model): it
 # runs, checks its launch list against plan's, and writes a results file.

@@ -13,6 +13,7 @@
 #include "kernels_bench.h"
 #include "moe_bench.h"
 #include "scenario.h"
+#include "trace.h"
 
 namespace pb {
 
@@ -35,6 +36,13 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args);
 int cmd_lane(const Gang& gang, const ScenarioArgs& args);
 int cmd_verify(const Gang& gang, const ScenarioArgs& args);
 int cmd_compare(const Gang& gang, const CompareOptions& options);
+
+struct TraceArgs {
+  std::string input, output;  // output empty: <input without .h5>.trace.json.gz
+  TraceOptions options;
+  bool overwrite = false;
+};
+int cmd_trace(const Gang& gang, const TraceArgs& args);
 int cmd_kernels(const Gang& gang, const KernelsBenchOptions& options);
 int cmd_fmha(const Gang& gang, const FmhaBenchOptions& options);
 int cmd_kda(const Gang& gang, const KdaBenchOptions& options);

@@ -11,6 +11,7 @@
 //   prefill-bench kda                      the KDA core's benchmark
 //   prefill-bench moe                      the MoE block, dense FFN and first token
 //   prefill-bench verify   scenario.yaml   bit-identity / floor gates
+//   prefill-bench trace    run.h5          one rep as Chrome trace JSON (Perfetto)
 //   prefill-bench ranks    scenario.yaml   the scenario's rank count (scripts)
 #include <CLI/CLI.hpp>
 
@@ -83,6 +84,16 @@ int main(int argc, char** argv) {
   compare->add_option("--max-regression", max_regression, "TTFT regression threshold (default 3%)");
   compare->add_option("--variants", variants, "A,B: compare two variants (inside one file)");
   compare->add_option("--alpha", cmp.alpha, "significance level of the noise test (default 0.05)");
+
+  pb::TraceArgs trace_args;
+  CLI::App* trace = app.add_subcommand("trace", "one rep of a results file as Chrome trace JSON (Perfetto, chrome://tracing)");
+  trace->add_option("file", trace_args.input, "run or lane results file (.h5)")->required();
+  trace->add_option("--variant", trace_args.options.variant, "the variant (default: the file's only one)");
+  trace->add_option("--rep", trace_args.options.rep, "the rep (default: the last)");
+  trace->add_option("--projection", trace_args.options.projection,
+                    "the projected gang's link to draw (default: measured, when the file holds one)");
+  trace->add_option("--output,-o", trace_args.output, "output .json or .json.gz (default <file>.trace.json.gz)");
+  trace->add_flag("--overwrite", trace_args.overwrite, "replace an existing output file");
 
   pb::KernelsBenchOptions kopt;
   CLI::App* kernels = app.add_subcommand("kernels", "baseline vs cut of the memory-bound cut kernels");
@@ -164,6 +175,7 @@ int main(int argc, char** argv) {
       mopt.command_line = command_line;
       return pb::cmd_moe(gang, mopt);
     }
+    if (*trace) return pb::cmd_trace(gang, trace_args);
     if (*ranks) {
       std::printf("%d\n", pb::load_scenario_on_gang(gang, ranks_args).cp);
       return 0;
