@@ -27,6 +27,7 @@
 #include "run_info.h"
 #include "stats.h"
 #include "superstep.h"
+#include "telemetry.h"
 #include "turns.h"
 #include "timing.h"
 
@@ -92,6 +93,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   }
   gang.barrier();
 
+  GpuTelemetry telemetry(device);
   GangMemory memory = superstep_memory(gang, device, s);
   record_memory(gang, memory, result);
   if (gang.is_root()) std::printf("memory: %s\n", memory.describe().c_str());
@@ -136,11 +138,13 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       tl.set_nvtx_label("rank " + std::to_string(me) + " " + s.variants[vi].name + " rep " + std::to_string(rep));
       gang.barrier();
       const auto t0 = std::chrono::steady_clock::now();
+      const double gpu_t0 = telemetry.now_ms();
       step.run(cuts, tl, turn, last_rep);
       if (fab) fab->drain();
       const std::vector<TimedLaunch> launches = tl.collect();
       const int64_t first = step.first_token();  // reads the device: the end of TTFT
       const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const std::vector<TelemetrySample> clocks = telemetry.between(gpu_t0, telemetry.now_ms());
       const RankPlan& plan = plans[vi];
       const std::string diff = launch_list_difference(launches, plan.launches);
       if (!diff.empty()) gang.fail("run: the superstep's launches differ from plan's: " + diff);
@@ -157,6 +161,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       rr.rank = me;
       rr.wall_us = wall_ms * 1e3;
       rr.peak_mem_bytes = peak_bytes;
+      summarize_clocks(clocks, rr);
       for (size_t i = 0; i < launches.size(); ++i) {
         const TimedLaunch& l = launches[i];
         const Launch& p = plan.launches[i];
@@ -200,6 +205,8 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       return 130;
     }
   }
+
+  record_telemetry(gang, device, telemetry, result);
 
   // Outputs of the last rep, the summary tables, the complete file.
   const GpuProfile profile = gpu_profile(s.gpu_profile);

@@ -109,6 +109,28 @@ void record_memory(const Gang& gang, const GangMemory& memory, RunResult& result
   result.text["memory"] = memory.describe();
 }
 
+void record_telemetry(const Gang& gang, int device, const GpuTelemetry& telemetry, RunResult& result) {
+  // The first rank of each GPU (local rank == device) speaks for it.
+  std::vector<TelemetrySample> mine;
+  if (gang.local_rank() == device) {
+    mine = telemetry.all();
+    for (TelemetrySample& s : mine) s.rank = gang.rank();
+  }
+  const std::vector<std::string> parts = gang.gather(std::string(
+      reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(TelemetrySample)));
+  const std::vector<std::string> why = gang.gather(telemetry.available() ? "" : telemetry.why_not());
+  if (!gang.is_root()) return;
+  for (const std::string& part : parts) {
+    const size_t n = part.size() / sizeof(TelemetrySample);
+    const auto* first = reinterpret_cast<const TelemetrySample*>(part.data());
+    result.telemetry.insert(result.telemetry.end(), first, first + n);
+  }
+  std::string notes;
+  for (size_t r = 0; r < why.size(); ++r)
+    if (!why[r].empty()) notes += (notes.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + ": " + why[r];
+  result.text["telemetry"] = notes.empty() ? "NVML, every 20 ms, the first rank of each GPU" : "none: " + notes;
+}
+
 std::string output_path(const std::string& requested, const std::string& name, const std::string& kind) {
   if (!requested.empty()) return requested;
   std::time_t now = std::time(nullptr);

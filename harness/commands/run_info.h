@@ -6,6 +6,7 @@
 
 #include "device_memory.h"
 #include "gang.h"
+#include "telemetry.h"
 #include "results.h"
 #include "scenario.h"
 
@@ -25,6 +26,10 @@ void record_devices(const Gang& gang, int device, RunResult& result);
 // memory_arena_shared (0 / 1), and text memory_rank_bytes_each ("rank: bytes"
 // per rank) and memory (one line).
 void record_memory(const Gang& gang, const GangMemory& memory, RunResult& result);
+
+// The raw telemetry of every GPU (the samples of each GPU's first rank) into
+// result.telemetry, or text "telemetry" saying why there is none (collective).
+void record_telemetry(const Gang& gang, int device, const GpuTelemetry& telemetry, RunResult& result);
 
 // runs/<name>-<kind>-<UTC time>.h5 when `requested` is empty, else `requested`.
 std::string output_path(const std::string& requested, const std::string& name, const std::string& kind);

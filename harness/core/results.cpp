@@ -408,8 +408,9 @@ BellOp from_row(const BellRow& row) {
   return BellOp{row.rep, row.rank, row.span, BellOpKind(row.op), row.peer, row.flag, load_name(row.kind), row.value};
 }
 
-// RankRep is a plain struct already: its own row type.
-CompoundType rank_rep_row_type() {
+// RankRep is a plain struct already: its own row type. The GPU's clocks and
+// power came with schema 3 (read as NaN before).
+CompoundType rank_rep_row_type(int schema_version = kSchemaVersion) {
   CompoundType type(sizeof(RankRep));
   type.add("rep", HOFFSET(RankRep, rep), H5T_NATIVE_INT32)
       .add("rank", HOFFSET(RankRep, rank), H5T_NATIVE_INT32)
@@ -417,6 +418,22 @@ CompoundType rank_rep_row_type() {
       .add("wait_us", HOFFSET(RankRep, wait_us), H5T_NATIVE_DOUBLE)
       .add("fabric_bytes", HOFFSET(RankRep, fabric_bytes), H5T_NATIVE_DOUBLE)
       .add("peak_mem_bytes", HOFFSET(RankRep, peak_mem_bytes), H5T_NATIVE_DOUBLE);
+  if (schema_version >= 3)
+    type.add("sm_mhz", HOFFSET(RankRep, sm_mhz), H5T_NATIVE_DOUBLE)
+        .add("power_w", HOFFSET(RankRep, power_w), H5T_NATIVE_DOUBLE)
+        .add("power_capped", HOFFSET(RankRep, power_capped), H5T_NATIVE_DOUBLE);
+  return type;
+}
+
+CompoundType telemetry_row_type() {
+  CompoundType type(sizeof(TelemetrySample));
+  type.add("rank", HOFFSET(TelemetrySample, rank), H5T_NATIVE_INT32)
+      .add("t_ms", HOFFSET(TelemetrySample, t_ms), H5T_NATIVE_DOUBLE)
+      .add("sm_mhz", HOFFSET(TelemetrySample, sm_mhz), H5T_NATIVE_DOUBLE)
+      .add("mem_mhz", HOFFSET(TelemetrySample, mem_mhz), H5T_NATIVE_DOUBLE)
+      .add("power_w", HOFFSET(TelemetrySample, power_w), H5T_NATIVE_DOUBLE)
+      .add("temp_c", HOFFSET(TelemetrySample, temp_c), H5T_NATIVE_DOUBLE)
+      .add("reasons", HOFFSET(TelemetrySample, reasons), H5T_NATIVE_UINT64);
   return type;
 }
 
@@ -792,7 +809,9 @@ VariantResult read_variant(const Node& variants, const std::string& name, int32_
     check_bell_spans(node, variant);
     variant.projections = read_projections(node);
   }
-  variant.rank_reps = read_table<RankRep>(node, "rank_reps", rank_rep_row_type());
+  variant.rank_reps = read_table<RankRep>(node, "rank_reps", rank_rep_row_type(schema_version));
+  if (schema_version < 3)
+    for (RankRep& r : variant.rank_reps) r.sm_mhz = r.power_w = r.power_capped = kNoValue;
   Dims dims;
   variant.ttft_ms = read_dataset<double>(node, "ttft_ms", H5T_NATIVE_DOUBLE, 1, &dims);
   variant.outputs = read_outputs(node);
@@ -811,6 +830,7 @@ void write_file(const std::string& path, const RunResult& result) {
   }
   if (result.kind == "kernels" || !result.bench.empty())
     write_table(root, "bench", bench_row_type(), to_rows<BenchTableRow>(result.bench));
+  if (!result.telemetry.empty()) write_table(root, "telemetry", telemetry_row_type(), result.telemetry);
   file.close();
 }
 
@@ -829,6 +849,8 @@ RunResult read_file(const std::string& path) {
     result.variants.push_back(read_variant(variants_node, name, version));
   if (has_link(root, "bench"))
     result.bench = from_rows<BenchRow>(read_table<BenchTableRow>(root, "bench", bench_row_type()));
+  if (has_link(root, "telemetry"))
+    result.telemetry = read_table<TelemetrySample>(root, "telemetry", telemetry_row_type());
   return result;
 }
 

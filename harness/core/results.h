@@ -16,6 +16,7 @@
 //                          group per link; attributes link_source, rep, ttft_ms;
 //                          tables reps, ranks, waits, path, timeline (Projection)
 //   /bench                 compound table (BenchRow), kernels benchmark only
+//   /telemetry             compound table (TelemetrySample), run files
 //
 // Version 1 files (no spans.stream, no bells, no projection) are read too:
 // every span on stream 0, no bells, no projections.
@@ -28,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -36,7 +38,8 @@ namespace pb {
 
 constexpr int kSchemaVersion = 3;
 constexpr int kOldestReadableSchemaVersion = 1;
-constexpr int kNameBytes = 48;  // family/kernel/variant/shape fields of the tables
+constexpr int kNameBytes = 48;
+constexpr double kNoValue = std::numeric_limits<double>::quiet_NaN();  // a number the run did not measure  // family/kernel/variant/shape fields of the tables
 
 // One kernel launch of one superstep: measured (rep >= 0) or planned (rep = -1,
 // time = roofline time on the plan's GPU profile).
@@ -82,7 +85,22 @@ struct RankRep {
   double wait_us = 0;
   double fabric_bytes = 0;
   double peak_mem_bytes = 0;
+  // The rank's GPU during the rep (telemetry.h; NaN without telemetry and in
+  // files before schema 3): median SM clock, highest power, and the fraction
+  // of samples with the software power cap among the clock-event reasons.
+  double sm_mhz = kNoValue;
+  double power_w = kNoValue;
+  double power_capped = kNoValue;
 };
+
+// One telemetry sample of a GPU (harness/blocks/telemetry.h).
+struct TelemetrySample {
+  int32_t rank = 0;         // the rank that sampled (the first rank of its GPU)
+  double t_ms = 0;          // since that rank's sampler started
+  double sm_mhz = 0, mem_mhz = 0, power_w = 0, temp_c = 0;
+  uint64_t reasons = 0;     // NVML clock-event (throttle) reason bits
+};
+constexpr uint64_t kClockEventSwPowerCap = 0x4;  // NVML's software power cap reason
 
 // Outputs for cross-run comparison.
 struct Outputs {
@@ -204,6 +222,7 @@ struct RunResult {
   std::map<std::string, double> numbers;      // copy_tbps, gemm_tflops, ...
   std::vector<VariantResult> variants;
   std::vector<BenchRow> bench;
+  std::vector<TelemetrySample> telemetry;     // /telemetry (run files; schema 3)
 
   const VariantResult* find_variant(const std::string& name) const;
 };
