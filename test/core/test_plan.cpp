@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <string>
 
@@ -13,6 +11,7 @@
 #include "check.h"
 #include "plan.h"
 #include "scenario.h"
+#include "temp_dir.h"
 
 using namespace pb;
 
@@ -390,17 +389,6 @@ TEST_CASE("GB300: the cp1-16k roofline sits above the seed's 16k TTFT because th
 
 namespace {
 
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "pb-test-plan-XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
 // A bench row at `fraction` of the H200's copy ceiling.
 BenchRow memory_row(const std::string& family, const std::string& kernel, const std::string& variant, double bytes,
                     double fraction) {
@@ -425,7 +413,7 @@ double roofline_ms(const Scenario& s, const CutSet& cuts, const std::string& fam
 }  // namespace
 
 TEST_CASE("calibration: each family scaled by its measured fraction, from a kernels file written here") {
-  TempDir dir;
+  test::TempDir dir("pb-test-plan");
   RunResult kernels;
   kernels.kind = "kernels";
   // land: the same bytes for baseline and cut (the benchmark's convention), 0.4 and 0.95 of the ceiling
