@@ -98,6 +98,7 @@ class Matcher {
         fmha_engine_(resolved(s.fmha, "cudnn")), moe_engine_(resolved(s.moe_gemm, "cutlass")) {
     all_on_ = true;
     for (Cut c : kAllCuts) all_on_ = all_on_ && cuts[c];
+    for (const auto& r : cal.rows) states_.push_back(row_state(r.row.variant));
   }
 
   // The launch's calibrated time in microseconds; `source` names the rows, empty when none matched.
@@ -113,8 +114,9 @@ class Matcher {
   }
 
  private:
-  bool acceptable(const CalibrationRow& r, const Launch& l, bool cut_on) const {
-    const RowState st = row_state(r.row.variant);
+  bool acceptable(size_t i, const Launch& l, bool cut_on) const {
+    const CalibrationRow& r = cal_.rows[i];
+    const RowState& st = states_[i];
     if (!st.usable || r.row.family != l.family || r.row.median_us <= 0) return false;
     if (st.cut_on >= 0 && st.cut_on != int(cut_on)) return false;
     if (!st.engine.empty() && st.engine != engine_for(l.family)) return false;
@@ -152,16 +154,17 @@ class Matcher {
   }
 
   Match match(const Launch& l, double launch_roofline) const {
-    Cut cut;
+    Cut cut = Cut::land;
     const bool cut_on = family_cut(l.family, &cut) ? cuts_[cut] : all_on_;
-    const std::string name = bench_kernel_name(l.kernel);
+    const std::string name = bench_kernel_name(l.kernel), with_case = name + ".", op = first_part(name);
     std::vector<const CalibrationRow*> by_name, by_case, by_op;
-    for (const auto& r : cal_.rows) {
-      if (!acceptable(r, l, cut_on)) continue;
-      const std::string& k = r.row.kernel;
-      if (k == name) by_name.push_back(&r);
-      else if (k.rfind(name + ".", 0) == 0) by_case.push_back(&r);
-      else if (first_part(k) == first_part(name)) by_op.push_back(&r);
+    for (size_t i = 0; i < cal_.rows.size(); ++i) {
+      if (!acceptable(i, l, cut_on)) continue;
+      const CalibrationRow* r = &cal_.rows[i];
+      const std::string& k = r->row.kernel;
+      if (k == name) by_name.push_back(r);
+      else if (k.rfind(with_case, 0) == 0) by_case.push_back(r);
+      else if (first_part(k) == op) by_op.push_back(r);
     }
     if (!by_name.empty()) return pooled(by_name, l.cost.unit, "name");
     if (!by_case.empty()) {
@@ -181,7 +184,7 @@ class Matcher {
   double work_ratio(const std::string& family) {
     auto hit = ratios_.find(family);
     if (hit != ratios_.end()) return hit->second;
-    Cut cut;
+    Cut cut = Cut::land;
     double ratio = 1;
     if (family_cut(family, &cut) && !cuts_[cut]) {
       CutSet on = cuts_;
@@ -206,6 +209,7 @@ class Matcher {
   const GpuProfile& profile_;
   std::string fmha_engine_, moe_engine_;
   bool all_on_ = false;
+  std::vector<RowState> states_;  // of cal_.rows
   std::map<std::string, double> ratios_;
 };
 
