@@ -1,10 +1,14 @@
 // `prefill-bench plan`: the analytic superstep per rank, no GPU needed.
 // Each rank plans itself (a single process plans every rank), the spans gather
 // to rank 0, which prints the per-family table per variant and writes HDF5.
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "calibration.h"
 #include "check.h"
 #include "commands.h"
 #include "plan.h"
@@ -29,15 +33,56 @@ Scenario load_scenario_on_gang(const Gang& gang, const ScenarioArgs& args) {
 
 namespace {
 
-std::vector<Span> plan_my_ranks(const Gang& gang, const Scenario& s, const CutSet& cuts,
-                                const GpuProfile& profile) {
+std::vector<Span> plan_my_ranks(const Gang& gang, const Scenario& s, const CutSet& cuts, const GpuProfile& profile,
+                                const LinkProfile& link) {
   std::vector<Span> spans;
   for (int r = 0; r < s.cp; ++r) {
     if (gang.size() > 1 && r != gang.rank()) continue;
-    std::vector<Span> mine = plan_spans(plan_rank(s, cuts, r), profile);
+    std::vector<Span> mine = plan_spans(plan_rank(s, cuts, r), profile, link);
     spans.insert(spans.end(), mine.begin(), mine.end());
   }
   return spans;
+}
+
+// The profile's figures and the link, each with its source, printed once and recorded.
+std::string describe_costing(const GpuProfile& profile, const LinkProfile& link, bool link_chosen) {
+  std::string out = "profile " + profile.name + ":\n" + describe_figures(profile);
+  out += fmt::format("  link  {:>8.0f} GB/s      {} ({}; {:.0f} us per transfer): fabric bytes cost "
+                     "latency + bytes / rate, counted in the total as if no compute hid them\n",
+                     link.gbytes_per_s, link.name, link.source, link.latency_us);
+  if (!link_chosen) out += "  (the profile's natural link; --link same-gpu|nvlink4|nvlink5|ib400 picks another)\n";
+  if (!profile.note.empty()) out += "  note: " + profile.note + "\n";
+  return out;
+}
+
+void record_costing(const GpuProfile& profile, const LinkProfile& link, RunResult& result) {
+  result.text["gpu_profile"] = profile.name;
+  result.text["gpu_profile_source"] = profile.source;
+  result.text["copy_tbps_source"] = profile.copy_source;
+  result.text["gemm_tflops_source"] = profile.gemm_source;
+  result.text["fp32_tflops_source"] = profile.fp32_source;
+  if (!profile.note.empty()) result.text["gpu_profile_note"] = profile.note;
+  result.numbers["copy_tbps"] = profile.copy_tbps;
+  result.numbers["gemm_tflops"] = profile.gemm_tflops;
+  result.numbers["fp32_tflops"] = profile.fp32_tflops;
+  result.text["link"] = link.name;
+  result.text["link_source"] = link.source;
+  result.numbers["link_gbytes_per_s"] = link.gbytes_per_s;
+  result.numbers["link_latency_us"] = link.latency_us;
+}
+
+PlanTableNotes cut_notes(const Scenario& s, const CutSet& cuts) {
+  PlanTableNotes notes;
+  const std::vector<CutEffect> effects = cut_effects(s, cuts);
+  for (const auto& e : effects) notes.family_marks[e.family] = e.mark();
+  notes.lines = cut_effect_notes(effects);
+  return notes;
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string s;
+  for (const auto& i : items) s += (s.empty() ? "" : ", ") + i;
+  return s;
 }
 
 }  // namespace
@@ -47,19 +92,31 @@ int cmd_plan(const Gang& gang, const ScenarioArgs& args) {
   const std::string problem = world_size_problem(s, gang.size(), /*plan=*/true);
   PB_CHECK(problem.empty(), problem);
   const GpuProfile profile = gpu_profile(args.profile.empty() ? s.gpu_profile : args.profile);
+  const LinkProfile link = link_profile(args.link.empty() ? profile.link : args.link);
+  PB_CHECK(args.measured.empty() || !args.calibrate.empty(), "--measured compares a calibrated plan: give --calibrate too");
+  const std::string path = output_path(args.output, s.name, "plan");
+  // Only rank 0 reads and writes files: the output is refused, and the
+  // calibration and measured files read, before any table is printed.
+  Calibration calibration;
+  RunResult measured_run;
+  if (gang.is_root()) {
+    check_results_path(path, args.overwrite);
+    if (!args.calibrate.empty()) calibration = load_calibration(args.calibrate);
+    if (!args.measured.empty()) measured_run = read_measured_run(args.measured, s);
+  }
 
   RunResult result;
   result.kind = "plan";
   record_run_info(gang, args.command_line, result);
   record_scenario(s, result);
-  result.text["gpu_profile"] = profile.name;
-  result.text["gpu_profile_source"] = profile.source;
-  result.numbers["copy_tbps"] = profile.copy_tbps;
-  result.numbers["gemm_tflops"] = profile.gemm_tflops;
-  result.numbers["fp32_tflops"] = profile.fp32_tflops;
+  record_costing(profile, link, result);
+  if (!args.calibrate.empty()) result.text["calibration_files"] = joined(args.calibrate);
+  if (!args.measured.empty()) result.text["measured_file"] = args.measured;
+  if (gang.is_root()) std::printf("%s\n", describe_costing(profile, link, !args.link.empty()).c_str());
 
+  std::string summary;
   for (const auto& variant : s.variants) {
-    std::vector<std::string> parts = gang.gather(pack_spans(plan_my_ranks(gang, s, variant.cuts, profile)));
+    std::vector<std::string> parts = gang.gather(pack_spans(plan_my_ranks(gang, s, variant.cuts, profile, link)));
     if (!gang.is_root()) continue;
     VariantResult v;
     v.name = variant.name;
@@ -71,12 +128,39 @@ int cmd_plan(const Gang& gang, const ScenarioArgs& args) {
     std::vector<double> pairs;
     const Schedule sched = variant.cuts[Cut::stripe] ? Schedule::stripe : Schedule::prefix;
     for (int r = 0; r < s.cp; ++r) pairs.push_back(rank_attention(sched, s.cp, r).load_pairs);
-    std::printf("%s\n", format_plan_table(v.spans, s.cp, pairs, profile,
-                                          "plan " + s.name + ", variant " + v.name + " (" + v.cuts + ")")
-                            .c_str());
+    const std::string title = "plan " + s.name + ", variant " + v.name + " (" + v.cuts + ")";
+    std::printf("%s\n", format_plan_table(v.spans, s.cp, pairs, profile, title, cut_notes(s, variant.cuts)).c_str());
+    if (!args.calibrate.empty()) {
+      std::vector<RankCalibration> ranks;
+      for (int r = 0; r < s.cp; ++r) ranks.push_back(calibrate_rank(s, variant.cuts, r, calibration, profile, link));
+      const RankCalibration& deep = *std::max_element(
+          ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.calibrated_ms < b.calibrated_ms; });
+      result.numbers["calibrated_ms." + v.name] = deep.calibrated_ms;
+      for (const auto& [family, f] : deep.families)
+        result.numbers["calibrated_ms." + v.name + "." + family] = f.calibrated_ms;
+      const bool has_measured = !args.measured.empty() && measured_run.find_variant(v.name) != nullptr;
+      MeasuredSuperstep m;
+      if (has_measured) {
+        m = measured_superstep(measured_run, v.name);
+        result.numbers["measured_ttft_ms." + v.name] = m.ttft_ms;
+        result.numbers["calibration_error." + v.name] = deep.calibrated_ms / m.ttft_ms - 1;
+        for (const auto& [family, ms] : m.family_ms) result.numbers["measured_ms." + v.name + "." + family] = ms;
+        summary += fmt::format("  {:<14}{:>12.1f}{:>12.1f}{:>+9.1f}%\n", v.name, deep.calibrated_ms, m.ttft_ms,
+                               100 * (deep.calibrated_ms / m.ttft_ms - 1));
+      } else if (!args.measured.empty()) {
+        summary += fmt::format("  {:<14}{:>12.1f}{:>12}\n", v.name, deep.calibrated_ms, "not measured");
+      }
+      std::printf("%s\n", format_calibration_table(ranks, "calibrated " + s.name + ", variant " + v.name + " (from " +
+                                                               joined(calibration.files) + ")",
+                                                   has_measured ? &m : nullptr)
+                              .c_str());
+    }
     result.variants.push_back(std::move(v));
   }
   if (gang.is_root()) {
+    if (!summary.empty())
+      std::printf("calibrated superstep against the measured TTFT (%s):\n  %-14s%12s%12s%10s\n%s\n",
+                  args.measured.c_str(), "variant", "calibrated", "measured", "error", summary.c_str());
     Placement placement;
     placement.ranks_per_gpu = args.ranks_per_gpu > 0 ? args.ranks_per_gpu : (s.serialize_ranks ? s.cp : 1);
     placement.serialized = s.serialize_ranks;
@@ -86,7 +170,6 @@ int cmd_plan(const Gang& gang, const ScenarioArgs& args) {
     result.numbers["memory_weights_bytes"] = double(budget.fullest.weights);
     result.numbers["memory_arena_bytes"] = double(budget.fullest.arena);
     result.numbers["memory_rank_bytes"] = double(budget.fullest.ranks);
-    const std::string path = output_path(args.output, s.name, "plan");
     write_results(path, result, args.overwrite);
     std::printf("wrote %s\n", path.c_str());
   }

@@ -25,6 +25,9 @@ struct ScenarioArgs {
   bool overwrite = false;         // --overwrite
   std::string profile;            // --profile (plan)
   int ranks_per_gpu = 0;          // --ranks-per-gpu (plan's memory budget); 0: cp with serialize_ranks, else 1
+  std::string link;               // --link (plan): the fabric's link profile; empty: the GPU profile's
+  std::vector<std::string> calibrate;  // --calibrate (plan): benchmark files
+  std::string measured;           // --measured (plan): a run to check the calibrated plan against
   std::string command_line;
 };
 

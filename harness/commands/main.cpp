@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
   plan->add_option("--ranks-per-gpu", plan_args.ranks_per_gpu,
                    "the memory budget's placement (default: cp with serialize_ranks, else 1)")
       ->check(CLI::PositiveNumber);
+  plan->add_option("--link", plan_args.link, "fabric link: same-gpu, nvlink4, nvlink5, ib400 (default: the profile's)");
+  plan->add_option("--calibrate", plan_args.calibrate, "benchmark files, comma-separated: scale by measured fractions")
+      ->delimiter(',');
+  plan->add_option("--measured", plan_args.measured, "a run of this scenario to check the calibrated plan against");
   CLI::App* run = app.add_subcommand("run", "measured superstep on the GPUs (one rank per GPU)");
   add_scenario_options(run, run_args);
   CLI::App* verify = app.add_subcommand(

@@ -65,8 +65,9 @@ Cost conv_decode(int64_t tokens, int64_t inner) {
   return memory(n * kBf16 * 5 + 4.0 * inner * kF32, n * 12);
 }
 
-Cost lse_merge(int64_t t_q, int64_t heads, int64_t dv) {
+Cost lse_merge(int64_t t_q, int64_t heads, int64_t dv, bool reset) {
   double n = double(t_q) * heads * dv, rows = double(t_q) * heads;
+  if (reset) return memory(n * (kBf16 + kF32) + rows * 2 * kF32, n);
   return memory(n * (kBf16 + 2 * kF32) + rows * 3 * kF32, n * 3);
 }
 

@@ -41,7 +41,9 @@ Cost copy(double bytes_each_way);  // a device copy: read + write
 Cost conv_cut(int64_t tokens, int64_t inner);
 // the baseline conv path's batched decode conv over materialized windows.
 Cost conv_decode(int64_t tokens, int64_t inner);
-Cost lse_merge(int64_t t_q, int64_t heads, int64_t dv);
+// lse_merge folds a window into the f32 accumulator (reads and writes it);
+// reset (the first window of a call) initializes it: the accumulator is written, never read.
+Cost lse_merge(int64_t t_q, int64_t heads, int64_t dv, bool reset = false);
 Cost o_finalize(int64_t t_q, int64_t heads, int64_t dv);
 // FMHA: flops 2 Tq Tk H (dqk + dv), halved for a causal square window.
 Cost fmha(int64_t tq, int64_t tk, int64_t heads, int64_t dqk, int64_t dv, bool causal);

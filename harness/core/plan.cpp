@@ -185,9 +185,11 @@ class RankPlanner {
     // buffer for the own segment, one reused for foreign segments).
     const RankAttention attention = rank_attention(schedule(), cp_, rank_);
     std::vector<bool> expanded(cp_, false);
+    bool first_merge = true;
     for (const auto& step : attention.steps) {
       if (step.is_merge) {
-        merge(step.merge);
+        merge(step.merge, first_merge);
+        first_merge = false;
         continue;
       }
       if (!expanded[step.window.k]) expand_keys(step.window.k);
@@ -217,9 +219,10 @@ class RankPlanner {
       fabric("publish_return", double(tq) * m_.heads * m_.v_head * 2 + double(m_.heads) * tq * 4);
   }
 
-  void merge(const MergeStep& step) {
+  // The call's first merge initializes the accumulator (harness/blocks/mla_block.cu).
+  void merge(const MergeStep& step, bool reset) {
     if (step.slot >= 0) fabric("wait_return", 0);
-    add("lse_merge", "lse_merge", cost::lse_merge(t_, m_.heads, m_.v_head));
+    add("lse_merge", "lse_merge", cost::lse_merge(t_, m_.heads, m_.v_head, reset));
     if (step.slot >= 0) fabric("release_return", 0);
   }
 
@@ -290,27 +293,82 @@ RankPlan plan_rank(const Scenario& s, const CutSet& cuts, int rank) {
   return RankPlanner(s, cuts, rank).build();
 }
 
-std::vector<Span> plan_spans(const RankPlan& plan, const GpuProfile& profile) {
+std::vector<Span> plan_spans(const RankPlan& plan, const GpuProfile& profile, const LinkProfile& link) {
   std::vector<Span> spans;
   spans.reserve(plan.launches.size());
   for (const auto& l : plan.launches) {
+    const bool fabric = l.family == "fabric";
     Span s;
     s.rep = -1;
     s.rank = plan.rank;
     s.layer = l.layer;
     s.family = l.family;
     s.kernel = l.kernel;
-    s.time_us = l.family == "fabric" ? 0 : roofline_us(l.cost, profile);
-    s.bytes = l.family == "fabric" ? l.fabric_bytes : l.cost.bytes;
+    s.time_us = !fabric ? roofline_us(l.cost, profile) : l.fabric_bytes > 0 ? link.transfer_us(l.fabric_bytes) : 0;
+    s.bytes = fabric ? l.fabric_bytes : l.cost.bytes;
     s.flops = l.cost.flops;
     spans.push_back(std::move(s));
   }
   return spans;
 }
 
+std::vector<Span> plan_spans(const RankPlan& plan, const GpuProfile& profile) {
+  return plan_spans(plan, profile, link_profile(profile.link));
+}
+
+std::string cut_family(Cut c) { return c == Cut::stripe ? "fmha" : cut_name(c); }
+
+std::string CutEffect::mark() const {
+  if (cut == Cut::stripe) {
+    if (deep_flops_on == deep_flops_off) return "no change at cp 1";
+    return fmt::format("deep rank {:+.0f}% FLOPs", 100 * (deep_flops_on / deep_flops_off - 1));
+  }
+  if (same_bytes()) return "same bytes [1]";
+  return fmt::format("{:+.0f}% bytes [2]", 100 * (bytes_on / bytes_off - 1));
+}
+
+std::vector<CutEffect> cut_effects(const Scenario& s, const CutSet& cuts) {
+  std::vector<CutEffect> effects;
+  for (Cut c : kAllCuts) {
+    if (!cuts[c]) continue;
+    CutSet off = cuts;
+    off.set(c, false);
+    CutEffect e;
+    e.cut = c;
+    e.family = cut_family(c);
+    for (int r = 0; r < s.cp; ++r) {
+      double flops_on = 0, flops_off = 0;
+      for (const auto& l : plan_rank(s, cuts, r).launches)
+        if (l.family == e.family) e.bytes_on += l.cost.bytes, flops_on += l.cost.flops;
+      for (const auto& l : plan_rank(s, off, r).launches)
+        if (l.family == e.family) e.bytes_off += l.cost.bytes, flops_off += l.cost.flops;
+      e.deep_flops_on = std::max(e.deep_flops_on, flops_on);
+      e.deep_flops_off = std::max(e.deep_flops_off, flops_off);
+    }
+    effects.push_back(e);
+  }
+  return effects;
+}
+
+std::vector<std::string> cut_effect_notes(const std::vector<CutEffect>& effects) {
+  bool same = false, fewer = false;
+  for (const auto& e : effects) {
+    if (e.cut == Cut::stripe) continue;
+    (e.same_bytes() ? same : fewer) = true;
+  }
+  std::vector<std::string> notes;
+  if (same)
+    notes.push_back("[1] same bytes with the cut on and off: the roofline shows no saving. The cut's gain is "
+                    "efficiency (its measured fraction of the ceiling), which `plan --calibrate` applies.");
+  if (fewer)
+    notes.push_back("[2] the roofline counts the bytes the cut saves, not its efficiency gain; `plan --calibrate` "
+                    "applies both.");
+  return notes;
+}
+
 std::string format_plan_table(const std::vector<Span>& spans, int cp, const std::vector<double>& fmha_pairs,
-                              const GpuProfile& profile, const std::string& title) {
-  std::map<std::string, std::vector<double>> ms;  // family -> per-rank roofline ms
+                              const GpuProfile& profile, const std::string& title, const PlanTableNotes& notes) {
+  std::map<std::string, std::vector<double>> ms;  // family -> per-rank ms
   std::vector<double> total(cp, 0), fabric_mb(cp, 0);
   std::vector<size_t> launches(cp, 0);
   for (const auto& s : spans) {
@@ -332,10 +390,13 @@ std::string format_plan_table(const std::vector<Span>& spans, int cp, const std:
                                            profile.source);
   out += fmt::format("{:<14}", "family");
   for (int r = 0; r < cp; ++r) out += fmt::format("{:>10}", fmt::format("rank{}{}", r, r == deep ? "*" : ""));
+  if (!notes.family_marks.empty()) out += "  cut";
   out += "\n";
   for (const auto& [family, per_rank] : rows) {
     out += fmt::format("{:<14}", family);
     for (double v : per_rank) out += fmt::format("{:>10.2f}", v);
+    auto mark = notes.family_marks.find(family);
+    if (mark != notes.family_marks.end()) out += "  " + mark->second;
     out += "\n";
   }
   out += fmt::format("{:<14}", "total");
@@ -347,8 +408,8 @@ std::string format_plan_table(const std::vector<Span>& spans, int cp, const std:
   out += fmt::format("\n{:<14}", "fabric MB");
   for (double v : fabric_mb) out += fmt::format("{:>10.1f}", v);
   out += fmt::format("\ndeep rank: {} ({:.2f} ms {}, {:.1f} FMHA pairs per MLA layer)\n", deep, total[deep],
-                     measured ? "measured" : "roofline",
-                     fmha_pairs[deep]);
+                     measured ? "measured" : "roofline", fmha_pairs[deep]);
+  for (const auto& line : notes.lines) out += line + "\n";
   return out;
 }
 

@@ -8,14 +8,17 @@
 //   elementwise moe moe_gemm mla fabric sample
 // Kernel names are "<op>.<what>", e.g. "land.q_b", "fmha.dense", "conv.decode".
 // Fabric launches (doorbells, waits) carry the bytes that cross the fabric and
-// no roofline time: they are not work on this GPU.
+// no roofline time: they are not work on this GPU; plan_spans costs their
+// bytes over a link.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "cost.h"
+#include "profile.h"
 #include "cuts.h"
 #include "results.h"
 #include "scenario.h"
@@ -41,13 +44,48 @@ struct RankPlan {
 // The launches of `rank` for one superstep of scenario s under cut set `cuts`.
 RankPlan plan_rank(const Scenario& s, const CutSet& cuts, int rank);
 
-// Spans (rep = -1, time = roofline) of a rank's plan on a profile.
+// Spans (rep = -1) of a rank's plan on a profile: a launch's time is its
+// roofline; a fabric launch's is its bytes over `link` (LinkProfile::transfer_us,
+// 0 for a doorbell that moves no bytes), counted in the rank's total as if no
+// compute hid it.
+std::vector<Span> plan_spans(const RankPlan& plan, const GpuProfile& profile, const LinkProfile& link);
+// The same over the profile's natural link (GpuProfile::link).
 std::vector<Span> plan_spans(const RankPlan& plan, const GpuProfile& profile);
 
-// The per-family roofline table of a gang, as printed by `prefill-bench plan`,
-// from the gathered plan spans of ranks 0..cp-1: one column per rank, the deep
-// rank (largest total) marked, with each rank's FMHA pairs per MLA layer.
+// The family whose launches a cut replaces or reschedules: land, conv,
+// lse_merge, elementwise and attnres their own; stripe: fmha.
+std::string cut_family(Cut c);
+
+// What the roofline sees of one cut that is on: the governed family over the
+// whole gang (bytes, and the deepest rank's FLOPs for the stripe), planned with
+// the variant's cuts and again with this one cut off.
+struct CutEffect {
+  Cut cut = Cut::land;
+  std::string family;
+  double bytes_off = 0, bytes_on = 0;
+  double deep_flops_off = 0, deep_flops_on = 0;  // max over ranks of the family's FLOPs
+  bool same_bytes() const { return bytes_on == bytes_off; }
+  // The table's "cut" column: "same bytes [1]", "-79% bytes [2]", "deep rank -40% FLOPs", "no change at cp 1".
+  std::string mark() const;
+};
+// One entry per cut that is on in `cuts`, in kAllCuts order.
+std::vector<CutEffect> cut_effects(const Scenario& s, const CutSet& cuts);
+// The footnotes the marks refer to, for the effects present.
+std::vector<std::string> cut_effect_notes(const std::vector<CutEffect>& effects);
+
+// What the table prints beyond the numbers: a mark per family (a column), and
+// lines under the table.
+struct PlanTableNotes {
+  std::map<std::string, std::string> family_marks;
+  std::vector<std::string> lines;
+};
+
+// The per-family table of a gang, as printed by `prefill-bench plan` (and by
+// `run` for measured spans), from the gathered spans of ranks 0..cp-1: one
+// column per rank, the deep rank (largest total) marked, with each rank's FMHA
+// pairs per MLA layer.
 std::string format_plan_table(const std::vector<Span>& spans, int cp, const std::vector<double>& fmha_pairs,
-                              const GpuProfile& profile, const std::string& title);
+                              const GpuProfile& profile, const std::string& title,
+                              const PlanTableNotes& notes = {});
 
 }  // namespace pb

@@ -1,5 +1,7 @@
 #include "profile.h"
 
+#include <fmt/format.h>
+
 #include "check.h"
 
 namespace pb {
@@ -7,16 +9,36 @@ namespace pb {
 namespace {
 const std::vector<GpuProfile>& profiles() {
   static const std::vector<GpuProfile> all = {
-      // docs/design.md §5: 4.25 TB/s copy, 797 TFLOP/s cuBLAS bf16 8192^3.
-      // f32: 67 TFLOP/s and NVLink 4: 450 GB/s per direction, from the datasheet.
       {"h200", "copy and GEMM measured on the H200 here (docs/design.md §5); f32 and link from the datasheet",
-       4.25, 797.0, 67.0, 0.45},
-      {"h100", "datasheet peak (H100 SXM: 3.35 TB/s HBM3, 989 TFLOP/s dense bf16), not measured",
-       3.35, 989.0, 67.0, 0.45},
-      {"gb300", "datasheet peak (B300: 8 TB/s HBM3e, 2500 TFLOP/s dense bf16, NVLink 5), not measured",
-       8.0, 2500.0, 75.0, 0.9},
+       4.25, "measured: device-to-device copy, read + write, on the H200 here (docs/design.md §5)",
+       797.0, "measured: cuBLAS bf16 GEMM 8192^3 on the H200 here (docs/design.md §5)",
+       67.0, "datasheet: NVIDIA H200 SXM, 67 TFLOP/s FP32 (peak)",
+       "nvlink4", ""},
+      {"h100", "datasheet peaks (NVIDIA H100 SXM), not measured",
+       3.35, "datasheet: NVIDIA H100 SXM, 3.35 TB/s HBM3 (peak, not measured)",
+       989.0, "datasheet: NVIDIA H100 SXM, 989 TFLOP/s dense BF16 (peak, not measured)",
+       67.0, "datasheet: NVIDIA H100 SXM, 67 TFLOP/s FP32 (peak)",
+       "nvlink4",
+       "datasheet peaks: the measured H200 reaches 89% of its 4.8 TB/s and 81% of its 989 TFLOP/s datasheet "
+       "figures, so a measured H100 would sit that much below this roofline"},
+      {"gb300", "datasheet peaks (NVIDIA B300 / GB300 NVL72), not measured",
+       8.0, "datasheet: NVIDIA B300, 8 TB/s HBM3e (peak, not measured)",
+       2500.0, "datasheet: NVIDIA B300, 2.5 PFLOP/s dense BF16 (peak, not measured)",
+       75.0, "datasheet: NVIDIA B300, 75 TFLOP/s FP32 (peak)",
+       "nvlink5",
+       "datasheet peaks, not measured (the H200 here reaches 89% of its datasheet copy rate and 81% of its "
+       "GEMM rate). The seed's fleet TTFTs on GB300 (16k: 1,150 -> 946 ms; 65k: 2,810 -> 2,231; 128k: "
+       "6,387 -> 5,021) are CP8 gangs: at 16k each GPU holds 2k tokens, so compare them with a cp 8 plan at "
+       "that context (--set cp=8 --set bucket=2048 at 16k), not with cp1-16k, where one GPU does all 16k "
+       "tokens. The engine's experts are MXFP4/NVFP4 (the plan's are bf16)"},
   };
   return all;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
 }
 }  // namespace
 
@@ -29,7 +51,14 @@ std::vector<std::string> gpu_profile_names() {
 GpuProfile gpu_profile(const std::string& name) {
   for (const auto& p : profiles())
     if (p.name == name) return p;
-  throw_error(__FILE__, __LINE__, "unknown gpu_profile '" + name + "'; allowed: h200, h100, gb300");
+  throw_error(__FILE__, __LINE__, "unknown gpu_profile '" + name + "'; allowed: " + joined(gpu_profile_names()));
+}
+
+bool is_datasheet(const std::string& figure_source) { return figure_source.rfind("datasheet", 0) == 0; }
+
+std::string describe_figures(const GpuProfile& p) {
+  return fmt::format("  copy  {:>8.2f} TB/s      {}\n  GEMM  {:>8.0f} TFLOP/s   {}\n  f32   {:>8.0f} TFLOP/s   {}\n",
+                     p.copy_tbps, p.copy_source, p.gemm_tflops, p.gemm_source, p.fp32_tflops, p.fp32_source);
 }
 
 namespace {
@@ -54,9 +83,7 @@ std::vector<std::string> link_profile_names() {
 LinkProfile link_profile(const std::string& name) {
   for (const auto& l : links())
     if (l.name == name) return l;
-  std::string allowed;
-  for (const auto& n : link_profile_names()) allowed += (allowed.empty() ? "" : ", ") + n;
-  throw_error(__FILE__, __LINE__, "unknown link profile '" + name + "'; allowed: " + allowed);
+  throw_error(__FILE__, __LINE__, "unknown link profile '" + name + "'; allowed: " + joined(link_profile_names()));
 }
 
 }  // namespace pb

@@ -1,8 +1,8 @@
 // GPU ceilings for the plan's roofline and for the fraction-of-ceiling column
-// of every measured span. `h200` holds what was measured on the H200 here
-// (docs/design.md §5); `h100` and `gb300` come from vendor datasheets (peak, not
-// measured) and say so. A run replaces the copy and GEMM rates with the ones
-// it measures itself.
+// of every measured span, and the GPU-to-GPU links that cost the fabric. Every
+// figure carries its provenance: "measured ..." (on the H200 here,
+// docs/design.md §5) or "datasheet: ..." (a vendor's peak, not measured). A run
+// replaces the copy and GEMM rates with the ones it measures itself.
 #pragma once
 
 #include <string>
@@ -12,16 +12,25 @@ namespace pb {
 
 struct GpuProfile {
   std::string name;
-  std::string source;     // "measured on H200 here (docs/design.md §5)" / "datasheet peak"
-  double copy_tbps;       // device-to-device copy, read + write
-  double gemm_tflops;     // dense bf16 tensor-core GEMM
-  double fp32_tflops;     // plain f32 FMA (SIMT)
-  double link_tbps;       // one direction of the GPU-to-GPU fabric per GPU
+  std::string source;       // one line: where the figures come from
+  double copy_tbps;         // device-to-device copy, read + write
+  std::string copy_source;  // "measured: ..." or "datasheet: ..."
+  double gemm_tflops;       // dense bf16 tensor-core GEMM
+  std::string gemm_source;
+  double fp32_tflops;       // plain f32 FMA (SIMT)
+  std::string fp32_source;
+  std::string link;         // the natural GPU-to-GPU link (link_profile name)
+  std::string note;         // what a reader must know to compare this profile with a measurement; may be empty
 };
 
 std::vector<std::string> gpu_profile_names();
 // Throws pb::Error for an unknown name.
 GpuProfile gpu_profile(const std::string& name);
+// True when a figure's source is a vendor datasheet rather than a measurement.
+bool is_datasheet(const std::string& figure_source);
+// The profile's figures, one per line, each with its source:
+//   "  copy   4.25 TB/s       measured: ..."
+std::string describe_figures(const GpuProfile& p);
 
 // A GPU-to-GPU link for costing fabric transfers: a transfer of n bytes takes
 // latency_us + n / (gbytes_per_s * 1e3) microseconds, one direction.

@@ -1,11 +1,17 @@
 // The plan against hand-computed numbers (docs/design.md §2.1, §3, §4 and the seed).
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
+#include <cmath>
+#include <map>
 #include <string>
 
 #include "attnres.h"
+#include "calibration.h"
+#include "check.h"
 #include "plan.h"
 #include "scenario.h"
+#include "temp_dir.h"
 
 using namespace pb;
 
@@ -186,9 +192,10 @@ TEST_CASE("cross-rank KDA: packages on all but the last rank, one fold of r pack
   }
 }
 
-TEST_CASE("plan spans: roofline time, fabric spans carry bytes and no time") {
+TEST_CASE("plan spans: roofline time; fabric spans carry their bytes over the profile's link") {
   Scenario s = k3(2, 32768);
   GpuProfile h200 = gpu_profile("h200");
+  const LinkProfile nvlink4 = link_profile("nvlink4");
   RankPlan p = plan_rank(s, CutSet::none(), 1);
   auto spans = plan_spans(p, h200);
   REQUIRE(spans.size() == p.launches.size());
@@ -198,7 +205,10 @@ TEST_CASE("plan spans: roofline time, fabric spans carry bytes and no time") {
     CHECK(spans[i].rank == 1);
     if (spans[i].family == "fabric") {
       saw_fabric = true;
-      CHECK(spans[i].time_us == 0);
+      const double bytes = p.launches[i].fabric_bytes;
+      CHECK(spans[i].bytes == bytes);
+      CHECK(spans[i].time_us == (bytes > 0 ? 2.0 + bytes / 450e3 : 0.0));  // nvlink4: 450 GB/s, 2 us
+      CHECK(spans[i].time_us == (bytes > 0 ? nvlink4.transfer_us(bytes) : 0.0));
     } else {
       CHECK(spans[i].time_us == doctest::Approx(roofline_us(p.launches[i].cost, h200)));
     }
@@ -211,4 +221,346 @@ TEST_CASE("plan spans: roofline time, fabric spans carry bytes and no time") {
   CHECK(table.find("rank1*") != std::string::npos);
   CHECK(table.find("deep rank: 1") != std::string::npos);
   CHECK(table.find("fmha") != std::string::npos);
+}
+
+// ---- the fabric over a link ----
+
+namespace {
+
+double family_ms(const std::vector<Span>& spans, const std::string& family) {
+  double ms = 0;
+  for (const auto& s : spans)
+    if (s.family == family) ms += s.time_us / 1e3;
+  return ms;
+}
+
+double family_bytes(const std::vector<Span>& spans, const std::string& family) {
+  double bytes = 0;
+  for (const auto& s : spans)
+    if (s.family == family) bytes += s.bytes;
+  return bytes;
+}
+
+int transfers(const std::vector<Span>& spans) {
+  int n = 0;
+  for (const auto& s : spans) n += s.family == "fabric" && s.bytes > 0;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("the fabric costs its bytes over the link: cp8 128k, rank 0 of the stripe, 72.9 GB") {
+  Scenario s = k3(8, 131072);
+  const RankPlan p = plan_rank(s, CutSet::all(), 0);
+  for (const char* name : {"same-gpu", "nvlink4", "nvlink5", "ib400"}) {
+    INFO("link " << name);
+    const LinkProfile link = link_profile(name);
+    const std::vector<Span> spans = plan_spans(p, gpu_profile("h200"), link);
+    const double bytes = family_bytes(spans, "fabric");
+    CHECK(bytes / 1e9 == doctest::Approx(72.93).epsilon(0.001));  // the helper's queries read and results returned
+    const double want_ms = (transfers(spans) * link.latency_us + bytes / (link.gbytes_per_s * 1e3)) / 1e3;
+    CHECK(family_ms(spans, "fabric") > 0);
+    CHECK(family_ms(spans, "fabric") == doctest::Approx(want_ms).epsilon(1e-9));
+  }
+  // nvlink4: 72.9 GB at 450 GB/s is 162 ms
+  CHECK(family_ms(plan_spans(p, gpu_profile("h200")), "fabric") == doctest::Approx(162.5).epsilon(0.01));
+  // a single rank moves nothing over the fabric
+  CHECK(family_ms(plan_spans(plan_rank(k3(1, 16384), CutSet::all(), 0), gpu_profile("h200")), "fabric") == 0);
+}
+
+TEST_CASE("each GPU profile's natural link; an unknown link names the allowed ones") {
+  CHECK(gpu_profile("h200").link == "nvlink4");
+  CHECK(gpu_profile("h100").link == "nvlink4");
+  CHECK(gpu_profile("gb300").link == "nvlink5");
+  CHECK(link_profile("nvlink5").gbytes_per_s == 900);
+  CHECK(link_profile("ib400").gbytes_per_s == 50);
+  CHECK_THROWS_WITH_AS(link_profile("pcie"), doctest::Contains("allowed: same-gpu, nvlink4, nvlink5, ib400"), Error);
+  // the plan's default is the profile's link
+  const RankPlan p = plan_rank(k3(2, 32768), CutSet::none(), 1);
+  const std::vector<Span> gb300 = plan_spans(p, gpu_profile("gb300"));
+  const std::vector<Span> nvlink5 = plan_spans(p, gpu_profile("gb300"), link_profile("nvlink5"));
+  CHECK(family_ms(gb300, "fabric") == family_ms(nvlink5, "fabric"));
+  CHECK(family_ms(gb300, "fabric") < family_ms(plan_spans(p, gpu_profile("h200")), "fabric"));
+}
+
+// ---- cuts the roofline cannot see ----
+
+TEST_CASE("a cut that moves the same bytes is marked: land, lse_merge, elementwise; conv and attnres save bytes") {
+  Scenario s = k3(1, 16384);
+  const std::vector<CutEffect> effects = cut_effects(s, CutSet::all());
+  REQUIRE(effects.size() == 6);
+  std::map<std::string, CutEffect> by_family;
+  for (const auto& e : effects) by_family[e.family] = e;
+  for (const char* same : {"land", "lse_merge", "elementwise"}) {
+    INFO(same);
+    CHECK(by_family[same].same_bytes());
+    CHECK(by_family[same].bytes_on > 0);
+    CHECK(by_family[same].mark() == "same bytes [1]");
+  }
+  CHECK_FALSE(by_family["conv"].same_bytes());
+  CHECK(by_family["conv"].mark() == "-79% bytes [2]");
+  CHECK(by_family["attnres"].mark() == "-45% bytes [2]");  // the fused kernel reads the candidates once: partly bytes
+  CHECK(by_family["fmha"].mark() == "no change at cp 1");
+  // the stripe at cp8: the deep rank's FMHA goes from 7.5 to 4.5 pairs
+  std::vector<CutEffect> cp8 = cut_effects(k3(8, 131072), CutSet::all());
+  CHECK(cp8[int(Cut::stripe)].mark() == "deep rank -40% FLOPs");
+  // one cut alone: only its family is marked
+  CutSet land = CutSet::none();
+  land.set(Cut::land, true);
+  REQUIRE(cut_effects(s, land).size() == 1);
+  CHECK(cut_effects(s, CutSet::none()).empty());
+
+  // the table says so, with the footnotes
+  PlanTableNotes notes;
+  for (const auto& e : effects) notes.family_marks[e.family] = e.mark();
+  notes.lines = cut_effect_notes(effects);
+  const GpuProfile h200 = gpu_profile("h200");
+  const std::string table =
+      format_plan_table(plan_spans(plan_rank(s, CutSet::all(), 0), h200), 1, {0.5}, h200, "t", notes);
+  CHECK(table.find("  cut\n") != std::string::npos);
+  for (const char* family : {"land", "lse_merge", "elementwise"})
+    CHECK(table.find(fmt::format("{:<14}", family)) != std::string::npos);
+  CHECK(table.find("same bytes [1]") != std::string::npos);
+  CHECK(table.find("[1] same bytes with the cut on and off: the roofline shows no saving") != std::string::npos);
+  CHECK(table.find("`plan --calibrate`") != std::string::npos);
+  // no cut on: no column, no footnote
+  const std::string plain = format_plan_table(plan_spans(plan_rank(s, CutSet::none(), 0), h200), 1, {0.5}, h200, "t");
+  CHECK(plain.find("  cut\n") == std::string::npos);
+}
+
+TEST_CASE("lse_merge: the call's first merge initializes the accumulator and moves fewer bytes") {
+  Scenario s = k3(8, 131072);
+  const RankPlan p = plan_rank(s, CutSet::none(), 3);  // 4 windows per layer: 1 reset + 3 folds
+  const double n = 16384.0 * 96 * 128, rows = 16384.0 * 96;
+  int resets = 0, folds = 0;
+  for (const auto& l : p.launches) {
+    if (l.kernel != "lse_merge" || l.layer != 3) continue;
+    if (l.cost.bytes == n * 6 + rows * 8) ++resets;
+    if (l.cost.bytes == n * 10 + rows * 12) ++folds;
+  }
+  CHECK(resets == 1);
+  CHECK(folds == 3);
+}
+
+// ---- datasheet figures ----
+
+TEST_CASE("every profile figure says where it comes from; datasheet ones say so") {
+  for (const char* name : {"h100", "gb300"}) {
+    const GpuProfile p = gpu_profile(name);
+    INFO(name);
+    CHECK(is_datasheet(p.copy_source));
+    CHECK(is_datasheet(p.gemm_source));
+    CHECK(is_datasheet(p.fp32_source));
+    CHECK(describe_figures(p).find("datasheet: NVIDIA") != std::string::npos);
+    CHECK(p.note.find("datasheet peaks") != std::string::npos);
+  }
+  const GpuProfile h200 = gpu_profile("h200");
+  CHECK(h200.copy_source.rfind("measured", 0) == 0);
+  CHECK(h200.gemm_source.rfind("measured", 0) == 0);
+  CHECK(is_datasheet(h200.fp32_source));
+  CHECK(describe_figures(gpu_profile("gb300")).find("8.00 TB/s      datasheet: NVIDIA B300") != std::string::npos);
+  for (const char* name : {"nvlink4", "nvlink5", "ib400"}) CHECK(is_datasheet(link_profile(name).source));
+  CHECK_FALSE(link_profile("same-gpu").datasheet);
+}
+
+TEST_CASE("GB300: the cp1-16k roofline sits above the seed's 16k TTFT because the seed's 16k is a CP8 gang") {
+  // The seed's fleet figures are CP8 (16k: 1,150 -> 946 ms). One GPU doing all
+  // 16k tokens needs more than that even at datasheet peaks; eight GPUs of 2k
+  // tokens each need well under it.
+  const GpuProfile gb300 = gpu_profile("gb300");
+  auto deep_ms = [&](const Scenario& s, const CutSet& cuts) {
+    double deep = 0;
+    for (int r = 0; r < s.cp; ++r) {
+      double ms = 0;
+      for (const auto& sp : plan_spans(plan_rank(s, cuts, r), gb300)) ms += sp.time_us / 1e3;
+      deep = std::max(deep, ms);
+    }
+    return deep;
+  };
+  CHECK(deep_ms(k3(1, 16384), CutSet::none()) > 1150);
+  CHECK(deep_ms(k3(1, 16384), CutSet::seed()) > 946);
+  const Scenario cp8 = parse_scenario("name: t\nmodel: {preset: k3}\ncp: 8\ncontext: 16384\nbucket: 2048\n", "t.yaml");
+  CHECK(deep_ms(cp8, CutSet::none()) < 1150);
+  CHECK(deep_ms(cp8, CutSet::seed()) < 946);
+  CHECK(gb300.note.find("CP8 gangs") != std::string::npos);
+}
+
+// ---- calibration ----
+
+namespace {
+
+// A bench row at `fraction` of the H200's copy ceiling.
+BenchRow memory_row(const std::string& family, const std::string& kernel, const std::string& variant, double bytes,
+                    double fraction) {
+  BenchRow r;
+  r.family = family;
+  r.kernel = kernel;
+  r.variant = variant;
+  r.shape = "test";
+  r.bytes = bytes;
+  r.median_us = bytes / 4.25e6 / fraction;
+  r.fraction = fraction;
+  r.reps = 3;
+  return r;
+}
+
+double launches_ms(const RankCalibration& c, const std::string& family) { return family_ms(c.spans, family); }
+
+double roofline_ms(const Scenario& s, const CutSet& cuts, const std::string& family) {
+  return family_ms(plan_spans(plan_rank(s, cuts, 0), gpu_profile("h200")), family);
+}
+
+}  // namespace
+
+TEST_CASE("calibration: each family scaled by its measured fraction, from a kernels file written here") {
+  test::TempDir dir("pb-test-plan");
+  RunResult kernels;
+  kernels.kind = "kernels";
+  // land: the same bytes for baseline and cut (the benchmark's convention), 0.4 and 0.95 of the ceiling
+  kernels.bench.push_back(memory_row("land", "land.n12288", "baseline", 1.25e9, 0.4));
+  kernels.bench.push_back(memory_row("land", "land.n12288", "cut", 1.25e9, 0.95));
+  // conv: the baseline path timed against the cut's bytes at 0.1 of the ceiling
+  kernels.bench.push_back(memory_row("conv", "conv.qkv", "baseline", 3.7e9, 0.1));
+  kernels.bench.push_back(memory_row("conv", "conv.qkv", "cut", 3.7e9, 0.9));
+  kernels.bench.push_back(memory_row("land", "land.n12288", "cut.ring", 1.25e9, 0.01));  // an alternative: skipped
+  const std::string path = dir.file("kernels.h5");
+  write_results(path, kernels, false);
+
+  const Calibration cal = load_calibration({path});
+  REQUIRE(cal.rows.size() == 5);
+  CHECK(cal.rows[0].file == "kernels.h5");
+  CHECK(cal.rows[0].same_work);   // land baseline: its cut row has the same bytes
+  CHECK_FALSE(cal.rows[1].same_work);
+
+  Scenario s = k3(1, 16384);
+  const GpuProfile h200 = gpu_profile("h200");
+  const LinkProfile link = link_profile("nvlink4");
+  const RankCalibration base = calibrate_rank(s, CutSet::none(), 0, cal, h200, link);
+  const RankCalibration cut = calibrate_rank(s, CutSet::all(), 0, cal, h200, link);
+  CHECK(launches_ms(base, "land") == doctest::Approx(roofline_ms(s, CutSet::none(), "land") / 0.4));
+  CHECK(launches_ms(cut, "land") == doctest::Approx(roofline_ms(s, CutSet::all(), "land") / 0.95));
+  // conv's baseline: the cut's roofline over the baseline's fraction (the benchmark's work is the cut's)
+  CHECK(launches_ms(base, "conv") == doctest::Approx(roofline_ms(s, CutSet::all(), "conv") / 0.1));
+  CHECK(launches_ms(cut, "conv") == doctest::Approx(roofline_ms(s, CutSet::all(), "conv") / 0.9));
+  // the same bytes with the cut on and off: only calibration shows the land cut's gain
+  CHECK(roofline_ms(s, CutSet::none(), "land") == roofline_ms(s, CutSet::all(), "land"));
+  CHECK(launches_ms(cut, "land") < 0.5 * launches_ms(base, "land"));
+  // families without a row keep their roofline and are counted uncalibrated
+  CHECK(launches_ms(base, "gemm") == doctest::Approx(roofline_ms(s, CutSet::none(), "gemm")));
+  CHECK(base.families.at("gemm").uncalibrated == base.families.at("gemm").launches);
+  CHECK(base.families.at("land").uncalibrated == 0);
+  CHECK(base.families.at("land").sources.count("kernels.h5 family") == 1);
+  double total = 0;
+  for (const auto& sp : base.spans) total += sp.time_us / 1e3;
+  CHECK(base.calibrated_ms == doctest::Approx(total));
+
+  // a later file replaces a row of the same family, kernel and variant
+  RunResult better;
+  better.kind = "kernels";
+  better.bench.push_back(memory_row("land", "land.n12288", "baseline", 1.25e9, 0.5));
+  const std::string path2 = dir.file("better.h5");
+  write_results(path2, better, false);
+  const RankCalibration replaced =
+      calibrate_rank(s, CutSet::none(), 0, load_calibration({path, path2}), h200, link);
+  CHECK(launches_ms(replaced, "land") == doctest::Approx(roofline_ms(s, CutSet::none(), "land") / 0.5));
+
+  // a file without bench rows is refused, naming it
+  RunResult plan;
+  plan.kind = "plan";
+  write_results(dir.file("plan.h5"), plan, false);
+  CHECK_THROWS_WITH_AS(load_calibration({dir.file("plan.h5")}), doctest::Contains("plan.h5' (kind 'plan') has no /bench"),
+                       Error);
+}
+
+TEST_CASE("calibration: rows count only in the launch's state and engine") {
+  RunResult moe;
+  moe.kind = "moe";
+  BenchRow gemm_cutlass = memory_row("gemm", "gemm.shared", "moe_block_cutlass.none", 1.25e9, 1);
+  gemm_cutlass.flops = 2.98e12;
+  gemm_cutlass.median_us = gemm_cutlass.flops / 797e6 / 0.5;  // tensor-bound: 0.5 of the GEMM ceiling
+  BenchRow gemm_grouped = gemm_cutlass;
+  gemm_grouped.variant = "moe_block.none";
+  gemm_grouped.median_us *= 4;  // 0.125
+  BenchRow gemm_all = gemm_cutlass;
+  gemm_all.variant = "moe_block_cutlass.all";
+  gemm_all.median_us /= 1.6;  // 0.8
+  moe.bench = {gemm_cutlass, gemm_grouped, gemm_all};
+  const Calibration cal = make_calibration({{"moe.h5", moe}});
+  Scenario s = k3(1, 16384);
+  s.moe_gemm = "auto";  // reads as cutlass
+  const GpuProfile h200 = gpu_profile("h200");
+  const LinkProfile link = link_profile("nvlink4");
+  auto shared_ms = [&](const Scenario& sc, const CutSet& cuts) {
+    double ms = 0;
+    for (const auto& sp : calibrate_rank(sc, cuts, 0, cal, h200, link).spans)
+      if (sp.kernel == "gemm.shared") ms += sp.time_us / 1e3;
+    return ms;
+  };
+  double roof = 0;
+  for (const auto& sp : plan_spans(plan_rank(s, CutSet::none(), 0), h200))
+    if (sp.kernel == "gemm.shared") roof += sp.time_us / 1e3;
+  CHECK(shared_ms(s, CutSet::none()) == doctest::Approx(roof / 0.5));
+  CHECK(shared_ms(s, CutSet::all()) == doctest::Approx(roof / 0.8));  // beside every cut: the ".all" rows
+  CutSet land = CutSet::none();
+  land.set(Cut::land, true);
+  CHECK(shared_ms(s, land) == doctest::Approx(roof / 0.5));  // a mixed set reads the ".none" rows
+  s.moe_gemm = "grouped";
+  CHECK(shared_ms(s, CutSet::none()) == doctest::Approx(roof / 0.125));
+  // the other gemm launches pool the family's rows of that state
+  s.moe_gemm = "cutlass";
+  const RankCalibration c = calibrate_rank(s, CutSet::none(), 0, cal, h200, link);
+  CHECK(c.families.at("gemm").uncalibrated == 0);
+  CHECK(c.families.at("gemm").calibrated_ms == doctest::Approx(c.families.at("gemm").roofline_ms / 0.5));
+}
+
+TEST_CASE("measured superstep: TTFT median, the deep rank's families, median over reps") {
+  RunResult run;
+  run.kind = "run";
+  VariantResult v;
+  v.name = "baseline";
+  v.ttft_ms = {10, 30, 20};
+  for (int rep = 0; rep < 3; ++rep)
+    for (int rank = 0; rank < 2; ++rank) {
+      v.spans.push_back({rep, rank, 0, "land", "land.q_b", 1000.0 * (rank + 1) * (rep + 1), 0, 0});
+      v.spans.push_back({rep, rank, 0, "gemm", "gemm.q_b", 500.0 * (rank + 1), 0, 0});
+    }
+  run.variants.push_back(v);
+  const MeasuredSuperstep m = measured_superstep(run, "baseline");
+  CHECK(m.reps == 3);
+  CHECK(m.ttft_ms == 20);
+  CHECK(m.deep_rank == 1);
+  CHECK(m.family_ms.at("land") == doctest::Approx(4.0));  // 2, 4, 6 ms
+  CHECK(m.family_ms.at("gemm") == doctest::Approx(1.0));
+  CHECK(m.span_ms == doctest::Approx(5.0));
+  CHECK_THROWS_WITH_AS(measured_superstep(run, "all"), doctest::Contains("no variant 'all'; it has: baseline"), Error);
+}
+
+TEST_CASE("the calibrated plan of cp1-16k against the committed run: within 10% per variant") {
+  // The committed H200 benchmark files and the each-cut run (all eight variants).
+  const std::string dir = std::string(PB_SOURCE_DIR) + "/results/h200/";
+  std::vector<std::string> files;
+  for (const char* f : {"kernels.h5", "attnres.h5", "fmha.h5", "kda.h5", "moe.h5"}) files.push_back(dir + f);
+  const Calibration cal = load_calibration(files);
+  Scenario s = parse_scenario("name: cp1-16k\nmodel: {preset: k3}\ncp: 1\ncontext: 16384\nbucket: 16896\n"
+                              "variants: each-cut\nmoe_gemm: cutlass\n",
+                              "cp1-16k.yaml");
+  const RunResult run = read_measured_run(dir + "cp1-16k-each-cut.h5", s);
+  const GpuProfile h200 = gpu_profile("h200");
+  REQUIRE(s.variants.size() == 8);
+  for (const auto& variant : s.variants) {
+    const RankCalibration c = calibrate_rank(s, variant.cuts, 0, cal, h200, link_profile("nvlink4"));
+    const MeasuredSuperstep m = measured_superstep(run, variant.name);
+    const double error = c.calibrated_ms / m.ttft_ms - 1;
+    MESSAGE(variant.name << ": calibrated " << c.calibrated_ms << " ms, measured TTFT " << m.ttft_ms << " ms, error "
+                         << 100 * error << "%");
+    CHECK(std::abs(error) < 0.10);
+    // calibration moves the prediction from the roofline toward the measurement
+    CHECK(std::abs(c.roofline_ms / m.ttft_ms - 1) > std::abs(error));
+  }
+  // the run file of another scenario is refused
+  Scenario other = s;
+  other.context = 8192;
+  CHECK_THROWS_WITH_AS(read_measured_run(dir + "cp1-16k-each-cut.h5", other),
+                       doctest::Contains("measured scenario 'cp1-16k' cp 1 context 16384"), Error);
+  CHECK_THROWS_WITH_AS(read_measured_run(dir + "kernels.h5", s), doctest::Contains("is a kernels file"), Error);
 }
