@@ -237,3 +237,18 @@ add_test(NAME cpu.plan_calibrated_cp1_16k
           --measured ${PB_H200}/cp1-16k-each-cut.h5 -o ${CMAKE_BINARY_DIR}/test-out/plan-calibrated.h5 --overwrite)
 set_tests_properties(cpu.plan_calibrated_cp1_16k PROPERTIES LABELS cpu TIMEOUT 120
   PASS_REGULAR_EXPRESSION "calibrated superstep against the measured TTFT.*baseline +[0-9.]+ +[0-9.]+ +[-+][0-9.]+%.*attnres +[0-9.]+ +[0-9.]+ +[-+][0-9.]+%")
+
+# Device memory shared by the ranks of one GPU (harness/blocks/shared_region.h):
+# the descriptor passing over a Unix socket, its deadlines and the granularity
+# rounding on 3 and 4 ranks without a GPU; both share modes on the device.
+add_executable(test_fd_share test/blocks/test_fd_share.cpp)
+target_link_libraries(test_fd_share PRIVATE pb_mpi_test_main pb_blocks)
+foreach(np 3 4)
+  add_test(NAME mpi.test_fd_share${np} COMMAND ${PB_MPIRUN} -np ${np} $<TARGET_FILE:test_fd_share>)
+  set_tests_properties(mpi.test_fd_share${np} PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${PB_MPI_ENV}")
+endforeach()
+add_executable(test_shared_region test/blocks/test_shared_region.cpp)
+target_link_libraries(test_shared_region PRIVATE pb_mpi_gpu_test_main)
+add_test(NAME mpi_gpu.test_shared_region COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:test_shared_region>)
+set_tests_properties(mpi_gpu.test_shared_region PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
+  ENVIRONMENT "${PB_MPI_ENV}")

@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "check.h"
+#include "fd_share.h"
 #include "gang.h"
 
 namespace pb {
@@ -23,9 +24,8 @@ int lane_of(Home h) { return int(h) - int(Home::trunk); }
 
 MPI_Comm as_comm(void* c) { return *static_cast<MPI_Comm*>(c); }
 
-void mpi_ok(int rc, const char* what) {
-  PB_CHECK(rc == MPI_SUCCESS, std::string(what) + " failed (MPI error " + std::to_string(rc) + ")");
-}
+// Each socket step of sharing a region (shared_region.h) fails past this.
+constexpr double kShareTimeoutS = 60;
 
 }  // namespace
 
@@ -137,35 +137,11 @@ MemoryNeeds reduce_needs(const MemoryNeeds& mine, MPI_Comm comm, const Placement
   return shared;
 }
 
-// The first rank of `comm` allocates `bytes`; every other rank maps it.
-char* share_region(int64_t bytes, MPI_Comm comm, int me, const char* what) {
-  if (bytes == 0) return nullptr;
-  void* base = nullptr;
-  cudaIpcMemHandle_t handle{};
-  if (me == 0) {
-    PB_CUDA(cudaMalloc(&base, size_t(bytes)));
-    PB_CUDA(cudaIpcGetMemHandle(&handle, base));
-  }
-  mpi_ok(MPI_Bcast(&handle, int(sizeof handle), MPI_BYTE, 0, comm), "MPI_Bcast(IPC handle)");
-  if (me != 0) {
-    const cudaError_t rc = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
-    PB_CHECK(rc == cudaSuccess, std::string("cudaIpcOpenMemHandle(") + what + " of this GPU's first rank): " +
-                                    cudaGetErrorName(rc) + " (" + cudaGetErrorString(rc) + ")");
-  }
-  return static_cast<char*>(base);
-}
-
-void release_region(char* base, int me) {
-  if (!base) return;
-  if (me == 0) PB_CUDA_NOTHROW(cudaFree(base));
-  else PB_CUDA_NOTHROW(cudaIpcCloseMemHandle(base));
-}
-
 }  // namespace
 
-GangMemory::GangMemory(const Gang& gang, int device, bool serialized,
+GangMemory::GangMemory(const Gang& gang, int device, bool serialized, ShareMode share,
                        const std::function<MemoryNeeds(const Placement&)>& needs_for)
-    : gang_(gang) {
+    : gang_(gang), share_(share) {
   // This GPU's ranks: the node's ranks with the same device.
   MPI_Comm node, gpu;
   mpi_ok(MPI_Comm_split_type(gang.comm(), MPI_COMM_TYPE_SHARED, gang.rank(), MPI_INFO_NULL, &node),
@@ -196,15 +172,15 @@ GangMemory::GangMemory(const Gang& gang, int device, bool serialized,
   memory_.fills_weights_ = true;
   if (placement_.shares_weights()) {
     memory_.mode_ = DeviceMemory::Mode::placed;
-    weights_ = share_region(shared.weights, gpu, gpu_rank_, "the weights");
-    memory_.weights_ = weights_;
+    weights_ = SharedRegion::share(share_, shared.weights, gpu, device, "the weights", kShareTimeoutS);
+    memory_.weights_ = weights_.base();
     memory_.weights_bytes_ = shared.weights;
     memory_.fills_weights_ = gpu_rank_ == 0;
   }
   if (placement_.shares_arena()) {
     memory_.mode_ = DeviceMemory::Mode::placed;
-    arena_ = share_region(shared.arena(), gpu, gpu_rank_, "the turn-local arena");
-    memory_.arena_ = arena_;
+    arena_ = SharedRegion::share(share_, shared.arena(), gpu, device, "the turn-local arena", kShareTimeoutS);
+    memory_.arena_ = arena_.base();
     memory_.arena_bytes_ = shared.arena();
     int64_t base = 0;
     for (int i = 0; i < kLanes; ++i) {
@@ -223,20 +199,23 @@ void GangMemory::after_weights_filled(cudaStream_t stream) {
 }
 
 GangMemory::~GangMemory() {
-  // Every rank has unmapped (its blocks are gone) before the first frees.
+  // Every rank has unmapped (its blocks are gone) before the first releases
+  // (legacy IPC needs the order; under vmm each process's reference counts).
   if (gpu_rank_ != 0) {
-    release_region(weights_, gpu_rank_);
-    release_region(arena_, gpu_rank_);
+    weights_.release();
+    arena_.release();
   }
   // Unwinding from an error: no collective (the others may never come; the
   // driver aborts the gang), the process's memory goes with it.
-  if (std::uncaught_exceptions() > 0) return;
+  if (std::uncaught_exceptions() > 0) {
+    weights_.abandon();
+    arena_.abandon();
+    return;
+  }
   if (gpu_comm_) {
     MPI_Barrier(as_comm(gpu_comm_));
-    if (gpu_rank_ == 0) {
-      release_region(weights_, 0);
-      release_region(arena_, 0);
-    }
+    weights_.release();
+    arena_.release();
     MPI_Comm c = as_comm(gpu_comm_);
     MPI_Comm_free(&c);
     delete static_cast<MPI_Comm*>(gpu_comm_);
@@ -247,7 +226,13 @@ std::string GangMemory::describe() const {
   return std::to_string(gpu_size_) + " rank(s) on this GPU" + (placement_.serialized ? ", serialized" : "") +
          ": weights " + format_gb(double(budget_.weights)) + (placement_.shares_weights() ? " (shared)" : "") +
          ", turn-local arena " + format_gb(double(budget_.arena)) + (placement_.shares_arena() ? " (shared)" : "") +
-         ", rank buffers " + format_gb(double(budget_.ranks)) + " = " + format_gb(double(budget_.total()));
+         ", rank buffers " + format_gb(double(budget_.ranks)) + " = " + format_gb(double(budget_.total())) +
+         (placement_.shares_weights() ? std::string("; shared over ") + share_mode_name(share_) : "") +
+         (share_granularity() ? " at " + std::to_string(share_granularity() >> 20) + " MiB granularity" : "");
+}
+
+int64_t GangMemory::share_granularity() const {
+  return weights_.granularity() ? weights_.granularity() : arena_.granularity();
 }
 
 }  // namespace pb

@@ -4,7 +4,7 @@
 // Homes:
 //   weights  the model's read-only weights. When several ranks share a GPU,
 //            once per GPU: the GPU's first rank allocates and fills them, the
-//            others map them over CUDA IPC (same seed, same bits).
+//            others map them (shared_region.h; same seed, same bits).
 //   rank     this rank's own: what survives between its turns (the residual
 //            stream, the AttnRes snapshots, the fabric slab, KDA carries and
 //            prepared chunks, the MLA gate and accumulators).
@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "device_buffer.h"
+#include "shared_region.h"
 
 namespace pb {
 
@@ -147,12 +148,13 @@ class DeviceMemory {
 // (the largest of each), check before allocating that the GPU can hold
 // weights + arena + their rank buffers (else every rank fails with the
 // numbers), then the GPU's first rank allocates the regions and the others
-// map them over CUDA IPC. The first rank fills the weights; a barrier over the
-// GPU's ranks (after_weights_filled) orders the fill before any use.
+// map them, the way `share` says (shared_region.h). The first rank fills the
+// weights; a barrier over the GPU's ranks (after_weights_filled) orders the
+// fill before any use.
 class GangMemory {
  public:
   // needs_for: what this rank takes under the placement the GPU's ranks form.
-  GangMemory(const Gang& gang, int device, bool serialized,
+  GangMemory(const Gang& gang, int device, bool serialized, ShareMode share,
              const std::function<MemoryNeeds(const Placement&)>& needs_for);
   ~GangMemory();
   GangMemory(const GangMemory&) = delete;
@@ -162,6 +164,9 @@ class GangMemory {
   const DeviceMemory& memory() const { return memory_; }
   const Placement& placement() const { return placement_; }
   const GpuBudget& budget() const { return budget_; }
+  ShareMode share_mode() const { return share_; }
+  // The shared regions' mapping granularity (vmm), 0 when none is mapped by vmm.
+  int64_t share_granularity() const;
   // Call after the blocks are built: the first rank's weights are written.
   void after_weights_filled(cudaStream_t stream);
   // One line for the run's output: weights, arena, rank buffers, per GPU.
@@ -169,12 +174,12 @@ class GangMemory {
 
  private:
   const Gang& gang_;
+  ShareMode share_;
   Placement placement_;
   GpuBudget budget_;
   int gpu_rank_ = 0, gpu_size_ = 1;
   void* gpu_comm_ = nullptr;  // MPI_Comm of this GPU's ranks (MPI kept out of the header)
-  char* weights_ = nullptr;
-  char* arena_ = nullptr;
+  SharedRegion weights_, arena_;
   DeviceMemory memory_{DeviceMemory::Mode::owning};
 };
 

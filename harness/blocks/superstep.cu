@@ -162,7 +162,7 @@ MemoryBudget superstep_memory_budget(const Scenario& s, const Placement& p) {
 
 GangMemory superstep_memory(const Gang& gang, int device, const Scenario& s) {
   const int rank = gang.rank();
-  return GangMemory(gang, device, s.serialize_ranks,
+  return GangMemory(gang, device, s.serialize_ranks, share_mode_from_name(s.share_memory),
                     [&](const Placement& p) { return Superstep::memory_needs(s, rank, p); });
 }
 

@@ -103,6 +103,8 @@ void record_memory(const Gang& gang, const GangMemory& memory, RunResult& result
   result.numbers["memory_ranks_per_gpu"] = p.ranks_per_gpu;
   result.numbers["memory_weights_shared"] = p.shares_weights() ? 1 : 0;
   result.numbers["memory_arena_shared"] = p.shares_arena() ? 1 : 0;
+  result.numbers["memory_share_granularity_bytes"] = double(memory.share_granularity());
+  result.text["memory_share"] = share_mode_name(memory.share_mode());
   std::string per_rank;
   for (size_t r = 0; r < own.size(); ++r) per_rank += (r ? ", " : "") + std::to_string(r) + ": " + own[r];
   result.text["memory_rank_bytes_each"] = per_rank;

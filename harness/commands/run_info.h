@@ -23,8 +23,10 @@ void record_devices(const Gang& gang, int device, RunResult& result);
 // Where the superstep's memory lives (collective): numbers memory_weights_bytes,
 // memory_arena_bytes (per GPU: once when shared), memory_rank_bytes (this
 // GPU's ranks' own buffers), memory_ranks_per_gpu, memory_weights_shared and
-// memory_arena_shared (0 / 1), and text memory_rank_bytes_each ("rank: bytes"
-// per rank) and memory (one line).
+// memory_arena_shared (0 / 1), memory_share_granularity_bytes (the shared
+// regions' mapping granularity under vmm, else 0), and text memory_share
+// (share_memory: vmm | ipc), memory_rank_bytes_each ("rank: bytes" per rank)
+// and memory (one line).
 void record_memory(const Gang& gang, const GangMemory& memory, RunResult& result);
 
 // The raw telemetry of every GPU (the samples of each GPU's first rank) into

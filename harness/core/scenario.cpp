@@ -22,8 +22,8 @@ std::string join(const std::vector<std::string>& items) {
 
 const std::vector<std::string> kTopKeys = {
     "name", "model", "cp", "context", "bucket", "split_k", "fabric", "fmha", "moe_gemm", "gpu_profile",
-    "serialize_ranks", "turn_settle_ms", "helped_in_place", "wait_timeout_s", "nvtx", "cuts", "variants", "warmup", "reps",
-    "seed", "output", "debug"};
+    "serialize_ranks", "share_memory", "turn_settle_ms", "helped_in_place", "wait_timeout_s", "nvtx", "cuts",
+    "variants", "warmup", "reps", "seed", "output", "debug"};
 const std::vector<std::string> kDebugKeys = {"delay_family", "delay_us", "poison_arena"};
 const std::vector<std::string> kVariantKeys = {"name", "cuts"};
 
@@ -271,6 +271,7 @@ std::map<std::string, std::string> apply_sets(YAML::Node& root, const std::vecto
 std::vector<std::string> fabric_names() { return {"ipc", "nccl", "auto"}; }
 std::vector<std::string> fmha_engine_names() { return {"native", "cudnn", "auto"}; }
 std::vector<std::string> moe_gemm_engine_names() { return {"auto", "grouped", "loop", "cutlass"}; }
+std::vector<std::string> share_memory_names() { return {"vmm", "ipc"}; }
 
 CutSet parse_cut_list(const std::string& list, const std::string& where) {
   CutSet set;
@@ -342,6 +343,8 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
   if (root["moe_gemm"]) s.moe_gemm = get_choice(at, root["moe_gemm"], "moe_gemm", moe_gemm_engine_names());
   if (root["gpu_profile"]) s.gpu_profile = get_choice(at, root["gpu_profile"], "gpu_profile", gpu_profile_names());
   if (root["serialize_ranks"]) s.serialize_ranks = get_bool(at, root["serialize_ranks"], "serialize_ranks");
+  if (root["share_memory"])
+    s.share_memory = get_choice(at, root["share_memory"], "share_memory", share_memory_names());
   if (root["turn_settle_ms"])
     s.turn_settle_ms = int(get_int(at, root["turn_settle_ms"], "turn_settle_ms", 0, 10000));
   if (root["nvtx"]) s.nvtx = get_bool(at, root["nvtx"], "nvtx");

@@ -10,6 +10,7 @@
 //   fmha: auto                             # native | cudnn | auto
 //   moe_gemm: grouped                      # grouped | loop | cutlass (the expert GEMMs' engine)
 //   serialize_ranks: false                 # ranks of one GPU take turns
+//   share_memory: vmm                      # vmm | ipc: how ranks of one GPU share weights and arena
 //   turn_settle_ms: 0                      # a serialized turn starts after this much GPU idle
 //   helped_in_place: false                 # cut 3's helped windows read/write the peer's slab in place
 //   wait_timeout_s: 300                    # a doorbell wait past this fails the gang
@@ -74,6 +75,7 @@ struct Scenario {
   std::string moe_gemm = "auto";  // kernels/moe/moe_gemm.h's engines
   std::string gpu_profile = "h200";
   bool serialize_ranks = false;
+  std::string share_memory = "vmm";  // blocks/shared_region.h's modes: vmm | ipc
   int turn_settle_ms = 0;  // serialized turns (and the lane's pair) start after this much GPU idle
   bool helped_in_place = false;  // mla_block.h MlaLane::helped_in_place
   double wait_timeout_s = 0;     // a doorbell wait's deadline; 0: the command's default
@@ -105,5 +107,6 @@ CutSet parse_cut_list(const std::string& list, const std::string& where);
 std::vector<std::string> fabric_names();
 std::vector<std::string> fmha_engine_names();
 std::vector<std::string> moe_gemm_engine_names();  // grouped, loop, cutlass (moe_gemm_engine_from_name)
+std::vector<std::string> share_memory_names();     // vmm, ipc (share_mode_from_name)
 
 }  // namespace pb

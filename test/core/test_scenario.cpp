@@ -63,6 +63,7 @@ TEST_CASE("a good scenario parses with defaults") {
   CHECK(s.fabric == "auto");
   CHECK(s.moe_gemm == "auto");
   CHECK(s.turn_settle_ms == 0);
+  CHECK(s.share_memory == "vmm");
   REQUIRE(s.variants.size() == 1);
   CHECK(s.variants[0].name == "baseline");
   CHECK(s.variants[0].cuts == CutSet::none());
@@ -112,6 +113,14 @@ TEST_CASE("moe_gemm picks the expert GEMM engine") {
   CHECK(parse_scenario(kGood, "good.yaml", o).moe_gemm == "loop");
 }
 
+TEST_CASE("share_memory picks how the ranks of one GPU share memory") {
+  CHECK(parse_scenario(std::string(kGood) + "share_memory: ipc\n", "t.yaml").share_memory == "ipc");
+  CHECK(parse_scenario(std::string(kGood) + "share_memory: vmm\n", "t.yaml").share_memory == "vmm");
+  ScenarioOverrides o;
+  o.sets = {"share_memory=ipc"};
+  CHECK(parse_scenario(kGood, "good.yaml", o).share_memory == "ipc");
+}
+
 struct BadCase {
   const char* what;
   std::string text;
@@ -144,6 +153,7 @@ TEST_CASE("bad inputs give errors naming file, line, key and allowed values") {
       {"bad fabric", g + "fabric: tcp\n", {"bad.yaml:6:9", "fabric", "'tcp'", "ipc, nccl, auto"}},
       {"bad fmha engine", g + "fmha: flash\n", {"fmha", "native, cudnn, auto"}},
       {"bad moe_gemm engine", g + "moe_gemm: cublaslt\n", {"bad.yaml:6", "moe_gemm", "'cublaslt'", "auto, grouped, loop, cutlass"}},
+      {"bad share_memory", g + "share_memory: nvshmem\n", {"bad.yaml:6", "share_memory", "'nvshmem'", "vmm, ipc"}},
       {"bad gpu profile", g + "gpu_profile: a100\n", {"gpu_profile", "h200, h100, gb300"}},
       {"unknown cut", g + "cuts: [land, fast]\n", {"cuts[1]", "unknown cut 'fast'", "lse_merge"}},
       {"bad cut switch", g + "cuts: {land: maybe}\n", {"cuts.land", "true or false"}},
