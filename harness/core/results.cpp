@@ -359,7 +359,12 @@ CompoundType rank_rep_row_type() {
       .add("wall_us", HOFFSET(RankRep, wall_us), H5T_NATIVE_DOUBLE)
       .add("wait_us", HOFFSET(RankRep, wait_us), H5T_NATIVE_DOUBLE)
       .add("fabric_bytes", HOFFSET(RankRep, fabric_bytes), H5T_NATIVE_DOUBLE)
-      .add("peak_mem_bytes", HOFFSET(RankRep, peak_mem_bytes), H5T_NATIVE_DOUBLE);
+      .add("peak_mem_bytes", HOFFSET(RankRep, peak_mem_bytes), H5T_NATIVE_DOUBLE)
+      .add("ipc_bytes", HOFFSET(RankRep, ipc_bytes), H5T_NATIVE_DOUBLE)
+      .add("nccl_bytes", HOFFSET(RankRep, nccl_bytes), H5T_NATIVE_DOUBLE)
+      .add("ipc_wait_us", HOFFSET(RankRep, ipc_wait_us), H5T_NATIVE_DOUBLE)
+      .add("nccl_wait_us", HOFFSET(RankRep, nccl_wait_us), H5T_NATIVE_DOUBLE)
+      .add("nccl_us", HOFFSET(RankRep, nccl_us), H5T_NATIVE_DOUBLE);
   return type;
 }
 

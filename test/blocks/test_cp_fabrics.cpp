@@ -1,0 +1,211 @@
+// The MLA and KDA blocks across the CP lane over NCCL (fabric.h), on ranks
+// that may share one GPU: each rank runs the same calls over fabric ipc and
+// then over the fabric under test, and every call's output rows must be equal
+// bit for bit (the transport moves bytes; the kernels see the same bytes):
+//   - fabric nccl, every rank its own emulated host (CP2, CP4);
+//   - fabric auto, 2 emulated hosts x cp / 2 ranks (CP4): IPC inside an
+//     emulated host, NCCL across.
+// MLA calls switch schedules (prefix, stripe, cut 4) so both return slabs,
+// the helped windows and the acknowledgements of earlier calls are crossed;
+// KDA calls cover both halo and package parities. Tiny widths with uneven
+// segments, and K3 widths at short length.
+//
+// NCCL reads NCCL_HOSTID once per process, so each fabric under test runs in a
+// process of its own: CTest selects the test case (--test-case=*fabric nccl*
+// or *fabric auto*). The ranks run concurrently, so CTest gives them
+// CUDA_MODULE_LOADING=EAGER (fabric.h).
+#include <doctest/doctest.h>
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "device_buffer.h"
+#include "fabric.h"
+#include "fabric_plan.h"
+#include "kda_block.h"
+#include "mla_block.h"
+#include "mpi_gpu_test.h"
+#include "random_fill.h"
+
+using namespace pb;
+
+namespace {
+
+using Bits = std::vector<uint16_t>;
+
+CutSet cuts_with(bool all, bool lse_merge) {
+  CutSet c = all ? CutSet::all() : CutSet::none();
+  c.on[int(Cut::lse_merge)] = lse_merge;
+  return c;
+}
+
+Bits download(const __nv_bfloat16* p, int64_t n) {
+  Bits out(static_cast<size_t>(n));
+  PB_CUDA(cudaMemcpy(out.data(), p, out.size() * 2, cudaMemcpyDeviceToHost));
+  return out;
+}
+
+// This rank's segment of a seeded [context, hidden] input, in a bucket of `rows`.
+DeviceBuffer<__nv_bfloat16> segment_input(const ModelShape& m, int64_t context, int64_t rows, uint64_t seed,
+                                          cudaStream_t stream) {
+  const Gang& gang = test_gang();
+  const Segment mine = contiguous_segments(context, gang.size())[gang.rank()];
+  DeviceBuffer<__nv_bfloat16> full(size_t(context * m.hidden)), local(size_t(rows * m.hidden));
+  fill_uniform_bf16(full.get(), context * m.hidden, seed, 1.0f, stream);
+  fill_uniform_bf16(local.get(), rows * m.hidden, seed + 1, 1.0f, stream);  // rows >= T: anything
+  PB_CUDA(cudaMemcpyAsync(local.get(), full.get() + mine.begin * m.hidden, size_t(mine.len * m.hidden) * 2,
+                          cudaMemcpyDeviceToDevice, stream));
+  PB_CUDA(cudaStreamSynchronize(stream));
+  return local;
+}
+
+// The gang's sums of this rank's counters, so every rank checks the same numbers.
+int64_t gang_sum(int64_t mine) {
+  int64_t all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT64_T, MPI_SUM, test_gang().comm());
+  return all;
+}
+
+// The calls of one block over one fabric: each call's live output rows.
+using Calls = std::function<std::vector<Bits>(Fabric& fab)>;
+
+struct Traffic {
+  int64_t ipc = 0, nccl = 0;
+};
+
+// Runs `calls` over fabric ipc, then over `plan`; each call must give the same bits.
+Traffic check_against_ipc(const SlabLayout& shared, const FabricPlan& plan, const Calls& calls, const char* what) {
+  const Gang& gang = test_gang();
+  std::vector<Bits> ipc, other;
+  {
+    Fabric fab(gang, shared, 30.0);
+    ipc = calls(fab);
+    gang.barrier();  // no peer touches our slab any more
+  }
+  FabricStats st;
+  {
+    Fabric fab(gang, shared, 30.0, plan);
+    other = calls(fab);
+    st = fab.stats();
+    gang.barrier();
+  }
+  REQUIRE(ipc.size() == other.size());
+  for (size_t i = 0; i < ipc.size(); ++i) {
+    CAPTURE(i);
+    CHECK_MESSAGE(ipc[i] == other[i], what << ": call " << i << " over fabric " << plan.mode << " differs from ipc");
+  }
+  std::printf("[%s, rank %d, fabric %s] %lld NCCL messages in, %lld B; %lld IPC B; waits %.1f us IPC, %.1f us NCCL\n",
+              what, gang.rank(), plan.mode.c_str(), (long long)st.nccl_messages_received,
+              (long long)st.nccl_bytes_received, (long long)st.ipc_bytes(), st.ipc_wait_us, st.nccl_wait_us);
+  return {gang_sum(st.ipc_bytes()), gang_sum(st.nccl_bytes_received)};
+}
+
+Traffic check_mla(const ModelShape& m, int64_t context, int64_t pad_rows, const FabricPlan& plan) {
+  const Gang& gang = test_gang();
+  const int cp = gang.size(), me = gang.rank();
+  const std::vector<Segment> segs = contiguous_segments(context, cp);
+  const int64_t rows = segs[0].len + pad_rows;
+  INFO("MLA, model " << m.preset << " cp " << cp << " rank " << me << " fabric " << plan.mode);
+  cudaStream_t stream;
+  PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const MlaWeights w(m, 77, stream);
+  DeviceBuffer<__nv_bfloat16> input = segment_input(m, context, rows, 5, stream);
+  const Blas blas;
+  const Calls calls = [&](Fabric& fab) {
+    Timeline tl(stream, false);
+    tl.set_layer(1);
+    MlaBlock block(m, w, {me, cp, segs, rows, &fab}, FmhaEngine::native);
+    std::vector<Bits> out;
+    // Two prefix calls before the first stripe call, then back and forth (mla_block.h's acknowledgements).
+    const CutSet order[] = {cuts_with(false, false), cuts_with(false, true), cuts_with(true, true),
+                            cuts_with(true, false), cuts_with(false, false), cuts_with(true, true)};
+    int64_t seq = 0;
+    for (const CutSet& cuts : order) {
+      block.run(input.get(), seq++, cuts, tl, blas);
+      fab.drain();
+      tl.collect();
+      out.push_back(download(block.attn_out(), block.live_rows() * m.hidden));
+    }
+    fab.settle_transfers();
+    return out;
+  };
+  const SlabLayout shared =
+      slab_layout(cp, rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()), int(m.v_head));
+  const Traffic t = check_against_ipc(shared, plan, calls, ("MLA " + m.preset).c_str());
+  PB_CUDA(cudaStreamDestroy(stream));
+  return t;
+}
+
+Traffic check_kda(const ModelShape& m, int64_t context, int64_t pad_rows, const FabricPlan& plan) {
+  const Gang& gang = test_gang();
+  const int cp = gang.size(), me = gang.rank();
+  const std::vector<Segment> segs = contiguous_segments(context, cp);
+  const int64_t rows = segs[0].len + pad_rows;
+  INFO("KDA, model " << m.preset << " cp " << cp << " rank " << me << " fabric " << plan.mode);
+  cudaStream_t stream;
+  PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const KdaWeights w(m, 91, stream);
+  DeviceBuffer<__nv_bfloat16> input = segment_input(m, context, rows, 8, stream);
+  const Blas blas;
+  const Calls calls = [&](Fabric& fab) {
+    Timeline tl(stream, false);
+    tl.set_layer(2);
+    KdaBlock block(m, w, {me, cp, segs, rows, &fab});
+    std::vector<Bits> out;
+    const CutSet order[] = {CutSet::none(), CutSet::all(), CutSet::none(), CutSet::all()};
+    int64_t seq = 0;
+    for (const CutSet& cuts : order) {
+      block.run(input.get(), seq++, cuts, tl, blas);
+      fab.drain();
+      tl.collect();
+      out.push_back(download(block.attn_out(), block.live_rows() * m.hidden));
+      out.push_back(download(block.core_out(), block.live_rows() * m.kda_inner()));
+    }
+    fab.settle_transfers();
+    return out;
+  };
+  const Traffic t = check_against_ipc(model_slab_layout(m, cp, rows), plan, calls, ("KDA " + m.preset).c_str());
+  PB_CUDA(cudaStreamDestroy(stream));
+  return t;
+}
+
+FabricPlan emulated(const std::string& mode, int hosts) {
+  return plan_fabric(mode, gang_hosts(test_gang()), hosts, "test_cp_fabrics");
+}
+
+void check_blocks(const FabricPlan& plan, bool expect_ipc) {
+  for (const char* preset : {"tiny", "k3"}) {
+    const ModelShape m = model_preset(preset);
+    const bool tiny = std::string(preset) == "tiny";
+    const int64_t context = tiny ? 203 : 256, pad = tiny ? 13 : 16;  // tiny: uneven segments
+    const Traffic mla = check_mla(m, context, pad, plan);
+    const Traffic kda = check_kda(m, context, pad, plan);
+    CHECK(mla.nccl > 0);
+    CHECK(kda.nccl > 0);
+    CHECK((kda.ipc > 0) == expect_ipc);
+    if (!expect_ipc) CHECK(mla.ipc == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("MLA and KDA over fabric nccl (every rank its own emulated host) equal fabric ipc bit for bit") {
+  const int cp = test_gang().size();
+  REQUIRE(cp >= 2);
+  const FabricPlan plan = emulated("nccl", cp);
+  prepare_nccl_environment(plan, test_gang().rank(), /*serialized=*/false);
+  check_blocks(plan, false);
+}
+
+TEST_CASE("MLA and KDA over fabric auto (2 emulated hosts) equal fabric ipc bit for bit") {
+  const int cp = test_gang().size();
+  REQUIRE(cp >= 4);
+  REQUIRE(cp % 2 == 0);
+  const FabricPlan plan = emulated("auto", 2);
+  prepare_nccl_environment(plan, test_gang().rank(), /*serialized=*/false);
+  check_blocks(plan, true);
+}
