@@ -5,6 +5,7 @@
 #   gpu  suites that need a CUDA device; exit 77 = skipped without one
 # test/support holds the mains and helpers of each kind.
 add_library(pb_doctest_main STATIC test/support/doctest_main.cpp)
+target_include_directories(pb_doctest_main PUBLIC test/support)
 target_link_libraries(pb_doctest_main PUBLIC doctest::doctest)
 
 add_library(pb_gpu_test_support STATIC test/support/gpu_test.cpp test/support/device_math.cu
@@ -58,7 +59,7 @@ foreach(family ${PB_KERNEL_FAMILIES})
 endforeach()
 
 # harness/core: pure host code.
-foreach(name test_compare test_plan test_results test_scenario test_schedule test_slab_layout)
+foreach(name test_compare test_plan test_projection test_results test_scenario test_schedule test_slab_layout)
   pb_cpu_test(test/core/${name}.cpp)
 endforeach()
 # The gang on 4 ranks.
@@ -117,7 +118,9 @@ set_tests_properties(cpu.run_without_gpu PROPERTIES LABELS cpu TIMEOUT 60
   ENVIRONMENT "${PB_MPI_ENV};CUDA_VISIBLE_DEVICES="
   PASS_REGULAR_EXPRESSION "no CUDA device is visible.*prefill-bench plan")
 
-# The plot scripts on the plan file (python3 with h5py + matplotlib, from setup.sh).
+# The plot scripts (python3 with h5py + matplotlib, from setup.sh): each on the
+# plan file, and the cases of test/scripts/test_plots.py on the committed
+# results (what each plots, read back; refusals; finding a python).
 set(PB_PYTHON "")
 foreach(candidate /usr/bin/python3 python3)
   find_program(pb_py_${candidate} NAMES ${candidate} NO_CACHE)
@@ -130,12 +133,27 @@ foreach(candidate /usr/bin/python3 python3)
   endif()
 endforeach()
 if(PB_PYTHON)
+  set(PB_PLOTS_OUT ${CMAKE_BINARY_DIR}/test-out/plots)
   add_test(NAME cpu.plot_anatomy COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/scripts/plot_anatomy.py ${PB_PLAN_OUT}
            --variant baseline -o ${CMAKE_BINARY_DIR}/test-out/anatomy.png --overwrite)
   add_test(NAME cpu.plot_ab COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/scripts/plot_ab.py ${PB_PLAN_OUT}
            --variants baseline,all -o ${CMAKE_BINARY_DIR}/test-out/ab.png --overwrite)
-  set_tests_properties(cpu.plot_anatomy cpu.plot_ab PROPERTIES LABELS cpu TIMEOUT 120
+  add_test(NAME cpu.plot_bench_plan COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/scripts/plot_bench.py ${PB_PLAN_OUT}
+           -o ${CMAKE_BINARY_DIR}/test-out/bench-plan.png --overwrite)
+  set_tests_properties(cpu.plot_anatomy cpu.plot_ab cpu.plot_bench_plan PROPERTIES LABELS cpu TIMEOUT 120
     FIXTURES_REQUIRED plan_cp8 PASS_REGULAR_EXPRESSION "wrote ")
+  set(pb_plot_tests ${CMAKE_SOURCE_DIR}/test/scripts/test_plots.py)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${pb_plot_tests})
+  execute_process(COMMAND ${PB_PYTHON} ${pb_plot_tests} --list OUTPUT_VARIABLE pb_plot_cases
+                  RESULT_VARIABLE pb_py_rc OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT pb_py_rc EQUAL 0)
+    message(FATAL_ERROR "${pb_plot_tests} --list failed")
+  endif()
+  string(REPLACE "\n" ";" pb_plot_cases "${pb_plot_cases}")
+  foreach(name ${pb_plot_cases})
+    add_test(NAME cpu.plots.${name} COMMAND ${PB_PYTHON} ${pb_plot_tests} ${name} ${PB_PLOTS_OUT})
+    set_tests_properties(cpu.plots.${name} PROPERTIES LABELS cpu TIMEOUT 300)
+  endforeach()
 else()
   message(STATUS "no python3 with h5py and matplotlib: the plot tests are not registered (scripts/setup.sh installs them)")
 endif()

@@ -1,71 +1,145 @@
 #!/usr/bin/env python3
-"""A/B per family for one rank (default: the deepest of A): two variants of one
-file, or the same variant in two files.
+"""A against B per family on one rank, with each family's change (ms and %).
 
-    scripts/plot_ab.py results.h5 --variants baseline,all [-o ab.png]
-    scripts/plot_ab.py A.h5 B.h5 [--variant all] [-o ab.png]
+    scripts/plot_ab.py results.h5 --variants A,B [-o ab.png]
+    scripts/plot_ab.py A.h5 B.h5 --variants a,b  [-o ab.png]
+    scripts/plot_ab.py A.h5 B.h5 --variants v    [-o ab.png]
+
+One file: --variants names two of its variants, A then B. Two files:
+--variants a,b takes variant a from the first file and b from the second; one
+name takes that variant from both; without --variants each file must hold
+exactly one variant. An unknown variant is refused with the file's variants.
+The rank is the deepest of A (largest total) unless --rank says which. Files
+of different units (per superstep, per MLA layer) are not compared; a plan
+(roofline) against a run (measured) is.
 """
 import argparse
 import os
 import sys
 
-import matplotlib
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pbplot  # noqa: E402
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+pbplot.require_plotting_python()
+
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pbresults import describe, family_ms, open_results, variant_names  # noqa: E402
+import pbresults as pr  # noqa: E402
 
 
-def pick(f, path, name):
-    names = variant_names(f)
-    name = name or (names[0] if names else None)
-    if name not in names:
-        sys.exit(f"{path}: no variant '{name}'; variants: {', '.join(names)}")
-    return name
+def pick_variants(a, files, handles):
+    """[(path, file, variant) for A, B] following the semantics above."""
+    names = pbplot.split_list(a.variants)
+    if len(files) == 1:
+        if len(names) != 2:
+            sys.exit("{}: one file: give --variants A,B (two of: {})".format(
+                files[0], ", ".join(pr.variant_names(handles[0]))))
+        chosen = names
+    else:
+        if len(names) > 2:
+            sys.exit("two files: --variants takes a,b (a from {}, b from {}) or one name for both".format(*files))
+        if not names:
+            lists = [pr.variant_names(h) for h in handles]
+            if any(len(l) != 1 for l in lists):
+                sys.exit("two files: give --variants a,b (a from {}, b from {}) or one name for both; "
+                         "{} has {}; {} has {}".format(files[0], files[1], files[0], ", ".join(lists[0]),
+                                                       files[1], ", ".join(lists[1])))
+            names = [lists[0][0], lists[1][0]]
+        chosen = names if len(names) == 2 else names * 2
+    paths = files if len(files) == 2 else files * 2
+    fs = handles if len(handles) == 2 else handles * 2
+    for path, f, v in zip(paths, fs, chosen):
+        pr.check_variants(path, f, [v])
+    return list(zip(paths, fs, chosen))
+
+
+def check_comparable(sides):
+    (pa, fa, _), (pb, fb, _) = sides
+    if pr.per_layer(fa) != pr.per_layer(fb):
+        sys.exit("{} is a {} file ({}) and {} a {} file ({}): not comparable".format(
+            pa, pr.kind(fa), pr.unit(fa), pb, pr.kind(fb), pr.unit(fb)))
+
+
+def side_label(letter, path, f, variant, same_file):
+    where = "" if same_file else os.path.basename(path) + " "
+    return "{}: {}[{}] ({})".format(letter, where, pr.variant_label(f, variant), pr.kind(f))
+
+
+def draw(ax, fams, A, B, labels):
+    x = np.arange(len(fams))
+    w = 0.4
+    colours = [pbplot.family_colour(k) for k in fams]
+    ax.bar(x - w / 2, [A.get(k, 0.0) for k in fams], w, color=[pbplot.lighter(c, 0.55) for c in colours],
+           hatch="///", edgecolor="white", linewidth=0.3)
+    ax.bar(x + w / 2, [B.get(k, 0.0) for k in fams], w, color=colours, edgecolor="white", linewidth=0.3)
+    for i, k in enumerate(fams):
+        a, b = A.get(k, 0.0), B.get(k, 0.0)
+        top = max(a, b)
+        text = "{}\n{}".format(pbplot.fmt_delta_ms(b, a), pbplot.fmt_delta_pct(b, a)) if a else "new"
+        ax.annotate(text, (x[i], top), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom",
+                    fontsize=7, color=pbplot.delta_colour(b, a))
+    ax.set_xticks(x)
+    ax.set_xticklabels(fams, rotation=35 if len(fams) > 8 else 0, ha="right" if len(fams) > 8 else "center")
+    grey = "#8A8A8A"
+    from matplotlib.patches import Patch
+    ax.legend([Patch(facecolor=pbplot.lighter(grey, 0.55), hatch="///", edgecolor="white"),
+               Patch(facecolor=grey)], labels, loc="upper right", fontsize=8, frameon=False,
+              title="each family in its own colour")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("files", nargs="+")
-    ap.add_argument("--variants", help="A,B inside one file")
-    ap.add_argument("--variant", help="the variant to take from both files")
+    ap.add_argument("files", nargs="+", help="one results file, or two (A then B)")
+    ap.add_argument("--variants", "--variant", help="A,B (see above)")
     ap.add_argument("--rank", type=int, help="rank to show (default: A's deepest)")
-    ap.add_argument("-o", "--output", default="ab.png")
-    ap.add_argument("--overwrite", action="store_true")
-    a = ap.parse_args()
-    if os.path.exists(a.output) and not a.overwrite:
-        sys.exit(f"{a.output} exists; pass --overwrite or choose another -o")
-    fa = open_results(a.files[0])
-    if len(a.files) == 1:
-        if not a.variants or "," not in a.variants:
-            sys.exit("one file: give --variants A,B")
-        va, vb = a.variants.split(",", 1)
-        fb, labels = fa, (va, vb)
-        va, vb = pick(fa, a.files[0], va), pick(fa, a.files[0], vb)
-    else:
-        fb = open_results(a.files[1])
-        va, vb = pick(fa, a.files[0], a.variant), pick(fb, a.files[1], a.variant)
-        labels = (f"{os.path.basename(a.files[0])} [{va}]", f"{os.path.basename(a.files[1])} [{vb}]")
-    ma, mb = family_ms(fa, va), family_ms(fb, vb)
+    ap.add_argument("--log", action="store_true", help="logarithmic time axis (small families visible)")
+    pbplot.add_output_args(ap, "ab.png")
+    a = pbplot.parse(ap)
+    if len(a.files) > 2:
+        sys.exit("give one or two results files, not {}".format(len(a.files)))
+    handles = [pr.open_results(p) for p in a.files]
+    for path, f in zip(a.files, handles):
+        if pr.kind(f) not in pr.SPAN_KINDS:
+            sys.exit("{}: a {} file has no per-launch spans; plot it with scripts/plot_bench.py".format(
+                path, pr.kind(f)))
+    sides = pick_variants(a, a.files, handles)
+    check_comparable(sides)
+    (pa, fa, va), (pb, fb, vb) = sides
+    ma, mb = pr.family_ms(fa, va), pr.family_ms(fb, vb)
+    for path, v, m in ((pa, va, ma), (pb, vb, mb)):
+        if not m:
+            sys.exit("{}: variant '{}' has no spans".format(path, v))
     rank = a.rank if a.rank is not None else max(ma, key=lambda r: sum(ma[r].values()))
-    A, B = ma.get(rank, {}), mb.get(rank, {})
-    families = sorted((set(A) | set(B)) - {"fabric"}, key=lambda k: -max(A.get(k, 0), B.get(k, 0)))
-    x = np.arange(len(families))
-    fig, ax = plt.subplots(figsize=(max(7, 0.7 * len(families) + 3), 5))
-    ax.bar(x - 0.2, [A.get(k, 0) for k in families], 0.4, label=labels[0])
-    ax.bar(x + 0.2, [B.get(k, 0) for k in families], 0.4, label=labels[1])
-    ax.set_xticks(x)
-    ax.set_xticklabels(families, rotation=45, ha="right")
-    ax.set_ylabel("ms per superstep")
-    kind, _, gpu = describe(fa, va)
-    ax.set_title(f"rank {rank}: A {sum(A.values()):.1f} ms vs B {sum(B.values()):.1f} ms ({kind}) {gpu}", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(a.output, dpi=120)
-    print(f"wrote {a.output}")
+    for path, v, m in ((pa, va, ma), (pb, vb, mb)):
+        if rank not in m:
+            sys.exit("{} [{}]: no rank {}; its ranks: {}".format(path, v, rank, ", ".join(map(str, sorted(m)))))
+    A, B = ma[rank], mb[rank]
+    fams = [k for k in sorted(set(A) | set(B), key=lambda k: -max(A.get(k, 0.0), B.get(k, 0.0)))
+            if A.get(k, 0.0) > 0 or B.get(k, 0.0) > 0]
+    ta, tb = sum(A.values()), sum(B.values())
+    same_file = len(a.files) == 1
+    labels = [side_label("A", pa, fa, va, same_file), side_label("B", pb, fb, vb, same_file)]
+    for letter, path, f, v, total in (("A", pa, fa, va, ta), ("B", pb, fb, vb, tb)):
+        print("{}: {} [{}] rank {}: {} {}".format(letter, path, v, rank, pbplot.fmt_ms(total), pr.unit(f)))
+
+    plt = pbplot.pyplot()
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.75 * len(fams) + 3.0), 5.6), constrained_layout=True)
+    draw(ax, fams, A, B, labels)
+    top = max(max(A.values()), max(B.values()))
+    if a.log:
+        ax.set_yscale("log")
+        ax.set_ylim(top * 1e-4, top * 4)
+    else:
+        ax.set_ylim(0, top * 1.18)
+    ax.set_ylabel(pr.unit(fa) if pr.unit(fa) == pr.unit(fb) else "ms per superstep (A {}, B {})".format(
+        "roofline" if pr.kind(fa) == "plan" else "measured", "roofline" if pr.kind(fb) == "plan" else "measured"))
+    files = pr.describe_file(pa, fa) if same_file else "A {}\nB {}".format(pr.describe_file(pa, fa),
+                                                                            pr.describe_file(pb, fb))
+    pbplot.set_title(fig, "A/B per family, rank {}: A {} ms → B {} ms ({}, {})\n{}".format(
+        rank, pbplot.fmt_ms(ta), pbplot.fmt_ms(tb), pbplot.fmt_delta_ms(tb, ta), pbplot.fmt_delta_pct(tb, ta), files))
+    pbplot.save(fig, a, {"rank": rank, "unit": pr.unit(fa), "families": fams,
+                         "a": {"file": pa, "variant": va, "kind": pr.kind(fa), "ms": A, "total": ta},
+                         "b": {"file": pb, "variant": vb, "kind": pr.kind(fb), "ms": B, "total": tb}})
 
 
 if __name__ == "__main__":

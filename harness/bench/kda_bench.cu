@@ -3,9 +3,7 @@
 // (the forward of a downstream rank). Inputs rotate over rotation_slots copies;
 // each pass is timed with time_launches (CUDA events, warm-up, median):
 //   kda.forward  kda_prepare + kda_forward_state (o and S_out)  FLOPs cost::kda_forward
-//   kda.prepare  the intra-chunk pass alone (KdaPrepare::kV2, the default)
-//   kda.prepare_v1  the v1 prepare kernel (KdaPrepare::kV1), for comparison; its `wrong`
-//                counts the o check of a forward walk over v1's products
+//   kda.prepare  the intra-chunk pass alone
 //   kda.state    the state walk with outputs alone
 //   kda.package  the package walk (reuses kda.prepare's products): 8 c d² per chunk and head
 //   kda.fold     one fold step S·M + D (cuBLAS f32 batched + add): 2 d³ per head
@@ -13,17 +11,12 @@
 //                halves walk (KdaWalk::kHalves: two 64-row CTAs per head)
 //   kda.forward_wgmma / kda.state_wgmma  the forward passes with the wgmma walk
 //                (KdaWalk::kWgmma: one 2-warpgroup CTA per head on wgmma; forward only)
-//   kda.forward_pipe<n>[_s<r>]  kda_forward_pipelined in n pieces with the fastest walk (the
-//                prepare of piece j + 1 beside the walk of piece j), equal or each r/100 of the
-//                one before; their `wrong` counts o and S_out (8 pieces) differing from
-//                kda_forward's bit for bit
 // The fraction column is TFLOP/s over the measured GEMM rate; "vs fla" is
 // chunk_kda's 5.16 ms per 16k (docs/design.md §5) over our ms per 16k tokens.
 // Checks (the `wrong` column): o of tokens [0, 256) of heads 0, H/2, H−1 against
 // the float64 reference within kda.h's floors; the forward's S_out against
-// kda_fold(D_0 = S_in, (M, D)) of the package (all heads). The rows time the default
-// walk (KdaWalk::kHead); the v1 slice walk is timed and checked too (o as above, S_out
-// against the head walk's), printed under the table rows and counted in kda.state's `wrong`.
+// kda_fold(D_0 = S_in, (M, D)) of the package (all heads). The rows without a suffix time
+// the head walk (KdaWalk::kHead).
 // The *_halves rows: o as above and S_out against the head walk's (forward_halves,
 // state_halves), M and D against the head walk's (package_halves), within kda.h's floors;
 // whether they equal the head walk's bit for bit (as designed) is printed under the table.
@@ -39,7 +32,6 @@
 #include <cstdio>
 #include <cstring>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 #include "check.h"
@@ -243,10 +235,10 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
       return time_launches([&](int, cudaStream_t st) { kda_package(ws, T, M.get(), D.get(), st, walk); }, 1,
                            o.warmup, o.reps, stream);
     };
-    auto time_prepare = [&](KdaPrepare prep) {
+    auto time_prepare = [&] {
       return time_launches(
           [&](int slot, cudaStream_t st) {
-            kda_prepare(inputs_of(in[size_t(slot)], H, A_log.get(), dt_bias.get()), T, H, ws, st, prep);
+            kda_prepare(inputs_of(in[size_t(slot)], H, A_log.get(), dt_bias.get()), T, H, ws, st);
           },
           slots, o.warmup, o.reps, stream);
     };
@@ -254,29 +246,7 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     const Timing t_fwd = time_forward(KdaWalk::kHead);
     const Timing t_fwd_hv = time_forward(KdaWalk::kHalves);
     const Timing t_fwd_wg = with_wg ? time_forward(KdaWalk::kWgmma) : Timing{};
-    // the fastest walk's forward with the prepare of piece j + 1 beside the walk of piece j
-    const KdaWalk fastest = kda_fastest_forward_walk();
-    auto time_pipelined = [&](int pieces, double shrink) {
-      return time_launches(
-          [&](int slot, cudaStream_t st) {
-            kda_forward_pipelined(inputs_of(in[size_t(slot)], H, A_log.get(), dt_bias.get()), T, H, ws, S_in.get(),
-                                  out.get(), W, S_out.get(), st, pieces, fastest, KdaPrepare::kV2, shrink);
-          },
-          slots, o.warmup, o.reps, stream);
-    };
-    struct PipeCase {
-      const char* name;
-      int pieces;
-      double shrink;
-    };
-    const PipeCase pipe_cases[] = {{"kda.forward_pipe2", 2, 1.0},       {"kda.forward_pipe3", 3, 1.0},
-                                   {"kda.forward_pipe4", 4, 1.0},       {"kda.forward_pipe2_s15", 2, 0.15},
-                                   {"kda.forward_pipe2_s25", 2, 0.25},  {"kda.forward_pipe3_s20", 3, 0.2},
-                                   {"kda.forward_pipe3_s35", 3, 0.35},  {"kda.forward_pipe4_s40", 4, 0.4}};
-    std::vector<Timing> t_pipe;
-    for (const PipeCase& c : pipe_cases) t_pipe.push_back(time_pipelined(c.pieces, c.shrink));
-    const Timing t_prep = time_prepare(KdaPrepare::kV2);
-    const Timing t_prep_v1 = time_prepare(KdaPrepare::kV1);
+    const Timing t_prep = time_prepare();
     // slot 0's products stay in the workspace for the walks and the checks
     kda_prepare(inputs_of(in[0], H, A_log.get(), dt_bias.get()), T, H, ws, stream);
     const Timing t_state = time_state(KdaWalk::kHead);
@@ -284,15 +254,9 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     const Timing t_state_hv = time_state(KdaWalk::kHalves);
     const Timing t_pkg_hv = time_package(KdaWalk::kHalves);
     const Timing t_state_wg = with_wg ? time_state(KdaWalk::kWgmma) : Timing{};
-    // v1 walk (kda_state_kernel, four 32-row slices per head) for comparison: printed, and
-    // stored as numbers kda_state_slices_us.<T> / kda_package_slices_us.<T>
-    const Timing t_state_v1 = time_state(KdaWalk::kSlices);
-    const Timing t_pkg_v1 = time_package(KdaWalk::kSlices);
-    result.numbers[fmt::format("kda_state_slices_us.{}", T)] = t_state_v1.median_us;
-    result.numbers[fmt::format("kda_package_slices_us.{}", T)] = t_pkg_v1.median_us;
     const float* fold_m[2] = {nullptr, M.get()};
     const float* fold_d[2] = {S_in.get(), D.get()};
-    kda_package(ws, T, M.get(), D.get(), stream);  // the rows' walk leaves M, D for the fold check
+    kda_package(ws, T, M.get(), D.get(), stream, KdaWalk::kHead);  // the rows' walk leaves M, D for the fold check
     const Timing t_fold = time_launches(
         [&](int, cudaStream_t st) { kda_fold(blas, fold_m, fold_d, 2, H, S_fold.get(), scratch.get(), st); }, 1,
         o.warmup, o.reps, stream);
@@ -300,7 +264,7 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     // ---- checks (slot 0; the walks above left o, S_out, M, D, S_fold of slot 0) ----
     out.poison(stream);
     S_out.poison(stream);
-    kda_forward_state(ws, T, S_in.get(), out.get(), W, S_out.get(), stream);
+    kda_forward_state(ws, T, S_in.get(), out.get(), W, S_out.get(), stream, KdaWalk::kHead);
     PB_CUDA(cudaStreamSynchronize(stream));
     int64_t wrong_o = check_outputs(in[0], A_log.get(), dt_bias.get(), S_in.get(), out.get(), T, H);
     const std::vector<float> s_fwd = S_out.download(), s_fold = S_fold.download();
@@ -333,10 +297,6 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
       }
       return c;
     };
-    // the v1 walk's o and S_out against the same checks (counted in `wrong` of kda.state)
-    const int64_t wrong_v1 = check_walk(KdaWalk::kSlices, "slice walk").wrong;
-    std::printf("  v1 slice walk (kda_state_kernel): state %.1f us, package %.1f us, wrong %lld\n",
-                t_state_v1.median_us, t_pkg_v1.median_us, (long long)wrong_v1);
     // the halves walk: o against the reference, S_out against the head walk's (kda.forward_halves,
     // kda.state_halves); M, D against the head walk's (kda.package_halves; M, D hold them now)
     const std::vector<float> m_head = M.download(), d_head = D.download();
@@ -373,31 +333,6 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
       wrong_wg = wg.wrong;
       failed += int(wrong_wg);
     }
-    // the pipelined forward (8 pieces) against kda_forward with the same walk: o and S_out bit for bit
-    int64_t wrong_pipe = 0;
-    {
-      auto run = [&](int pieces) {
-        out.poison(stream);
-        S_fold.poison(stream);
-        kda_forward_pipelined(inputs_of(in[0], H, A_log.get(), dt_bias.get()), T, H, ws, S_in.get(), out.get(), W,
-                              S_fold.get(), stream, pieces, fastest);
-        PB_CUDA(cudaStreamSynchronize(stream));
-        return std::pair{out.download(), S_fold.download()};
-      };
-      const auto whole = run(1), piecewise = run(8);
-      const bool same_o = same_bits(whole.first, piecewise.first), same_s = same_bits(whole.second, piecewise.second);
-      std::printf("  pipelined forward (8 pieces): o %s, S_out %s the forward's bit for bit\n",
-                  equals_or_differs(same_o), equals_or_differs(same_s));
-      wrong_pipe = int64_t(!same_o) + int64_t(!same_s);
-      failed += int(wrong_pipe);
-    }
-    // the v1 prepare's products through the head walk: o against the same check
-    kda_prepare(inputs_of(in[0], H, A_log.get(), dt_bias.get()), T, H, ws, stream, KdaPrepare::kV1);
-    out.poison(stream);
-    kda_forward_state(ws, T, S_in.get(), out.get(), W, S_fold.get(), stream);
-    PB_CUDA(cudaStreamSynchronize(stream));
-    const int64_t wrong_p1 = check_outputs(in[0], A_log.get(), dt_bias.get(), S_in.get(), out.get(), T, H);
-    failed += int(wrong_p1);
     failed += int(wrong_o + wrong_s);
 
     // ---- rows ----
@@ -408,7 +343,6 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
     std::vector<BenchRow> rows = {
         row_of("kda.forward", t_fwd, fwd.flops, fwd.bytes),
         row_of("kda.prepare", t_prep, 0.0, prep_bytes),
-        row_of("kda.prepare_v1", t_prep_v1, 0.0, prep_bytes),
         row_of("kda.state", t_state, 0.0, walk_bytes),
         row_of("kda.package", t_pkg, pkg_flops, double(T) * W * 2 * 3 + 2.0 * state * 4),
         row_of("kda.fold", t_fold, fold_flops, 5.0 * state * 4),
@@ -420,23 +354,16 @@ int run_kda_bench(const KdaBenchOptions& o, RunResult& result) {
       rows.push_back(row_of("kda.forward_wgmma", t_fwd_wg, fwd.flops, fwd.bytes));
       rows.push_back(row_of("kda.state_wgmma", t_state_wg, 0.0, walk_bytes));
     }
-    for (size_t i = 0; i < t_pipe.size(); ++i)
-      rows.push_back(row_of(pipe_cases[i].name, t_pipe[i], fwd.flops, fwd.bytes));
     for (const BenchRow& r : rows) {
       const bool halves_row = r.kernel.find("_halves.") != std::string::npos;
       const bool wgmma_row = r.kernel.find("_wgmma.") != std::string::npos;
       const bool fwd_row = r.kernel.rfind("kda.forward", 0) == 0;
       const bool state_row = r.kernel.rfind("kda.state", 0) == 0;
-      const bool p1_row = r.kernel.rfind("kda.prepare_v1", 0) == 0;
       const bool pkg_row = r.kernel.rfind("kda.package", 0) == 0;
-      const bool pipe_row = r.kernel.rfind("kda.forward_pipe", 0) == 0;
-      const int64_t wrong = pipe_row     ? wrong_pipe
-                            : wgmma_row  ? wrong_wg
-                            : halves_row ? (pkg_row ? wrong_pkg_hv : wrong_hv)
-                            : fwd_row  ? wrong_o + wrong_s
-                            : state_row ? wrong_v1
-                            : p1_row    ? wrong_p1
-                                        : 0;
+      const int64_t wrong = wgmma_row              ? wrong_wg
+                            : halves_row           ? (pkg_row ? wrong_pkg_hv : wrong_hv)
+                            : fwd_row || state_row ? wrong_o + wrong_s
+                                                   : 0;
       print(r, fwd_row, wrong);
       result.bench.push_back(r);
     }

@@ -22,7 +22,7 @@ struct KdaBenchOptions {
 };
 
 // Runs the benchmark on the current device; prints the table; fills
-// result.bench (family "kda", kernels kda.forward / kda.prepare / kda.prepare_v1 / kda.state /
+// result.bench (family "kda", kernels kda.forward / kda.prepare / kda.state /
 // kda.package / kda.fold / kda.forward_halves / kda.state_halves / kda.package_halves,
 // ".<tokens>" appended) and result.numbers["gemm_tflops"].
 // Every segment also validates: o of the first 256 tokens of three heads

@@ -2,10 +2,7 @@
 // enough copies to defeat L2), times baseline and cut with CUDA events, then
 // validates: baseline and cut outputs of the same inputs must be bit-identical
 // (the `wrong` column counts differing elements; the GPU tests hold both to the
-// C++ reference). A case may add alternative forms of its cut (attnres: the
-// TMA ring, two_pass on other grids and blocks per SM, staged two rows ahead,
-// with L2 hints), timed as rows of their own and validated the same way. Bytes
-// and FLOPs come from the one cost model (cost.h).
+// C++ reference). Bytes and FLOPs come from the one cost model (cost.h).
 #include "kernels_bench.h"
 
 #include <cuda_bf16.h>
@@ -15,7 +12,6 @@
 #include <array>
 #include <cstring>
 #include <functional>
-#include <iterator>
 #include <memory>
 
 #include "attnres.h"
@@ -44,14 +40,7 @@ struct Case {
   Cost cut_cost;  // what the cut moves when it differs from cost (a fused cut); bytes 0: cost
   int slots = 2;
   std::function<void(Variant, int slot, cudaStream_t)> launch;
-  std::function<int64_t(cudaStream_t)> count_wrong;  // baseline against cut and every alternative
-  // Other forms of the cut, timed and printed as their own rows (variant = name,
-  // bytes = cut_cost) so one run compares them; the superstep uses "cut" only.
-  struct Alternative {
-    std::string name;
-    std::function<void(int slot, cudaStream_t)> launch;
-  };
-  std::vector<Alternative> alternatives;
+  std::function<int64_t(cudaStream_t)> count_wrong;  // baseline against cut
 };
 
 template <class T>
@@ -271,40 +260,18 @@ Case attnres_case(int64_t rows, int64_t hidden, int nb, cudaStream_t s) {
   c.cut_cost = cost::attnres_fused(rows, hidden, nb + 1);
   c.slots = rotation_slots(c.cut_cost.bytes);
   const AttnResShape shape{rows, hidden, nb, 8};
-  // Alternatives, each with its own outputs after baseline (0) and cut (1,
-  // two_pass at its default: about 2 rows per block): the TMA ring (the
-  // earlier cut); two_pass on one persistent wave at B = 2, 3 and 4 (cut.bN,
-  // the default grid before); on a grid of about 1 and 4 rows per
-  // block at the default B (cut.rN); with two rows staged ahead and with L2
-  // eviction hints (default grid and B).
-  constexpr int kPersistent = kAttnResPersistent;
-  struct Alt {
-    const char* name;
-    AttnResLoader loader;
-    int blocks_per_sm;
-    int rows_per_block;
-  };
-  static const Alt kAlts[] = {{"cut.ring", AttnResLoader::tma, 0, 0},
-                              {"cut.b2", AttnResLoader::two_pass, 2, kPersistent},
-                              {"cut.b3", AttnResLoader::two_pass, 3, kPersistent},
-                              {"cut.b4", AttnResLoader::two_pass, 4, kPersistent},
-                              {"cut.r1", AttnResLoader::two_pass, 0, 1},
-                              {"cut.r4", AttnResLoader::two_pass, 0, 4},
-                              {"cut.ahead", AttnResLoader::two_pass_ahead, 0, 0},
-                              {"cut.hint", AttnResLoader::two_pass_hint, 0, 0}};
-  constexpr int kOutputs = 2 + int(std::size(kAlts));
   struct Buffers {
     std::vector<DeviceBuffer<bf16>> snap, partial;  // [rows, 8, hidden], [rows, hidden] per slot
     DeviceBuffer<float> sw;
-    std::array<DeviceBuffer<float>, kOutputs> scores;  // baseline, cut, the alternatives
-    std::array<DeviceBuffer<bf16>, kOutputs> out;
+    std::array<DeviceBuffer<float>, 2> scores;  // baseline, cut
+    std::array<DeviceBuffer<bf16>, 2> out;
   };
   auto b = std::make_shared<Buffers>();
   b->snap = random_slots<bf16>(c.slots, rows * 8 * hidden, 61, 3.0f, s);
   b->partial = random_slots<bf16>(c.slots, rows * hidden, 62, 3.0f, s);
   b->sw = DeviceBuffer<float>(hidden);
   fill_uniform_f32(b->sw.get(), hidden, 63, 0.02f, s);  // scores spread ~1: a softmax that is not one-hot
-  for (int v = 0; v < kOutputs; ++v) {
+  for (int v = 0; v < 2; ++v) {
     b->scores[v] = DeviceBuffer<float>(rows * (nb + 1));
     b->out[v] = DeviceBuffer<bf16>(rows * hidden);
   }
@@ -312,27 +279,15 @@ Case attnres_case(int64_t rows, int64_t hidden, int nb, cudaStream_t s) {
     attnres(v, b->snap[slot].get(), b->partial[slot].get(), b->sw.get(), b->scores[int(v)].get(),
             b->out[int(v)].get(), shape, 1e-5f, st);
   };
-  auto alt = [=](int a, int slot, cudaStream_t st) {
-    attnres_cut(b->snap[slot].get(), b->partial[slot].get(), b->sw.get(), b->scores[2 + a].get(),
-                b->out[2 + a].get(), shape, 1e-5f, st, kAlts[a].loader, kAlts[a].blocks_per_sm,
-                kAlts[a].rows_per_block);
-  };
-  for (int a = 0; a < int(std::size(kAlts)); ++a)
-    c.alternatives.push_back({kAlts[a].name, [=](int slot, cudaStream_t st) { alt(a, slot, st); }});
   c.count_wrong = [=](cudaStream_t st) {
-    for (int v = 0; v < kOutputs; ++v) {
-      b->scores[v].poison(st);
-      b->out[v].poison(st);
-    }
-    for (Variant v : {Variant::baseline, Variant::cut})
+    for (Variant v : {Variant::baseline, Variant::cut}) {
+      b->scores[int(v)].poison(st);
+      b->out[int(v)].poison(st);
       attnres(v, b->snap[0].get(), b->partial[0].get(), b->sw.get(), b->scores[int(v)].get(), b->out[int(v)].get(),
               shape, 1e-5f, st);
-    for (int a = 0; a < int(std::size(kAlts)); ++a) alt(a, 0, st);
+    }
     PB_CUDA(cudaStreamSynchronize(st));
-    int64_t wrong = 0;
-    for (int v = 1; v < kOutputs; ++v)
-      wrong += count_differing(b->scores[0], b->scores[v]) + count_differing(b->out[0], b->out[v]);
-    return wrong;
+    return count_differing(b->scores[0], b->scores[1]) + count_differing(b->out[0], b->out[1]);
   };
   return c;
 }
@@ -404,13 +359,11 @@ std::vector<std::function<Case(cudaStream_t)>> case_builders(const KernelsBenchO
   return b;
 }
 
-// name: the row's variant when not variant_name(v) (an alternative form of the cut).
-BenchRow make_row(const Case& c, Variant v, const Timing& t, double copy_tbps, double baseline_us,
-                  const std::string& name = "") {
+BenchRow make_row(const Case& c, Variant v, const Timing& t, double copy_tbps, double baseline_us) {
   BenchRow row;
   row.family = c.family;
   row.kernel = c.tag;
-  row.variant = name.empty() ? variant_name(v) : name;
+  row.variant = variant_name(v);
   row.shape = c.shape;
   row.median_us = t.median_us;
   row.min_us = t.min_us;
@@ -448,10 +401,6 @@ int run_kernels_bench(const KernelsBenchOptions& o, RunResult& result) {
                                o.reps, stream);
       if (v == Variant::baseline) baseline_us = t.median_us;
       rows.push_back(make_row(c, v, t, copy_tbps, baseline_us));
-    }
-    for (const auto& alt : c.alternatives) {
-      Timing t = time_launches(alt.launch, c.slots, o.warmup, o.reps, stream);
-      rows.push_back(make_row(c, Variant::cut, t, copy_tbps, baseline_us, alt.name));
     }
     const int64_t wrong = c.count_wrong(stream);
     failed_cases += wrong != 0;

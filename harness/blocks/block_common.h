@@ -12,6 +12,7 @@
 #include "cuts.h"
 #include "device_buffer.h"
 #include "device_memory.h"
+#include "fabric.h"
 #include "gemm.h"
 #include "land.h"
 #include "random_fill.h"

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 
 #include "check.h"
 #include "gang.h"
@@ -227,6 +228,9 @@ GangMemory::~GangMemory() {
     release_region(weights_, gpu_rank_);
     release_region(arena_, gpu_rank_);
   }
+  // Unwinding from an error: no collective (the others may never come; the
+  // driver aborts the gang), the process's memory goes with it.
+  if (std::uncaught_exceptions() > 0) return;
   if (gpu_comm_) {
     MPI_Barrier(as_comm(gpu_comm_));
     if (gpu_rank_ == 0) {

@@ -197,11 +197,13 @@ std::string Fabric::describe_ipc_wait(int flag, uint64_t value, const WaitLabel&
 
 // ---- the protocol ----
 
-void Fabric::publish(int reader, Bell kind, uint64_t value, const std::vector<Piece>& pieces, cudaStream_t stream,
+void Fabric::publish(int reader, Bell kind, uint64_t value, const std::vector<Piece>& pieces, Timeline& tl,
                      const WaitLabel& label) {
   PB_CHECK(pulled(kind), std::string("Fabric::publish: ") + bell_name(kind) + " is not published in place");
+  const int flag = doorbell_index(cp(), rank_, kind);
+  tl.note_bell({true, reader, flag, value});
   if (transport(reader) == Transport::ipc) {
-    ring(reader, doorbell_index(cp(), rank_, kind), value, stream);  // the reader reads in place
+    ring(reader, flag, value, tl.stream());  // the reader reads in place
     return;
   }
   if (pieces.empty()) return;  // an NCCL reader that reads nothing of this call gets nothing
@@ -210,13 +212,16 @@ void Fabric::publish(int reader, Bell kind, uint64_t value, const std::vector<Pi
     PB_CHECK(p.bytes > 0 && p.bytes <= p.region.bytes, "Fabric::publish: a piece larger than its region");
     src.push_back({own_ + p.region.offset, p.bytes});
   }
-  nccl_send(reader, kind, value, pieces[0].region.offset, src, stream, label.layer);
+  nccl_send(reader, kind, value, pieces[0].region.offset, src, tl.stream(), label.layer);
 }
 
-void Fabric::deliver(int receiver, Bell kind, uint64_t value, const std::vector<Delivery>& parts, cudaStream_t stream,
+void Fabric::deliver(int receiver, Bell kind, uint64_t value, const std::vector<Delivery>& parts, Timeline& tl,
                      const WaitLabel& label) {
   PB_CHECK(is_message(kind) && !pulled(kind), std::string("Fabric::deliver: ") + bell_name(kind) +
-                                                     " is not delivered into the receiver's slab");
+                                                  " is not delivered into the receiver's slab");
+  cudaStream_t stream = tl.stream();
+  const int flag = doorbell_index(cp(), rank_, kind);
+  tl.note_bell({true, receiver, flag, value});
   const bool ipc = transport(receiver) == Transport::ipc;
   std::vector<std::pair<const void*, int64_t>> src;
   for (const Delivery& d : parts) {
@@ -226,7 +231,7 @@ void Fabric::deliver(int receiver, Bell kind, uint64_t value, const std::vector<
     if (ipc) stats_.bytes_written += d.bytes;
     src.push_back({dst, d.bytes});
   }
-  if (ipc) ring(receiver, doorbell_index(cp(), rank_, kind), value, stream);
+  if (ipc) ring(receiver, flag, value, stream);
   else nccl_send(receiver, kind, value, parts.at(0).region.offset, src, stream, label.layer);
 }
 
@@ -236,25 +241,24 @@ void* Fabric::delivery_buffer(int receiver, const Region& region) const {
 }
 
 std::vector<const void*> Fabric::fetch(int sender, Bell kind, uint64_t value, const std::vector<Piece>& pieces,
-                                       cudaStream_t stream, WaitLabel label) {
+                                       Timeline& tl, WaitLabel label) {
   PB_CHECK(is_message(kind), std::string("Fabric::fetch: ") + bell_name(kind) + " carries no data");
+  cudaStream_t stream = tl.stream();
+  const int flag = doorbell_index(cp(), sender, kind);
+  tl.note_bell({false, sender, flag, value});
   std::vector<const void*> out;
   if (transport(sender) == Transport::ipc) {
-    wait(doorbell_index(cp(), sender, kind), value, stream, std::move(label));
+    wait(flag, value, stream, std::move(label));
     for (const Piece& p : pieces) {
       out.push_back(at(pulled(kind) ? sender : rank_, p.region));
       if (pulled(kind)) stats_.bytes_read += p.bytes;
     }
     return out;
   }
-  Transfer* t = nullptr;
-  for (Transfer& x : transfers_)
-    if (!x.outgoing && !x.waited && x.peer == sender && x.kind == kind && x.value == value &&
-        x.region_offset == pieces.at(0).region.offset)
-      t = &x;
+  Transfer* t = posted_receive(sender, kind, value, pieces);
   if (!t) t = &nccl_receive(sender, kind, value, pieces, stream, label.layer);
   t->waited = true;
-  arrived_.push_back({doorbell_index(cp(), sender, kind), value});
+  arrived_.push_back({flag, value});
   for (void* p : t->at) out.push_back(p);
   watch_event(t->end, stream, Transport::nccl,
               describe_label(label) + ": the " + bell_name(kind) + " message of rank " + std::to_string(sender) +
@@ -263,25 +267,33 @@ std::vector<const void*> Fabric::fetch(int sender, Bell kind, uint64_t value, co
   return out;
 }
 
-void Fabric::expect(int sender, Bell kind, uint64_t value, const std::vector<Piece>& pieces, cudaStream_t stream,
-                    const WaitLabel& label) {
-  PB_CHECK(is_message(kind), std::string("Fabric::expect: ") + bell_name(kind) + " carries no data");
-  if (transport(sender) == Transport::ipc) return;
-  for (const Transfer& x : transfers_)
+Fabric::Transfer* Fabric::posted_receive(int sender, Bell kind, uint64_t value, const std::vector<Piece>& pieces) {
+  for (Transfer& x : transfers_)
     if (!x.outgoing && !x.waited && x.peer == sender && x.kind == kind && x.value == value &&
         x.region_offset == pieces.at(0).region.offset)
-      return;
-  nccl_receive(sender, kind, value, pieces, stream, label.layer);
+      return &x;
+  return nullptr;
 }
 
-void Fabric::release(int peer, Bell ack, uint64_t value, cudaStream_t stream) {
+void Fabric::expect(int sender, Bell kind, uint64_t value, const std::vector<Piece>& pieces, Timeline& tl,
+                    const WaitLabel& label) {
+  PB_CHECK(is_message(kind), std::string("Fabric::expect: ") + bell_name(kind) + " carries no data");
+  if (transport(sender) == Transport::ipc || posted_receive(sender, kind, value, pieces)) return;
+  nccl_receive(sender, kind, value, pieces, tl.stream(), label.layer);
+}
+
+void Fabric::release(int peer, Bell ack, uint64_t value, Timeline& tl) {
   PB_CHECK(!is_message(ack), std::string("Fabric::release: ") + bell_name(ack) + " is not an acknowledgement");
-  if (transport(peer) == Transport::ipc) ring(peer, doorbell_index(cp(), rank_, ack), value, stream);
+  const int flag = doorbell_index(cp(), rank_, ack);
+  tl.note_bell({true, peer, flag, value});
+  if (transport(peer) == Transport::ipc) ring(peer, flag, value, tl.stream());
 }
 
-void Fabric::await_free(int peer, Bell ack, uint64_t value, cudaStream_t stream, WaitLabel label) {
+void Fabric::await_free(int peer, Bell ack, uint64_t value, Timeline& tl, WaitLabel label) {
+  const int flag = doorbell_index(cp(), peer, ack);
+  tl.note_bell({false, peer, flag, value});
   if (transport(peer) == Transport::ipc) {
-    wait(doorbell_index(cp(), peer, ack), value, stream, std::move(label));
+    wait(flag, value, tl.stream(), std::move(label));
     return;
   }
   const Bell kind = acknowledged(ack);
@@ -295,7 +307,7 @@ void Fabric::await_free(int peer, Bell ack, uint64_t value, cudaStream_t stream,
                                " message to rank " + std::to_string(peer) + " of seq " +
                                std::to_string(doorbell_seq(last->value)) +
                                " was never asked for before this rank overwrites its buffer (protocol fault)");
-  watch_event(last->end, stream, Transport::nccl,
+  watch_event(last->end, tl.stream(), Transport::nccl,
               describe_label(label) + ": the " + bell_name(kind) + " message to rank " + std::to_string(peer) +
                   " (seq " + std::to_string(doorbell_seq(last->value)) + ") was not taken: its NCCL send did not "
                   "complete");
@@ -374,6 +386,21 @@ void Fabric::settle_transfers() {
   retire_transfers();
 }
 
+std::string format_fabric_by_transport(const std::vector<RankRep>& reps, int32_t rep, int cp) {
+  std::string out = "fabric by transport, rep " + std::to_string(rep) +
+                    " (NCCL link streams overlap the compute; loopback sockets are not a fabric's speed):\n";
+  char line[256];
+  for (int r = 0; r < cp; ++r)
+    for (const RankRep& x : reps)
+      if (x.rep == rep && x.rank == r) {
+        std::snprintf(line, sizeof line,
+                      "  rank %d: IPC %.1f MB, waits %.2f ms; NCCL %.1f MB in, waits %.2f ms, link streams %.2f ms\n", r,
+                      x.ipc_bytes / 1e6, x.ipc_wait_us / 1e3, x.nccl_bytes / 1e6, x.nccl_wait_us / 1e3, x.nccl_us / 1e3);
+        out += line;
+      }
+  return out;
+}
+
 void add_fabric_stats(RankRep& rr, const FabricStats& before, const FabricStats& after) {
   rr.ipc_bytes += double(after.ipc_bytes() - before.ipc_bytes());
   rr.nccl_bytes += double(after.nccl_bytes_received - before.nccl_bytes_received);
@@ -381,17 +408,6 @@ void add_fabric_stats(RankRep& rr, const FabricStats& before, const FabricStats&
   rr.ipc_wait_us += after.ipc_wait_us - before.ipc_wait_us;
   rr.nccl_wait_us += after.nccl_wait_us - before.nccl_wait_us;
   rr.nccl_us += after.nccl_us - before.nccl_us;
-}
-
-void append_transfer_spans(std::vector<Span>& spans, const std::vector<NcclTransfer>& transfers, int rep, int rank) {
-  for (const NcclTransfer& t : transfers)
-    spans.push_back({rep, rank, t.layer, "nccl", t.kernel, t.us, double(t.bytes), 0.0});
-}
-
-std::vector<NcclTransfer> Fabric::take_transfers() {
-  std::vector<NcclTransfer> out;
-  out.swap(retired_);
-  return out;
 }
 
 }  // namespace pb

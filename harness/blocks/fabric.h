@@ -43,14 +43,14 @@
 //
 // The blocks' calls, by pattern (value: slab_layout.h's doorbell values):
 //   pulled (windows kv, q; packages M, D: the sender's own slab)
-//     sender    publish(reader, Bell::window, value, {{L.kv, bytes}}, s, label)
-//     reader    const void* kv = fetch(sender, Bell::window, value, {{L.kv, bytes}}, s, label)[0]
-//     reader    release(sender, Bell::released, value, s)        after its last read
-//     sender    await_free(reader, Bell::released, value, s, label)  before overwriting
+//     sender    publish(reader, Bell::window, value, {{L.kv, bytes}}, tl, label)
+//     reader    const void* kv = fetch(sender, Bell::window, value, {{L.kv, bytes}}, tl, label)[0]
+//     reader    release(sender, Bell::released, value, tl)        after its last read
+//     sender    await_free(reader, Bell::released, value, tl, label)  before overwriting
 //   delivered (returns o, lse; halo rows: into the receiver's slab)
-//     sender    deliver(receiver, Bell::returned, value, {{src, L.o[slab][slot], bytes}}, s, label)
-//     receiver  fetch(sender, Bell::returned, value, {{L.o[slab][slot], bytes}}, s, label)
-//     receiver  release(sender, Bell::consumed, value, s); sender await_free(...) as above
+//     sender    deliver(receiver, Bell::returned, value, {{src, L.o[slab][slot], bytes}}, tl, label)
+//     receiver  fetch(sender, Bell::returned, value, {{L.o[slab][slot], bytes}}, tl, label)
+//     receiver  release(sender, Bell::consumed, value, tl); sender await_free(...) as above
 //   expect(): an NCCL receive posted early (the transfer overlaps compute);
 //   fetch() of the same message then only waits for it.
 //
@@ -93,6 +93,7 @@
 #include "gang.h"
 #include "results.h"
 #include "slab_layout.h"
+#include "timeline.h"
 
 namespace pb {
 
@@ -119,17 +120,9 @@ struct FabricStats {
   double nccl_wait_us = 0;     //   waits on NCCL arrivals and sends
   int64_t nccl_messages_sent = 0, nccl_messages_received = 0;
   int64_t nccl_bytes_sent = 0, nccl_bytes_received = 0;
-  double nccl_us = 0;          // GPU time of this rank's NCCL transfers on the link streams (retired)
+  double nccl_us = 0;          // GPU time of this rank's NCCL transfers on the link streams (retired:
+                               // sends and receives, each between events around its group)
   int64_t ipc_bytes() const { return bytes_written + bytes_read; }
-};
-
-// One retired NCCL transfer, for the run's spans (family "nccl").
-struct NcclTransfer {
-  int layer = -1;
-  std::string kernel;  // "nccl.send.window", "nccl.recv.returned", ...
-  int peer = 0;
-  int64_t bytes = 0;
-  double us = 0;       // between events around the group on the link stream
 };
 
 // `bytes` from the start of a region of the slab layout.
@@ -147,9 +140,9 @@ struct Delivery {
 
 // The fabric's share of a rank's record: the stats between two snapshots.
 void add_fabric_stats(RankRep& rr, const FabricStats& before, const FabricStats& after);
-// Retired NCCL transfers as spans of family "nccl" (time on the link streams,
-// overlapping the compute stream's spans; bytes as moved).
-void append_transfer_spans(std::vector<Span>& spans, const std::vector<NcclTransfer>& transfers, int rep, int rank);
+// "fabric by transport, rep N: rank r: IPC x MB, waits y ms; NCCL x MB in, waits y ms, link streams z ms"
+// for the ranks' records of one rep (printed by run under a fabric with NCCL pairs).
+std::string format_fabric_by_transport(const std::vector<RankRep>& reps, int32_t rep, int cp);
 
 class Fabric {
  public:
@@ -170,16 +163,21 @@ class Fabric {
   Transport transport(int peer) const { return plan_.between(rank_, peer); }
 
   // ---- the protocol (header comment) ----
-  void publish(int reader, Bell kind, uint64_t value, const std::vector<Piece>& pieces, cudaStream_t stream,
+  // On tl's stream, inside a launch of tl (expect() may come outside one):
+  // each call notes on the launch the doorbell it rings or waits on
+  // (Timeline::note_bell), so that the gang projection can replay it. Over
+  // NCCL a message is its sender's ring and its receiver's wait, and an
+  // acknowledgement is noted as over IPC (the send's completion stands for it).
+  void publish(int reader, Bell kind, uint64_t value, const std::vector<Piece>& pieces, Timeline& tl,
                const WaitLabel& label);
-  void deliver(int receiver, Bell kind, uint64_t value, const std::vector<Delivery>& parts, cudaStream_t stream,
+  void deliver(int receiver, Bell kind, uint64_t value, const std::vector<Delivery>& parts, Timeline& tl,
                const WaitLabel& label);
   std::vector<const void*> fetch(int sender, Bell kind, uint64_t value, const std::vector<Piece>& pieces,
-                                 cudaStream_t stream, WaitLabel label);
-  void expect(int sender, Bell kind, uint64_t value, const std::vector<Piece>& pieces, cudaStream_t stream,
+                                 Timeline& tl, WaitLabel label);
+  void expect(int sender, Bell kind, uint64_t value, const std::vector<Piece>& pieces, Timeline& tl,
               const WaitLabel& label);
-  void release(int peer, Bell ack, uint64_t value, cudaStream_t stream);
-  void await_free(int peer, Bell ack, uint64_t value, cudaStream_t stream, WaitLabel label);
+  void release(int peer, Bell ack, uint64_t value, Timeline& tl);
+  void await_free(int peer, Bell ack, uint64_t value, Timeline& tl, WaitLabel label);
   // Windows and packages stay in the sender's slab (pulled: IPC readers read
   // them in place); returns and halo rows are delivered into the receiver's.
   static bool pulled(Bell kind);
@@ -193,8 +191,6 @@ class Fabric {
   void drain();
   int pending_waits() const { return int(pending_.size()); }
   const FabricStats& stats() const { return stats_; }
-  // The NCCL transfers retired since the last call.
-  std::vector<NcclTransfer> take_transfers();
   // Serialized turns (header comment): NCCL sends wait for their receiver's
   // request. Every rank of the gang must agree.
   void take_turns(bool on) { take_turns_ = on; }
@@ -265,6 +261,8 @@ class Fabric {
   void answer_request(int receiver, const std::vector<int64_t>& key);
   Transfer& nccl_receive(int sender, Bell kind, uint64_t value, const std::vector<Piece>& pieces,
                          cudaStream_t stream, int layer);
+  // A receive posted by expect() and not waited for yet, or null.
+  Transfer* posted_receive(int sender, Bell kind, uint64_t value, const std::vector<Piece>& pieces);
   std::vector<void*> nccl_landing(int sender, Bell kind, const std::vector<Piece>& pieces) const;
   void retire_transfers();
   void check_arrived_bells();
@@ -280,7 +278,6 @@ class Fabric {
   std::unique_ptr<NcclLinks> links_;
   std::vector<Transfer> transfers_;         // NCCL messages not retired yet, in posting order
   std::vector<std::pair<int, uint64_t>> arrived_;  // (flag, value) of receives waited for since the last check
-  std::vector<NcclTransfer> retired_;
   std::vector<cudaEvent_t> free_events_;
   bool take_turns_ = false;
   std::vector<std::vector<std::vector<int64_t>>> requests_;  // [receiver]: requests ahead of their sends

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "check.h"
+#include "launch.h"
 
 namespace pb {
 
@@ -12,15 +13,6 @@ namespace {
 
 using StreamValue64Fn = CUresult(CUDAAPI*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
 using DeviceAttributeFn = CUresult(CUDAAPI*)(int*, CUdevice_attribute, CUdevice);
-
-void* driver_entry(const char* symbol) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  PB_CUDA(cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &found));
-  PB_CHECK(fn != nullptr && found == cudaDriverEntryPointSuccess,
-           std::string("the CUDA driver has no ") + symbol + " (CUDA 12 ABI): driver too old for the fabric");
-  return fn;
-}
 
 void cu_check(CUresult rc, const char* what) {
   PB_CHECK(rc == CUDA_SUCCESS, std::string(what) + " failed: CUresult " + std::to_string(int(rc)));
@@ -35,8 +27,8 @@ struct StreamMemOps {
 const StreamMemOps& stream_mem_ops() {
   static const StreamMemOps ops = [] {
     StreamMemOps o;
-    o.write64 = reinterpret_cast<StreamValue64Fn>(driver_entry("cuStreamWriteValue64"));
-    o.wait64 = reinterpret_cast<StreamValue64Fn>(driver_entry("cuStreamWaitValue64"));
+    o.write64 = reinterpret_cast<StreamValue64Fn>(driver_entry_point("cuStreamWriteValue64", "the fabric"));
+    o.wait64 = reinterpret_cast<StreamValue64Fn>(driver_entry_point("cuStreamWaitValue64", "the fabric"));
     return o;
   }();
   return ops;
@@ -45,7 +37,7 @@ const StreamMemOps& stream_mem_ops() {
 }  // namespace
 
 void require_stream_mem_ops(int device) {
-  auto get_attribute = reinterpret_cast<DeviceAttributeFn>(driver_entry("cuDeviceGetAttribute"));
+  auto get_attribute = reinterpret_cast<DeviceAttributeFn>(driver_entry_point("cuDeviceGetAttribute", "the fabric"));
   int can64 = 0;
   cu_check(get_attribute(&can64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, CUdevice(device)),
            "cuDeviceGetAttribute(CAN_USE_64_BIT_STREAM_MEM_OPS)");

@@ -1,6 +1,6 @@
 // The few CUDA driver calls the fabric makes (fabric.h), resolved at run time
-// through cudaGetDriverEntryPointByVersion (CUDA 12 ABI): nothing links
-// libcuda, so every binary starts on a machine without a driver.
+// (driver_entry_point, launch.h): nothing links libcuda, so every binary
+// starts on a machine without a driver.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -193,8 +193,7 @@ void Fabric::barrier() {
   }
 }
 
-// Finished transfers leave the list: their time and bytes go to the stats
-// and to the records the run turns into spans.
+// Finished transfers leave the list, their time to the stats.
 void Fabric::retire_transfers() {
   std::vector<Transfer> open;
   for (Transfer& t : transfers_) {
@@ -208,8 +207,6 @@ void Fabric::retire_transfers() {
     PB_CUDA(cudaEventElapsedTime(&ms, t.start, t.end));
     const double us = double(ms) * 1e3;
     stats_.nccl_us += us;
-    retired_.push_back({t.layer, std::string(t.outgoing ? "nccl.send." : "nccl.recv.") + bell_name(t.kind), t.peer,
-                        t.bytes, us});
     give_event(t.start);
     give_event(t.end);
   }

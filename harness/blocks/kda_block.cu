@@ -89,6 +89,12 @@ KdaBlock::KdaBlock(const ModelShape& m, const KdaWeights& w, const KdaLane& lane
 
 KdaBlock::~KdaBlock() = default;
 
+const char* KdaBlock::forward_walk_name() const {
+  if (forward_walk_ == KdaWalk::kWgmma) return "wgmma";
+  if (forward_walk_ == KdaWalk::kHalves) return "halves";
+  return "head";
+}
+
 void KdaBlock::run(const bf16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl, const Blas& blas) {
   project(mixed, seq, cuts, tl, blas);
   recur(tl, blas);
@@ -153,12 +159,12 @@ void KdaBlock::halo(Timeline& tl, const Blas& blas) {
   const SlabLayout& L = lane_.fabric->layout();
   if (me < cp - 1) {
     tl.launch("fabric", "fabric.wait_halo_free", [&] {
-      lane_.fabric->await_free(me + 1, Bell::halo_read, doorbell_value_done(seq_, 2), s,
+      lane_.fabric->await_free(me + 1, Bell::halo_read, doorbell_value_done(seq_, 2), tl,
                                label(tl, "rank " + std::to_string(me + 1) + " to free its halo slot"));
     });
     tl.launch("fabric", "fabric.publish_halo", [&] {
       lane_.fabric->deliver(me + 1, Bell::halo, doorbell_value(seq_, 0),
-                            {{normed_.get() + (t - 3) * h, L.halo[par], 3 * h * 2}}, s,
+                            {{normed_.get() + (t - 3) * h, L.halo[par], 3 * h * 2}}, tl,
                             label(tl, "the halo rows for rank " + std::to_string(me + 1)));
     });
   }
@@ -166,7 +172,7 @@ void KdaBlock::halo(Timeline& tl, const Blas& blas) {
     const bf16* rows = nullptr;  // 4 rows: the upstream rank's last 3, then a zero row
     tl.launch("fabric", "fabric.wait_halo", [&] {
       rows = static_cast<const bf16*>(lane_.fabric->fetch(me - 1, Bell::halo, doorbell_value(seq_, 0),
-                                                          {{L.halo[par], 3 * h * 2}}, s,
+                                                          {{L.halo[par], 3 * h * 2}}, tl,
                                                           label(tl, "the halo rows of rank " + std::to_string(me - 1)))[0]);
     });
     tl.launch("gemm", "gemm.halo_qkv", [&] {
@@ -176,7 +182,7 @@ void KdaBlock::halo(Timeline& tl, const Blas& blas) {
       land_band(tl, land_variant(cuts_), std::string("halo_") + kStreams[i], halo_partial_.get(),
                 carry_.get() + i * 4 * inner_, 4, 3 * inner_, i * inner_, inner_);
     tl.launch("fabric", "fabric.release_halo",
-              [&] { lane_.fabric->release(me - 1, Bell::halo_read, doorbell_value(seq_, 0), s); });
+              [&] { lane_.fabric->release(me - 1, Bell::halo_read, doorbell_value(seq_, 0), tl); });
   }
 }
 
@@ -211,17 +217,17 @@ void KdaBlock::recur(Timeline& tl, const Blas& blas) {
     const SlabLayout& L = lane_.fabric->layout();
     tl.launch("fabric", "fabric.wait_state_free", [&] {
       for (int r = me + 1; r < cp; ++r)
-        lane_.fabric->await_free(r, Bell::state_read, doorbell_value_done(seq_, 2), s,
+        lane_.fabric->await_free(r, Bell::state_read, doorbell_value_done(seq_, 2), tl,
                                  label(tl, "rank " + std::to_string(r) + " to fold this rank's package"));
     });
     tl.launch("kda", "kda.package", [&] {
       kda_package(ws_, live_rows(), static_cast<float*>(lane_.fabric->at(me, L.M[par])),
-                  static_cast<float*>(lane_.fabric->at(me, L.D[par])), s, KdaWalk::kHalves);
+                  static_cast<float*>(lane_.fabric->at(me, L.D[par])), s, kKdaPackageWalk);
     });
     tl.launch("fabric", "fabric.publish_state", [&] {
       for (int r = me + 1; r < cp; ++r)
         lane_.fabric->publish(r, Bell::state, doorbell_value(seq_, 0), {{L.M[par], L.M[par].bytes}, {L.D[par], L.D[par].bytes}},
-                              s, label(tl, "this rank's package for rank " + std::to_string(r)));
+                              tl, label(tl, "this rank's package for rank " + std::to_string(r)));
     });
   }
   if (me > 0) {
@@ -231,7 +237,7 @@ void KdaBlock::recur(Timeline& tl, const Blas& blas) {
       for (int j = 0; j < me; ++j) {
         const std::vector<const void*> at =
             lane_.fabric->fetch(j, Bell::state, doorbell_value(seq_, 0), {{L.M[par], L.M[par].bytes}, {L.D[par], L.D[par].bytes}},
-                                s, label(tl, "the state package of rank " + std::to_string(j)));
+                                tl, label(tl, "the state package of rank " + std::to_string(j)));
         M[j] = static_cast<const float*>(at[0]);
         D[j] = static_cast<const float*>(at[1]);
       }
@@ -239,7 +245,7 @@ void KdaBlock::recur(Timeline& tl, const Blas& blas) {
     tl.launch("kda", "kda.fold",
               [&] { kda_fold(blas, M.data(), D.data(), me, heads, s_in_.get(), fold_scratch_.get(), s); });
     tl.launch("fabric", "fabric.release_state", [&] {
-      for (int j = 0; j < me; ++j) lane_.fabric->release(j, Bell::state_read, doorbell_value(seq_, 0), s);
+      for (int j = 0; j < me; ++j) lane_.fabric->release(j, Bell::state_read, doorbell_value(seq_, 0), tl);
     });
   }
   tl.launch("kda", "kda.forward", [&] {

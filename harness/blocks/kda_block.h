@@ -96,6 +96,8 @@ class KdaBlock : private KdaBlockBuffers {
   const __nv_bfloat16* attn_out() const { return attn_out_.get(); }
   const __nv_bfloat16* core_out() const { return core_.get(); }  // [b, inner], rows >= T zero
   int64_t live_rows() const { return lane_.segments[lane_.rank].len; }
+  // The state walk the forward runs on this device ("wgmma" on sm_90, else "head").
+  const char* forward_walk_name() const;
 
  private:
   void halo(Timeline& tl, const Blas& blas);
@@ -109,7 +111,7 @@ class KdaBlock : private KdaBlockBuffers {
   int64_t seq_ = 0;
   CutSet cuts_;
   KdaWorkspace ws_;
-  KdaWalk forward_walk_ = kda_fastest_forward_walk();  // the forward's walk; the package takes kHalves
+  KdaWalk forward_walk_ = kda_default_forward_walk();  // the forward's walk; the package takes kKdaPackageWalk
 };
 
 }  // namespace pb

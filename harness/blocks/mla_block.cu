@@ -165,7 +165,7 @@ void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
   if (!readers.empty())
     tl.launch("fabric", "fabric.wait_released", [&] {
       for (int r : readers)
-        lane_.fabric->await_free(r, Bell::released, doorbell_value_done(seq_, 1), s,
+        lane_.fabric->await_free(r, Bell::released, doorbell_value_done(seq_, 1), tl,
                                  label(tl, "rank " + std::to_string(r) + " to release this rank's window"));
     });
   land_band(tl, land_v, "kv_a", partial_.get(), own.kv, b_, fused, m_.q_lora, kv_width);
@@ -177,7 +177,7 @@ void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
   if (!readers.empty())
     tl.launch("fabric", "fabric.publish_window", [&] {
       for (int r : readers)
-        lane_.fabric->publish(r, Bell::window, doorbell_value(seq_, 0), window_pieces_for(r), s,
+        lane_.fabric->publish(r, Bell::window, doorbell_value(seq_, 0), window_pieces_for(r), tl,
                               label(tl, "the window for rank " + std::to_string(r)));
     });
 }
@@ -191,14 +191,14 @@ void MlaBlock::expect_arrivals(const RankAttention& a, Timeline& tl) {
     if (step.is_merge) {
       if (step.merge.slot >= 0)
         lane_.fabric->expect(step.merge.k, Bell::returned, doorbell_value(seq_, step.merge.slot),
-                             return_pieces(step.merge.slot), s, label(tl, "a return"));
+                             return_pieces(step.merge.slot), tl, label(tl, "a return"));
       continue;
     }
     const FmhaWindow& w = step.window;
     if (w.k != me && w.q == me)
-      lane_.fabric->expect(w.k, Bell::window, doorbell_value(seq_, 0), {keys_piece(w.k)}, s, label(tl, "keys"));
+      lane_.fabric->expect(w.k, Bell::window, doorbell_value(seq_, 0), {keys_piece(w.k)}, tl, label(tl, "keys"));
     if (w.q != me)
-      lane_.fabric->expect(w.q, Bell::window, doorbell_value(seq_, 0), {queries_piece(w.q)}, s, label(tl, "queries"));
+      lane_.fabric->expect(w.q, Bell::window, doorbell_value(seq_, 0), {queries_piece(w.q)}, tl, label(tl, "queries"));
   }
 }
 
@@ -227,8 +227,8 @@ void MlaBlock::attend(Timeline& tl, const Blas& blas) {
   PB_CHECK(unmerged_helpers.empty() || !read.empty(), "MlaBlock: a helped rank that reads no window");
   if (!read.empty())
     tl.launch("fabric", "fabric.release_window", [&] {
-      for (int k : read) lane_.fabric->release(k, Bell::released, doorbell_value(seq_, 0), tl.stream());
-      for (int k : unmerged_helpers) lane_.fabric->release(k, Bell::consumed, doorbell_value(seq_, 0), tl.stream());
+      for (int k : read) lane_.fabric->release(k, Bell::released, doorbell_value(seq_, 0), tl);
+      for (int k : unmerged_helpers) lane_.fabric->release(k, Bell::consumed, doorbell_value(seq_, 0), tl);
     });
   const int64_t v_width = m_.heads * m_.v_head, t = live_rows();
   tl.launch("o_finalize", "o_finalize", [&] { o_finalize(o_acc_.get(), attn_.get(), t * v_width, tl.stream()); });
@@ -247,7 +247,7 @@ void MlaBlock::expand_keys(int k, Timeline& tl, const Blas& blas) {
   expanded_[k] = i;
   if (k != lane_.rank)
     tl.launch("fabric", "fabric.wait_window", [&] {
-      kv = static_cast<const bf16*>(lane_.fabric->fetch(k, Bell::window, doorbell_value(seq_, 0), {keys_piece(k)}, s,
+      kv = static_cast<const bf16*>(lane_.fabric->fetch(k, Bell::window, doorbell_value(seq_, 0), {keys_piece(k)}, tl,
                                                         label(tl, "the window of rank " + std::to_string(k)))[0]);
     });
   tl.launch("gemm", "gemm.kv_b", [&] {
@@ -295,10 +295,10 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
     }
     tl.launch("fabric", "fabric.wait_queries", [&] {
       t.q = static_cast<const bf16*>(lane_.fabric->fetch(w.q, Bell::window, doorbell_value(seq_, 0),
-                                                         {queries_piece(w.q)}, s,
+                                                         {queries_piece(w.q)}, tl,
                                                          label(tl, "the queries of rank " + std::to_string(w.q)))[0]);
       if (seq_ >= 2)  // the owner merged what this slot held two calls ago (same slab)
-        lane_.fabric->await_free(w.q, Bell::consumed, doorbell_value_done(seq_, 2), s,
+        lane_.fabric->await_free(w.q, Bell::consumed, doorbell_value_done(seq_, 2), tl,
                                  label(tl, "rank " + std::to_string(w.q) + " to consume return slot " +
                                                std::to_string(w.slot)));
       const bool in_place_read = lane_.fabric->transport(w.q) == Transport::ipc;
@@ -325,7 +325,7 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
       lane_.fabric->deliver(w.q, Bell::returned, doorbell_value(seq_, w.slot),
                             {{t.o, L->o[slab][w.slot], tq * heads * m_.v_head * 2},
                              {t.lse, L->lse[slab][w.slot], heads * tq * 4}},
-                            s, label(tl, "the return for rank " + std::to_string(w.q)));
+                            tl, label(tl, "the return for rank " + std::to_string(w.q)));
     });
 }
 
@@ -338,7 +338,7 @@ void MlaBlock::merge(const MergeStep& step, bool reset, Variant v, Timeline& tl)
   if (step.slot >= 0)
     tl.launch("fabric", "fabric.wait_return", [&] {
       const std::vector<const void*> at =
-          lane_.fabric->fetch(step.k, Bell::returned, doorbell_value(seq_, step.slot), return_pieces(step.slot), s,
+          lane_.fabric->fetch(step.k, Bell::returned, doorbell_value(seq_, step.slot), return_pieces(step.slot), tl,
                               label(tl, "rank " + std::to_string(step.k) + "'s return into slot " +
                                             std::to_string(step.slot)));
       o = static_cast<const bf16*>(at[0]);
@@ -348,7 +348,7 @@ void MlaBlock::merge(const MergeStep& step, bool reset, Variant v, Timeline& tl)
             [&] { lse_merge(v, o, lse, o_acc_.get(), lse_acc_.get(), t, heads, reset, s); });
   if (step.slot >= 0)
     tl.launch("fabric", "fabric.release_return",
-              [&] { lane_.fabric->release(step.k, Bell::consumed, doorbell_value(seq_, 0), s); });
+              [&] { lane_.fabric->release(step.k, Bell::consumed, doorbell_value(seq_, 0), tl); });
 }
 
 }  // namespace pb

@@ -118,6 +118,14 @@ Superstep::Superstep(const Scenario& s, int rank, Fabric* fabric, const Blas& bl
 
 Superstep::~Superstep() = default;
 
+std::map<std::string, std::string> Superstep::engines() const {
+  std::map<std::string, std::string> e;
+  if (mla_) e["fmha"] = fmha_engine_name(fmha_);
+  if (moe_) e["moe_gemm"] = moe_gemm_engine_name(moe_engine_);
+  if (kda_) e["kda_forward_walk"] = kda_->forward_walk_name();
+  return e;
+}
+
 MemoryBudget superstep_memory_budget(const Scenario& s, const Placement& p) {
   PB_CHECK(p.ranks_per_gpu >= 1, "memory budget: ranks per GPU must be positive");
   MemoryBudget out;

@@ -17,6 +17,8 @@
 #include <cuda_bf16.h>
 
 #include <functional>
+#include <map>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -67,6 +69,9 @@ class Superstep {
   // After run(), last rank: the lm head's logits [vocab] as f32; else empty.
   std::vector<float> last_logits() const;
   int64_t live_rows() const { return t_; }
+  // What the scenario's `auto` engines resolved to on this device: fmha,
+  // moe_gemm, kda_forward_walk (absent when the model has no such layer).
+  std::map<std::string, std::string> engines() const;
 
  private:
   // Everything the superstep takes, in the constructor's order.

@@ -1,9 +1,39 @@
 #include "timeline.h"
 
+#include <nvtx3/nvToolsExt.h>
+
+#include <functional>
+
 #include "check.h"
 #include "debug_delay.h"
 
 namespace pb {
+
+namespace {
+
+nvtxDomainHandle_t nvtx_domain() {
+  static nvtxDomainHandle_t d = nvtxDomainCreateA("prefill-bench");
+  return d;
+}
+
+// One colour per family name, stable across runs.
+uint32_t family_colour(const char* family) {
+  const uint32_t h = uint32_t(std::hash<std::string>{}(family));
+  return 0xff000000u | (0x404040u + (h & 0x7f7f7fu));
+}
+
+void nvtx_push(const std::string& name, const char* family) {
+  nvtxEventAttributes_t a{};
+  a.version = NVTX_VERSION;
+  a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  a.colorType = NVTX_COLOR_ARGB;
+  a.color = family_colour(family);
+  a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  a.message.ascii = name.c_str();
+  nvtxDomainRangePushEx(nvtx_domain(), &a);
+}
+
+}  // namespace
 
 Timeline::Timeline(cudaStream_t stream, bool timed) : stream_(stream), timed_(timed) {}
 
@@ -21,12 +51,28 @@ cudaEvent_t Timeline::event(size_t i) {
 }
 
 void Timeline::launch(const char* family, const std::string& kernel, const std::function<void()>& work) {
+  PB_CHECK(!in_launch_, "Timeline: launch '" + kernel + "' inside another launch");
   const size_t i = pending_.size();
   if (timed_) PB_CUDA(cudaEventRecord(event(2 * i), stream_));
+  in_launch_ = true;
+  bells_.clear();
+  if (nvtx_) nvtx_push(nvtx_label_ + " L" + std::to_string(layer_) + " " + kernel, family);
   work();
+  if (nvtx_) nvtxDomainRangePop(nvtx_domain());
+  in_launch_ = false;
   if (delay_us_ > 0 && family == delay_family_) gpu_delay(delay_us_, stream_);
   if (timed_) PB_CUDA(cudaEventRecord(event(2 * i + 1), stream_));
-  pending_.push_back({layer_, family, kernel, 0.0});
+  TimedLaunch l;
+  l.layer = layer_;
+  l.family = family;
+  l.kernel = kernel;
+  l.bells = std::move(bells_);
+  pending_.push_back(std::move(l));
+}
+
+void Timeline::note_bell(const BellNote& bell) {
+  PB_CHECK(in_launch_, "Timeline: a doorbell outside a launch");
+  bells_.push_back(bell);
 }
 
 std::vector<TimedLaunch> Timeline::collect() {
@@ -36,6 +82,9 @@ std::vector<TimedLaunch> Timeline::collect() {
       float ms = 0;
       PB_CUDA(cudaEventElapsedTime(&ms, events_[2 * i], events_[2 * i + 1]));
       pending_[i].ms = ms;
+      float start = 0;
+      PB_CUDA(cudaEventElapsedTime(&start, events_[0], events_[2 * i]));
+      pending_[i].start_ms = start;
     }
   std::vector<TimedLaunch> out;
   out.swap(pending_);

@@ -10,6 +10,12 @@
 //
 // Untimed (timed = false), launch() only runs the lambda and records the names:
 // verification runs and the plan-equality test use that.
+//
+// NVTX: every launch is also an NVTX range in the "prefill-bench" domain,
+// named "<label> L<layer> <kernel>" (label: e.g. "rank 3 all rep 2", set by the
+// command), coloured by family, so `nsys profile` shows the superstep by name.
+// Without a tool attached an NVTX call is a branch on a null pointer;
+// set_nvtx(false) (scenario key nvtx: false) skips even that.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,11 +27,24 @@
 
 namespace pb {
 
+// A doorbell a launch rang or waited on (docs/design.md §3): flag is the index
+// in the receiver's doorbell array (doorbell_index), so a wait of rank r on
+// (flag, value) is met by the ring of its sender into r's flag with a value >= it.
+struct BellNote {
+  bool ring = false;  // else a wait
+  int peer = 0;       // ring: the receiver; wait: the sender
+  int flag = 0;
+  uint64_t value = 0;
+};
+
 struct TimedLaunch {
   int32_t layer = -1;
   std::string family;
   std::string kernel;
-  double ms = 0;  // between the launch's two events; 0 when untimed
+  double ms = 0;        // between the launch's two events; 0 when untimed
+  double start_ms = 0;  // its first event after the first launch's since the last collect(); 0 untimed
+  int32_t stream = 0;  // the rank's stream it ran on (0: the work stream)
+  std::vector<BellNote> bells;
 };
 
 class Timeline {
@@ -45,9 +64,13 @@ class Timeline {
     delay_us_ = us;
   }
   int32_t layer() const { return layer_; }
+  void set_nvtx(bool on) { nvtx_ = on; }
+  void set_nvtx_label(const std::string& label) { nvtx_label_ = label; }
 
   // Enqueues `work` (launches on stream()) between two events named family / kernel.
   void launch(const char* family, const std::string& kernel, const std::function<void()>& work);
+  // Inside a launch's work: a doorbell it rings or waits on (the blocks' fabric calls).
+  void note_bell(const BellNote& bell);
   // Waits for the stream; returns the launches since the last collect(), in order.
   std::vector<TimedLaunch> collect();
   size_t pending() const { return pending_.size(); }
@@ -61,6 +84,10 @@ class Timeline {
   double delay_us_ = 0;
   std::vector<cudaEvent_t> events_;  // pool: launch i uses events 2i, 2i + 1
   std::vector<TimedLaunch> pending_;
+  bool in_launch_ = false;
+  bool nvtx_ = true;
+  std::string nvtx_label_;
+  std::vector<BellNote> bells_;  // the launch in progress's
 };
 
 }  // namespace pb

@@ -90,6 +90,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   record_scenario(s, result);
   record_devices(gang, device, result);
   record_fabric(fabric, result);
+  result.text["engine_fmha"] = fmha_engine_name(engine);
 
   cudaStream_t stream;
   PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -109,6 +110,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
         s.wait_timeout_or(kLaneWaitTimeoutS), fabric);
   MlaBlock block(m, weights, {me, cp, segs, rows, fab.get(), s.helped_in_place}, engine);
   Timeline tl(stream, true);
+  tl.set_nvtx(s.nvtx);
   tl.set_layer(int32_t(layer));
   const Turn turn = make_turn(gang, serial, fab.get(), stream, s.turn_settle_ms);
   size_t free_b = 0, total_b = 0;
@@ -125,6 +127,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
     for (size_t vi = 0; vi < nv; ++vi) {
       const CutSet& cuts = s.variants[vi].cuts;
       const FabricStats before = fab ? fab->stats() : FabricStats{};
+      tl.set_nvtx_label("rank " + std::to_string(me) + " " + s.variants[vi].name + " rep " + std::to_string(rep));
       gang.barrier();
       const auto t0 = std::chrono::steady_clock::now();
       turn([&] { block.project(mixed.get(), seq, cuts, tl, blas); });
@@ -133,8 +136,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
       if (fab) fab->drain();
       const std::vector<TimedLaunch> launches = tl.collect();
       const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-      if (fab) fab->settle_transfers();  // sends still in flight, for their spans
-      const std::vector<NcclTransfer> transfers = fab ? fab->take_transfers() : std::vector<NcclTransfer>{};
+      if (fab) fab->settle_transfers();  // sends still in flight, for the NCCL time
       ++seq;
       const RankPlan& plan = plans[vi];
       const std::vector<Launch> want = plan_slice(plan, int32_t(layer), "rmsnorm.mla_in", launches.size());
@@ -147,15 +149,13 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
       double fmha_ms = 0, span_ms = 0;
       for (size_t i = 0; i < launches.size(); ++i) {
         const TimedLaunch& l = launches[i];
-        spans[vi].push_back({rep, me, l.layer, l.family, l.kernel, l.ms * 1e3, want[i].cost.bytes, want[i].cost.flops});
+        spans[vi].push_back({rep, me, l.layer, l.family, l.kernel, l.ms * 1e3, want[i].cost.bytes, want[i].cost.flops,
+                             l.stream, l.start_ms * 1e3});
         span_ms += l.ms;
         if (l.family == "fmha") fmha_ms += l.ms;
         if (l.kernel.rfind("fabric.wait", 0) == 0) rr.wait_us += l.ms * 1e3;
       }
-      if (fab) {
-        add_fabric_stats(rr, before, fab->stats());
-        append_transfer_spans(spans[vi], transfers, rep, me);
-      }
+      if (fab) add_fabric_stats(rr, before, fab->stats());
       rr.wall_us = serial ? span_ms * 1e3 : wall_us;  // serialized: the rank's own work
       rr.peak_mem_bytes = double(total_b - free_b);   // device-wide when ranks share a GPU
       rank_reps[vi].push_back(rr);

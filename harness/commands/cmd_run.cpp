@@ -23,6 +23,7 @@
 #include "plan.h"
 #include "plan_match.h"
 #include "profile.h"
+#include "projection.h"
 #include "run_info.h"
 #include "stats.h"
 #include "superstep.h"
@@ -102,8 +103,10 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
                                    fabric);
   Superstep step(s, me, fab.get(), blas, stream, memory.memory());
   memory.after_weights_filled(stream);
+  for (const auto& [what, engine] : step.engines()) result.text["engine_" + what] = engine;
   const double peak_bytes = peak_device_bytes();
   Timeline tl(stream, true);
+  tl.set_nvtx(s.nvtx);
   const Turn turn = make_turn(gang, s.serialize_ranks, fab.get(), stream, s.turn_settle_ms,
                               s.debug.poison_arena ? &memory.memory() : nullptr);
 
@@ -133,6 +136,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       const CutSet& cuts = s.variants[vi].cuts;
       const bool last_rep = rep == s.reps - 1;
       const FabricStats before = fab ? fab->stats() : FabricStats{};
+      tl.set_nvtx_label("rank " + std::to_string(me) + " " + s.variants[vi].name + " rep " + std::to_string(rep));
       gang.barrier();
       const auto t0 = std::chrono::steady_clock::now();
       step.run(cuts, tl, turn, last_rep);
@@ -140,7 +144,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       const std::vector<TimedLaunch> launches = tl.collect();
       const int64_t first = step.first_token();  // reads the device: the end of TTFT
       const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (fab) fab->settle_transfers();  // sends still in flight, for their spans
+      if (fab) fab->settle_transfers();  // sends still in flight, for the NCCL time
       const RankPlan& plan = plans[vi];
       const std::string diff = launch_list_difference(launches, plan.launches);
       if (!diff.empty()) gang.fail("run: the superstep's launches differ from plan's: " + diff);
@@ -151,6 +155,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
         logits[vi] = step.last_logits();
       }
       std::vector<Span> spans;
+      std::vector<BellOp> bells;
       RankRep rr;
       rr.rep = rep;
       rr.rank = me;
@@ -159,15 +164,17 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       for (size_t i = 0; i < launches.size(); ++i) {
         const TimedLaunch& l = launches[i];
         const Launch& p = plan.launches[i];
-        spans.push_back({rep, me, l.layer, l.family, l.kernel, l.ms * 1e3, p.cost.bytes, p.cost.flops});
+        spans.push_back(
+            {rep, me, l.layer, l.family, l.kernel, l.ms * 1e3, p.cost.bytes, p.cost.flops, l.stream, l.start_ms * 1e3});
+        for (const BellNote& b : l.bells)
+          bells.push_back({rep, me, int64_t(i), b.ring ? BellOpKind::ring : BellOpKind::wait, b.peer, b.flag,
+                           doorbell_kind(cp, b.flag), b.value});
         if (l.kernel.rfind("fabric.wait", 0) == 0) rr.wait_us += l.ms * 1e3;
       }
-      if (fab) {
-        add_fabric_stats(rr, before, fab->stats());
-        append_transfer_spans(spans, fab->take_transfers(), rep, me);
-      }
+      if (fab) add_fabric_stats(rr, before, fab->stats());
       // Every rank's spans and wall to rank 0; TTFT is the last rank's wall.
       const std::vector<std::string> span_parts = gang.gather(rep >= 0 ? pack_spans(spans) : std::string());
+      const std::vector<std::string> bell_parts = gang.gather(rep >= 0 ? pack_bells(bells) : std::string());
       const std::vector<std::string> rep_parts = gang.gather(pack_rank_reps({rr}));
       if (!gang.is_root()) continue;
       const double ttft = unpack_rank_reps(rep_parts.back()).at(0).wall_us / 1e3;
@@ -177,8 +184,8 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       if (rep < 0) continue;
       VariantResult& v = result.variants[vi];
       v.ttft_ms.push_back(ttft);
-      for (const auto& part : span_parts)
-        for (Span& sp : unpack_spans(part)) v.spans.push_back(std::move(sp));
+      for (size_t r = 0; r < span_parts.size(); ++r)
+        append_spans(v, unpack_spans(span_parts[r]), unpack_bells(bell_parts[r]));
       for (const auto& part : rep_parts)
         for (const RankRep& r : unpack_rank_reps(part)) v.rank_reps.push_back(r);
     }
@@ -224,13 +231,9 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       v.outputs.hidden_samples.insert(v.outputs.hidden_samples.end(), f.begin(), f.end());
     }
     v.outputs.last_logits = bytes_as_floats(logit_parts.back());
-    std::vector<Span> last;  // the compute stream's (NCCL transfers overlap it on the link streams)
-    std::vector<double> nccl_mb(size_t(cp), 0), nccl_ms(size_t(cp), 0);
-    for (const Span& sp : v.spans) {
-      if (sp.rep != s.reps - 1) continue;
-      if (sp.family != "nccl") last.push_back(sp);
-      else nccl_mb[size_t(sp.rank)] += sp.bytes / 1e6, nccl_ms[size_t(sp.rank)] += sp.time_us / 1e3;
-    }
+    std::vector<Span> last;
+    for (const Span& sp : v.spans)
+      if (sp.rep == s.reps - 1) last.push_back(sp);
     std::vector<double> pairs;
     const Schedule sched = s.variants[vi].cuts[Cut::stripe] ? Schedule::stripe : Schedule::prefix;
     for (int r = 0; r < cp; ++r) pairs.push_back(rank_attention(sched, cp, r).load_pairs);
@@ -239,15 +242,22 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
                                             "run " + s.name + ", variant " + v.name + " (" + v.cuts +
                                                 "), last rep, measured ms")
                               .c_str());
-    if (fabric.any_nccl()) {
-      std::printf("NCCL transfers on the link streams (overlapping the above; sent + received):");
-      for (int r = 0; r < cp; ++r) std::printf(" rank %d %.1f MB %.2f ms;", r, nccl_mb[size_t(r)], nccl_ms[size_t(r)]);
-      std::printf("\n");
-    }
+    if (fabric.any_nccl()) std::printf("%s", format_fabric_by_transport(v.rank_reps, s.reps - 1, cp).c_str());
     std::printf("variant %s: TTFT min %.1f / median %.1f / max %.1f ms over %zu reps, first token %lld, "
                 "device memory in use %.1f GB (rank 0's GPU)\n",
                 v.name.c_str(), t.min, t.median, t.max, v.ttft_ms.size(), (long long)v.outputs.first_token,
                 peak_bytes / 1e9);
+    // Each rank's spans were timed alone (serialized, or one rank): replay the gang as if each had its GPU.
+    if ((s.serialize_ranks || cp == 1) && can_project(v)) {
+      try {
+        for (const char* link : {kMeasuredLink, "nvlink4"}) {
+          v.projections.push_back(project_variant(v, link));
+          std::printf("%s", format_projection(v.name, v.projections.back()).c_str());
+        }
+      } catch (const Error& e) {
+        std::printf("variant %s: no projected gang: %s\n", v.name.c_str(), e.what());
+      }
+    }
   }
   if (gang.is_root()) {
     result.complete = true;

@@ -81,6 +81,8 @@ int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
   Superstep step(s, me, fab.get(), blas, stream, memory.memory());
   memory.after_weights_filled(stream);
   Timeline tl(stream, false);
+  tl.set_nvtx(s.nvtx);
+  tl.set_nvtx_label("rank " + std::to_string(me) + " verify");
   const Turn direct = make_turn(gang, false, nullptr, stream);
   const Turn turn = make_turn(gang, s.serialize_ranks, fab.get(), stream, s.turn_settle_ms);
   const Turn poisoned = make_turn(gang, s.serialize_ranks, fab.get(), stream, s.turn_settle_ms, &memory.memory());

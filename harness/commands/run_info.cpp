@@ -102,7 +102,7 @@ void record_memory(const Gang& gang, const GangMemory& memory, RunResult& result
   result.numbers["memory_arena_shared"] = p.shares_arena() ? 1 : 0;
   std::string per_rank;
   for (size_t r = 0; r < own.size(); ++r) per_rank += (r ? ", " : "") + std::to_string(r) + ": " + own[r];
-  result.text["memory_rank_bytes"] = per_rank;
+  result.text["memory_rank_bytes_each"] = per_rank;
   result.text["memory"] = memory.describe();
 }
 

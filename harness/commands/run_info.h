@@ -22,8 +22,8 @@ void record_devices(const Gang& gang, int device, RunResult& result);
 // Where the superstep's memory lives (collective): numbers memory_weights_bytes,
 // memory_arena_bytes (per GPU: once when shared), memory_rank_bytes (this
 // GPU's ranks' own buffers), memory_ranks_per_gpu, memory_weights_shared and
-// memory_arena_shared (0 / 1), and text memory_rank_bytes ("rank: bytes" per
-// rank) and memory (one line).
+// memory_arena_shared (0 / 1), and text memory_rank_bytes_each ("rank: bytes"
+// per rank) and memory (one line).
 void record_memory(const Gang& gang, const GangMemory& memory, RunResult& result);
 
 // runs/<name>-<kind>-<UTC time>.h5 when `requested` is empty, else `requested`.

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "check.h"
+#include "projection.h"
 #include "stats.h"
 
 namespace pb {
@@ -49,6 +50,7 @@ const VariantResult& require_variant(const RunResult& run, const std::string& fi
 void print_heading(const Side& a, const Side& b, std::ostream& out);
 void print_family_tables(const VariantResult& a, const VariantResult& b, std::ostream& out);
 void print_ttft(const Side& a, const Side& b, std::ostream& out);
+void print_projections(const Side& a, const Side& b, std::ostream& out);
 void print_verdict(const RegressionVerdict& verdict, std::ostream& out);
 void print_outputs(const OutputsVerdict& verdict, const Outputs& a, const Outputs& b, std::ostream& out);
 
@@ -194,6 +196,7 @@ RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOp
   print_heading(a, b, out);
   print_family_tables(*a.variant, *b.variant, out);
   print_ttft(a, b, out);
+  print_projections(a, b, out);
   const RegressionVerdict verdict =
       judge_regression(a.variant->ttft_ms, b.variant->ttft_ms, options.max_regression, options.alpha);
   print_verdict(verdict, out);
@@ -316,6 +319,27 @@ void print_ttft(const Side& a, const Side& b, std::ostream& out) {
   out << fmt::format("\n  {:<14}  {:>5}  {:>10}  {:>10}  {:>10}\n", "TTFT (ms)", "reps", "min", "median", "max");
   print_ttft_row(a.label, a.variant->ttft_ms, out);
   print_ttft_row(b.label, b.variant->ttft_ms, out);
+}
+
+// -- the projected gang (projection.h) --
+
+// The side's stored projections, else a replay with the fabric as measured
+// when its spans carry doorbells; a replay that fails is reported, not fatal.
+void print_projection_of(const Side& side, std::ostream& out) {
+  const VariantResult& variant = *side.variant;
+  std::vector<Projection> projections = variant.projections;
+  try {
+    if (projections.empty() && !variant.bells.empty()) projections.push_back(project_variant(variant, kMeasuredLink));
+  } catch (const Error& error) {
+    out << fmt::format("\n{}: no projected gang: {}\n", side.label, error.what());
+  }
+  for (const Projection& projection : projections)
+    out << fmt::format("\n{}: {}", side.label, format_projection(variant.name, projection));
+}
+
+void print_projections(const Side& a, const Side& b, std::ostream& out) {
+  print_projection_of(a, out);
+  print_projection_of(b, out);
 }
 
 void print_verdict(const RegressionVerdict& verdict, std::ostream& out) {

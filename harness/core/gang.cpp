@@ -147,7 +147,7 @@ std::string pack_spans(const std::vector<Span>& spans) {
   for (const auto& s : spans) {
     w.put(s.rep); w.put(s.rank); w.put(s.layer);
     w.put(s.family); w.put(s.kernel);
-    w.put(s.time_us); w.put(s.bytes); w.put(s.flops);
+    w.put(s.time_us); w.put(s.bytes); w.put(s.flops); w.put(s.stream); w.put(s.start_us);
   }
   return w.take();
 }
@@ -160,10 +160,33 @@ std::vector<Span> unpack_spans(const std::string& bytes) {
   for (auto& s : spans) {
     r.get(s.rep); r.get(s.rank); r.get(s.layer);
     r.get(s.family); r.get(s.kernel);
-    r.get(s.time_us); r.get(s.bytes); r.get(s.flops);
+    r.get(s.time_us); r.get(s.bytes); r.get(s.flops); r.get(s.stream); r.get(s.start_us);
   }
   PB_CHECK(r.done(), "trailing bytes in a span record from another rank");
   return spans;
+}
+
+std::string pack_bells(const std::vector<BellOp>& bells) {
+  Writer w;
+  w.put(uint64_t(bells.size()));
+  for (const auto& b : bells) {
+    w.put(b.rep); w.put(b.rank); w.put(b.span); w.put(b.op);
+    w.put(b.peer); w.put(b.flag); w.put(b.kind); w.put(b.value);
+  }
+  return w.take();
+}
+
+std::vector<BellOp> unpack_bells(const std::string& bytes) {
+  Reader r(bytes);
+  uint64_t n = 0;
+  r.get(n);
+  std::vector<BellOp> bells(n);
+  for (auto& b : bells) {
+    r.get(b.rep); r.get(b.rank); r.get(b.span); r.get(b.op);
+    r.get(b.peer); r.get(b.flag); r.get(b.kind); r.get(b.value);
+  }
+  PB_CHECK(r.done(), "trailing bytes in a doorbell record from another rank");
+  return bells;
 }
 
 std::string pack_rank_reps(const std::vector<RankRep>& reps) {

@@ -51,6 +51,8 @@ class Gang {
 // Spans and per-rank records travel between ranks as bytes.
 std::string pack_spans(const std::vector<Span>& spans);
 std::vector<Span> unpack_spans(const std::string& bytes);
+std::string pack_bells(const std::vector<BellOp>& bells);
+std::vector<BellOp> unpack_bells(const std::string& bytes);
 std::string pack_rank_reps(const std::vector<RankRep>& reps);
 std::vector<RankRep> unpack_rank_reps(const std::string& bytes);
 

@@ -40,9 +40,10 @@ struct ModelShape {
 };
 
 // One overridable key: its name, its member, its allowed range.
+using ModelField = int64_t ModelShape::*;
 struct ModelKey {
   const char* name;
-  int64_t ModelShape::*member;
+  ModelField member;
   int64_t min, max;
 };
 const std::vector<ModelKey>& model_keys();

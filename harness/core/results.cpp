@@ -26,6 +26,21 @@ const VariantResult* RunResult::find_variant(const std::string& name) const {
   return nullptr;
 }
 
+const char* bell_op_name(BellOpKind op) { return op == BellOpKind::wait ? "wait" : "ring"; }
+
+void append_spans(VariantResult& variant, const std::vector<Span>& spans, const std::vector<BellOp>& bells) {
+  const int64_t first_row = int64_t(variant.spans.size());
+  for (const BellOp& bell : bells) {
+    PB_CHECK(bell.span >= 0 && bell.span < int64_t(spans.size()),
+             fmt::format("doorbell {} of rank {} names span {}, outside the {} spans it came with",
+                         bell_op_name(bell.op), bell.rank, bell.span, spans.size()));
+    BellOp shifted = bell;
+    shifted.span += first_row;
+    variant.bells.push_back(std::move(shifted));
+  }
+  variant.spans.insert(variant.spans.end(), spans.begin(), spans.end());
+}
+
 namespace {
 
 // ---- checked HDF5 calls ------------------------------------------------------
@@ -324,9 +339,13 @@ struct SpanRow {
   int32_t rep, rank, layer;
   Name family, kernel;
   double time_us, bytes, flops;
+  int32_t stream;
+  double start_us;
 };
 
-CompoundType span_row_type() {
+// Version 1 rows have no stream (it stays 0), versions 1 and 2 no start_us
+// (from_rows sets -1).
+CompoundType span_row_type(int schema_version = kSchemaVersion) {
   CompoundType type(sizeof(SpanRow));
   type.add("rep", HOFFSET(SpanRow, rep), H5T_NATIVE_INT32)
       .add("rank", HOFFSET(SpanRow, rank), H5T_NATIVE_INT32)
@@ -336,19 +355,57 @@ CompoundType span_row_type() {
       .add("time_us", HOFFSET(SpanRow, time_us), H5T_NATIVE_DOUBLE)
       .add("bytes", HOFFSET(SpanRow, bytes), H5T_NATIVE_DOUBLE)
       .add("flops", HOFFSET(SpanRow, flops), H5T_NATIVE_DOUBLE);
+  if (schema_version >= 2) type.add("stream", HOFFSET(SpanRow, stream), H5T_NATIVE_INT32);
+  if (schema_version >= 3) type.add("start_us", HOFFSET(SpanRow, start_us), H5T_NATIVE_DOUBLE);
   return type;
 }
 
 SpanRow to_row(const Span& span) {
-  SpanRow row{span.rep, span.rank, span.layer, {}, {}, span.time_us, span.bytes, span.flops};
+  SpanRow row{span.rep, span.rank, span.layer, {}, {}, span.time_us, span.bytes, span.flops, span.stream,
+              span.start_us};
   store_name(row.family, span.family, "span family");
   store_name(row.kernel, span.kernel, "span kernel");
   return row;
 }
 
 Span from_row(const SpanRow& row) {
-  return Span{row.rep, row.rank, row.layer, load_name(row.family), load_name(row.kernel),
-              row.time_us, row.bytes, row.flops};
+  return Span{row.rep,     row.rank,  row.layer, load_name(row.family), load_name(row.kernel),
+              row.time_us, row.bytes, row.flops, row.stream, row.start_us};
+}
+
+// BellOp <-> one row of /variants/<name>/bells; op is i8 (0 wait, 1 ring).
+struct BellRow {
+  int32_t rep, rank;
+  int64_t span;
+  int8_t op;
+  int32_t peer, flag;
+  Name kind;
+  uint64_t value;
+};
+
+CompoundType bell_row_type() {
+  CompoundType type(sizeof(BellRow));
+  type.add("rep", HOFFSET(BellRow, rep), H5T_NATIVE_INT32)
+      .add("rank", HOFFSET(BellRow, rank), H5T_NATIVE_INT32)
+      .add("span", HOFFSET(BellRow, span), H5T_NATIVE_INT64)
+      .add("op", HOFFSET(BellRow, op), H5T_NATIVE_INT8)
+      .add("peer", HOFFSET(BellRow, peer), H5T_NATIVE_INT32)
+      .add("flag", HOFFSET(BellRow, flag), H5T_NATIVE_INT32)
+      .add_name("kind", HOFFSET(BellRow, kind))
+      .add("value", HOFFSET(BellRow, value), H5T_NATIVE_UINT64);
+  return type;
+}
+
+BellRow to_row(const BellOp& bell) {
+  BellRow row{bell.rep, bell.rank, bell.span, int8_t(bell.op), bell.peer, bell.flag, {}, bell.value};
+  store_name(row.kind, bell.kind, "doorbell kind");
+  return row;
+}
+
+BellOp from_row(const BellRow& row) {
+  PB_CHECK(row.op == 0 || row.op == 1,
+           fmt::format("bells: op {} of the row for span {}; allowed: 0 (wait), 1 (ring)", int(row.op), row.span));
+  return BellOp{row.rep, row.rank, row.span, BellOpKind(row.op), row.peer, row.flag, load_name(row.kind), row.value};
 }
 
 // RankRep is a plain struct already: its own row type.
@@ -366,6 +423,100 @@ CompoundType rank_rep_row_type() {
       .add("nccl_wait_us", HOFFSET(RankRep, nccl_wait_us), H5T_NATIVE_DOUBLE)
       .add("nccl_us", HOFFSET(RankRep, nccl_us), H5T_NATIVE_DOUBLE);
   return type;
+}
+
+// The projection's tables: ProjectedRep, RankProjection and ProjectedSpan are
+// plain structs (their own row types); ProjectedWait and PathStep have rows.
+CompoundType projected_rep_row_type() {
+  CompoundType type(sizeof(ProjectedRep));
+  type.add("rep", HOFFSET(ProjectedRep, rep), H5T_NATIVE_INT32)
+      .add("ttft_ms", HOFFSET(ProjectedRep, ttft_ms), H5T_NATIVE_DOUBLE)
+      .add("serialized_ttft_ms", HOFFSET(ProjectedRep, serialized_ttft_ms), H5T_NATIVE_DOUBLE)
+      .add("host_ms", HOFFSET(ProjectedRep, host_ms), H5T_NATIVE_DOUBLE);
+  return type;
+}
+
+CompoundType rank_projection_row_type() {
+  CompoundType type(sizeof(RankProjection));
+  type.add("rank", HOFFSET(RankProjection, rank), H5T_NATIVE_INT32)
+      .add("end_us", HOFFSET(RankProjection, end_us), H5T_NATIVE_DOUBLE)
+      .add("busy_us", HOFFSET(RankProjection, busy_us), H5T_NATIVE_DOUBLE)
+      .add("wait_us", HOFFSET(RankProjection, wait_us), H5T_NATIVE_DOUBLE)
+      .add("idle_us", HOFFSET(RankProjection, idle_us), H5T_NATIVE_DOUBLE)
+      .add("path_compute_us", HOFFSET(RankProjection, path_compute_us), H5T_NATIVE_DOUBLE);
+  return type;
+}
+
+CompoundType projected_span_row_type() {
+  CompoundType type(sizeof(ProjectedSpan));
+  type.add("span", HOFFSET(ProjectedSpan, span), H5T_NATIVE_INT64)
+      .add("start_us", HOFFSET(ProjectedSpan, start_us), H5T_NATIVE_DOUBLE)
+      .add("end_us", HOFFSET(ProjectedSpan, end_us), H5T_NATIVE_DOUBLE);
+  return type;
+}
+
+struct ProjectedWaitRow {
+  int32_t rank, peer;
+  Name kind;
+  double stall_us, path_us;
+};
+
+CompoundType projected_wait_row_type() {
+  CompoundType type(sizeof(ProjectedWaitRow));
+  type.add("rank", HOFFSET(ProjectedWaitRow, rank), H5T_NATIVE_INT32)
+      .add("peer", HOFFSET(ProjectedWaitRow, peer), H5T_NATIVE_INT32)
+      .add_name("kind", HOFFSET(ProjectedWaitRow, kind))
+      .add("stall_us", HOFFSET(ProjectedWaitRow, stall_us), H5T_NATIVE_DOUBLE)
+      .add("path_us", HOFFSET(ProjectedWaitRow, path_us), H5T_NATIVE_DOUBLE);
+  return type;
+}
+
+ProjectedWaitRow to_row(const ProjectedWait& wait) {
+  ProjectedWaitRow row{wait.rank, wait.peer, {}, wait.stall_us, wait.path_us};
+  store_name(row.kind, wait.kind, "projected wait kind");
+  return row;
+}
+
+ProjectedWait from_row(const ProjectedWaitRow& row) {
+  return ProjectedWait{row.rank, row.peer, load_name(row.kind), row.stall_us, row.path_us};
+}
+
+struct PathStepRow {
+  int64_t span;
+  int32_t rank, stream, layer;
+  Name kernel;
+  double start_us, end_us;
+  int32_t peer;
+  Name kind;
+  double waited_us;
+};
+
+CompoundType path_step_row_type() {
+  CompoundType type(sizeof(PathStepRow));
+  type.add("span", HOFFSET(PathStepRow, span), H5T_NATIVE_INT64)
+      .add("rank", HOFFSET(PathStepRow, rank), H5T_NATIVE_INT32)
+      .add("stream", HOFFSET(PathStepRow, stream), H5T_NATIVE_INT32)
+      .add("layer", HOFFSET(PathStepRow, layer), H5T_NATIVE_INT32)
+      .add_name("kernel", HOFFSET(PathStepRow, kernel))
+      .add("start_us", HOFFSET(PathStepRow, start_us), H5T_NATIVE_DOUBLE)
+      .add("end_us", HOFFSET(PathStepRow, end_us), H5T_NATIVE_DOUBLE)
+      .add("peer", HOFFSET(PathStepRow, peer), H5T_NATIVE_INT32)
+      .add_name("kind", HOFFSET(PathStepRow, kind))
+      .add("waited_us", HOFFSET(PathStepRow, waited_us), H5T_NATIVE_DOUBLE);
+  return type;
+}
+
+PathStepRow to_row(const PathStep& step) {
+  PathStepRow row{step.span, step.rank, step.stream, step.layer, {}, step.start_us, step.end_us, step.peer, {},
+                  step.waited_us};
+  store_name(row.kernel, step.kernel, "path step kernel");
+  store_name(row.kind, step.kind, "path step kind");
+  return row;
+}
+
+PathStep from_row(const PathStepRow& row) {
+  return PathStep{row.span,       row.rank,   row.stream, row.layer,           load_name(row.kernel),
+                  row.start_us,   row.end_us, row.peer,   load_name(row.kind), row.waited_us};
 }
 
 // BenchRow <-> one row of /bench.
@@ -466,12 +617,15 @@ void write_root_attributes(const Node& root, const RunResult& result) {
   for (const auto& [key, value] : result.numbers) write_f64_attribute(root.id, key, value);
 }
 
-void check_schema_version(const Node& root) {
+// The file's schema version, one this build reads.
+int32_t read_schema_version(const Node& root) {
   PB_CHECK(PB_H5(H5Aexists(root.id, "schema_version")) > 0,
            "missing attribute /schema_version: not a prefill-bench results file");
   const int32_t version = read_i32_attribute(root, "schema_version");
-  PB_CHECK(version == kSchemaVersion,
-           fmt::format("schema_version is {}, this build reads version {}", version, kSchemaVersion));
+  PB_CHECK(version >= kOldestReadableSchemaVersion && version <= kSchemaVersion,
+           fmt::format("schema_version is {}, this build reads versions {} to {}", version,
+                       kOldestReadableSchemaVersion, kSchemaVersion));
+  return version;
 }
 
 // Every non-reserved root attribute: strings into text, numbers into numbers.
@@ -533,11 +687,83 @@ Outputs read_outputs(const Node& variant) {
   return outputs;
 }
 
+// ---- /variants/<name>/projection/<link> ---------------------------------------------
+
+void check_projection_links(const std::vector<Projection>& projections) {
+  std::set<std::string> links;
+  for (const Projection& projection : projections) {
+    PB_CHECK(!projection.link.empty() && projection.link != "." && projection.link.find('/') == std::string::npos,
+             fmt::format("projection link '{}' cannot be an HDF5 group name", projection.link));
+    PB_CHECK(links.insert(projection.link).second,
+             fmt::format("two projections over link '{}' in one variant", projection.link));
+  }
+}
+
+void write_projection(const Node& parent, const Projection& projection) {
+  Handle group = create_group(parent, projection.link);
+  const Node node{group, parent.child(projection.link)};
+  write_string_attribute(node.id, "link_source", projection.link_source);
+  write_i32_attribute(node.id, "rep", projection.rep);
+  write_f64_attribute(node.id, "ttft_ms", projection.ttft_ms);
+  write_table(node, "reps", projected_rep_row_type(), projection.reps);
+  write_table(node, "ranks", rank_projection_row_type(), projection.ranks);
+  write_table(node, "waits", projected_wait_row_type(), to_rows<ProjectedWaitRow>(projection.waits));
+  write_table(node, "path", path_step_row_type(), to_rows<PathStepRow>(projection.path));
+  write_table(node, "timeline", projected_span_row_type(), projection.timeline);
+}
+
+Projection read_projection(const Node& parent, const std::string& link) {
+  Handle group = open_group(parent, link);
+  const Node node{group, parent.child(link)};
+  Projection projection;
+  projection.link = link;
+  projection.link_source = read_string_attribute(node, "link_source");
+  projection.rep = read_i32_attribute(node, "rep");
+  projection.ttft_ms = read_f64_attribute(node, "ttft_ms");
+  projection.reps = read_table<ProjectedRep>(node, "reps", projected_rep_row_type());
+  projection.ranks = read_table<RankProjection>(node, "ranks", rank_projection_row_type());
+  projection.waits = from_rows<ProjectedWait>(read_table<ProjectedWaitRow>(node, "waits", projected_wait_row_type()));
+  projection.path = from_rows<PathStep>(read_table<PathStepRow>(node, "path", path_step_row_type()));
+  projection.timeline = read_table<ProjectedSpan>(node, "timeline", projected_span_row_type());
+  return projection;
+}
+
+void write_projections(const Node& variant, const std::vector<Projection>& projections) {
+  if (projections.empty()) return;
+  check_projection_links(projections);
+  Handle group = create_group(variant, "projection", /*keep_creation_order=*/true);
+  const Node node{group, variant.child("projection")};
+  for (const Projection& projection : projections) write_projection(node, projection);
+}
+
+std::vector<Projection> read_projections(const Node& variant) {
+  if (!has_link(variant, "projection")) return {};
+  Handle group = open_group(variant, "projection");
+  const Node node{group, variant.child("projection")};
+  std::vector<Projection> projections;
+  for (const std::string& link : member_names(node)) projections.push_back(read_projection(node, link));
+  return projections;
+}
+
 // ---- /variants/<name> ------------------------------------------------------------
 
 void check_variant_name(const std::string& name) {
   PB_CHECK(!name.empty() && name != "." && name.find('/') == std::string::npos,
            fmt::format("variant name '{}' cannot be an HDF5 group name", name));
+}
+
+// Every bell names a span row of its own rep and rank.
+void check_bell_spans(const Node& variant_node, const VariantResult& variant) {
+  for (size_t i = 0; i < variant.bells.size(); ++i) {
+    const BellOp& bell = variant.bells[i];
+    const bool inside = bell.span >= 0 && bell.span < int64_t(variant.spans.size());
+    PB_CHECK(inside && variant.spans[size_t(bell.span)].rep == bell.rep &&
+                 variant.spans[size_t(bell.span)].rank == bell.rank,
+             fmt::format("{}/bells row {} (rep {}, rank {}) names span {}, {}", variant_node.path, i, bell.rep,
+                         bell.rank, bell.span,
+                         inside ? "a span of another rep or rank"
+                                : fmt::format("outside the {} rows of spans", variant.spans.size())));
+  }
 }
 
 void write_variant(const Node& variants, const VariantResult& variant) {
@@ -547,20 +773,30 @@ void write_variant(const Node& variants, const VariantResult& variant) {
   write_string_attribute(node.id, "cuts", variant.cuts);
   write_i32_attribute(node.id, "complete", variant.complete ? 1 : 0);
   write_table(node, "spans", span_row_type(), to_rows<SpanRow>(variant.spans));
+  check_bell_spans(node, variant);
+  write_table(node, "bells", bell_row_type(), to_rows<BellRow>(variant.bells));
   write_table(node, "rank_reps", rank_rep_row_type(), variant.rank_reps);
   write_dataset(node, "ttft_ms", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {variant.ttft_ms.size()},
                 variant.ttft_ms.data());
   write_outputs(node, variant.outputs);
+  write_projections(node, variant.projections);
 }
 
-VariantResult read_variant(const Node& variants, const std::string& name) {
+VariantResult read_variant(const Node& variants, const std::string& name, int32_t schema_version) {
   Handle group = open_group(variants, name);
   const Node node{group, variants.child(name)};
   VariantResult variant;
   variant.name = name;
   variant.cuts = read_string_attribute(node, "cuts");
   variant.complete = read_i32_attribute(node, "complete") != 0;
-  variant.spans = from_rows<Span>(read_table<SpanRow>(node, "spans", span_row_type()));
+  variant.spans = from_rows<Span>(read_table<SpanRow>(node, "spans", span_row_type(schema_version)));
+  if (schema_version < 3)
+    for (Span& span : variant.spans) span.start_us = -1;
+  if (schema_version >= 2) {
+    variant.bells = from_rows<BellOp>(read_table<BellRow>(node, "bells", bell_row_type()));
+    check_bell_spans(node, variant);
+    variant.projections = read_projections(node);
+  }
   variant.rank_reps = read_table<RankRep>(node, "rank_reps", rank_rep_row_type());
   Dims dims;
   variant.ttft_ms = read_dataset<double>(node, "ttft_ms", H5T_NATIVE_DOUBLE, 1, &dims);
@@ -589,13 +825,13 @@ RunResult read_file(const std::string& path) {
   PB_CHECK(id >= 0, "not an HDF5 file, or unreadable" + hdf5_error_detail());
   Handle file{id, H5Fclose};
   const Node root{file, "/"};
-  check_schema_version(root);
+  const int32_t version = read_schema_version(root);
   RunResult result;
   read_root_attributes(root, &result);
   Handle variants = open_group(root, "variants");
   const Node variants_node{variants, "/variants"};
   for (const std::string& name : member_names(variants_node))
-    result.variants.push_back(read_variant(variants_node, name));
+    result.variants.push_back(read_variant(variants_node, name, version));
   if (has_link(root, "bench"))
     result.bench = from_rows<BenchRow>(read_table<BenchTableRow>(root, "bench", bench_row_type()));
   return result;

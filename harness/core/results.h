@@ -6,12 +6,19 @@
 //                          entry of RunResult::text and RunResult::numbers
 //   /variants/<name>/      attributes: cuts, complete (links in creation order)
 //     spans                compound table, one row per launch (Span)
+//     bells                compound table, one row per doorbell operation (BellOp)
 //     rank_reps            compound table, one row per (rep, rank) (RankRep)
 //     ttft_ms              f64 [reps]
 //     outputs/             checksums u64 [ranks, layers], hidden_samples f32
 //                          [ranks, rows, cols], last_logits f32 [n];
 //                          attribute first_token (i64, -1 when none)
+//     projection/<link>/   the gang replayed from the spans (projection.h), one
+//                          group per link; attributes link_source, rep, ttft_ms;
+//                          tables reps, ranks, waits, path, timeline (Projection)
 //   /bench                 compound table (BenchRow), kernels benchmark only
+//
+// Version 1 files (no spans.stream, no bells, no projection) are read too:
+// every span on stream 0, no bells, no projections.
 //
 // Types: string attributes are variable-length UTF-8; numbers f64;
 // schema_version and complete i32 (complete: 0 or 1); first_token i64. Strings
@@ -27,7 +34,8 @@
 
 namespace pb {
 
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 3;
+constexpr int kOldestReadableSchemaVersion = 1;
 constexpr int kNameBytes = 48;  // family/kernel/variant/shape fields of the tables
 
 // One kernel launch of one superstep: measured (rep >= 0) or planned (rep = -1,
@@ -39,8 +47,30 @@ struct Span {
   std::string family;   // "gemm", "land", "fmha", ... (plan.h lists them)
   std::string kernel;   // "land.q_band", "fmha.dense", ...
   double time_us = 0;
-  double bytes = 0;     // each input read once, each output written once
+  double bytes = 0;     // each input read once, each output written once; family
+                        // "fabric": the bytes that cross the link for it
   double flops = 0;
+  int32_t stream = 0;   // the rank's stream it ran on: 0 = the work stream
+  double start_us = -1; // measured: when it started, after the rank's first span of the rep
+                        // began (GPU events); -1 unknown (plans, files before schema 3)
+};
+
+// One doorbell operation of a measured span (harness/blocks/fabric.h,
+// slab_layout.h). A ring stores `value` into doorbell `flag` of rank `peer`
+// when its span ends; a wait holds its span's start until this rank's doorbell
+// `flag` (stored by `peer`) holds a value >= `value`.
+enum class BellOpKind : int8_t { wait = 0, ring = 1 };
+const char* bell_op_name(BellOpKind op);  // "wait" | "ring"
+
+struct BellOp {
+  int32_t rep = 0;
+  int32_t rank = 0;     // the rank that performs it
+  int64_t span = 0;     // row of the span performing it in the variant's spans table
+  BellOpKind op = BellOpKind::wait;
+  int32_t peer = 0;     // ring: the receiving rank; wait: the sending rank
+  int32_t flag = 0;     // index in the receiver's doorbell array: doorbell_index(cp, sender, kind)
+  std::string kind;     // bell_name(): "window", "returned", "consumed", "released", "halo", ...
+  uint64_t value = 0;   // doorbell_value(seq, window)
 };
 
 // Per rep and rank: the superstep's wall, the time spent waiting on the fabric
@@ -74,15 +104,91 @@ struct Outputs {
   int64_t first_token = -1;
 };
 
+// ---- the gang projected from a serialized run (projection.h, docs/design.md §9) ----
+
+// One rep replayed.
+struct ProjectedRep {
+  int32_t rep = 0;
+  double ttft_ms = 0;             // projected: the end of the last span of the gang
+  double serialized_ttft_ms = 0;  // the run's own TTFT of this rep; NaN when not recorded
+  double host_ms = 0;             // serialized_ttft_ms - the sum of every span of the rep: host-side
+                                  // time of the serialized run (launches, turn hand-offs, read-back),
+                                  // not part of the projection; NaN when not recorded
+};
+
+// One rank of the detailed rep. Its critical path is the chain of spans that
+// ends with its last span; path_compute_us is the part on its own spans, the
+// rest (per doorbell, in ProjectedWait::path_us) ran on other ranks.
+struct RankProjection {
+  int32_t rank = 0;
+  double end_us = 0;           // its last span's end
+  double busy_us = 0;          // time some span of the rank runs (union over its streams)
+  double wait_us = 0;          // time its streams stalled on doorbells (sum over streams)
+  double idle_us = 0;          // TTFT - busy_us: its waits and the tail after its end
+  double path_compute_us = 0;  // its own spans on its critical path
+};
+
+// Per rank and doorbell waited on (sender `peer`, `kind`).
+struct ProjectedWait {
+  int32_t rank = 0;
+  int32_t peer = 0;
+  std::string kind;
+  double stall_us = 0;  // time the rank's streams stalled on it
+  double path_us = 0;   // time of the rank's critical path spent on other ranks, entered through it
+};
+
+// One span of the gang's critical path, in time order: it started when the
+// previous step ended. peer >= 0: the step waited on doorbell `kind` of `peer`,
+// which the previous step rang (waited_us: how long its stream stalled);
+// peer = -1: the previous step is the span before it on its stream.
+struct PathStep {
+  int64_t span = 0;  // row of the variant's spans table
+  int32_t rank = 0;
+  int32_t stream = 0;
+  int32_t layer = -1;
+  std::string kernel;
+  double start_us = 0;
+  double end_us = 0;
+  int32_t peer = -1;
+  std::string kind;
+  double waited_us = 0;
+};
+
+// Every span of the detailed rep, as projected (the gang's timeline).
+struct ProjectedSpan {
+  int64_t span = 0;  // row of the variant's spans table
+  double start_us = 0;
+  double end_us = 0;
+};
+
+struct Projection {
+  std::string link;         // "measured" or a link profile name (profile.h)
+  std::string link_source;  // where the link's figures come from
+  int32_t rep = 0;          // the detailed rep: the lower median of reps' projected TTFT
+  double ttft_ms = 0;       // its projected TTFT
+  std::vector<ProjectedRep> reps;
+  std::vector<RankProjection> ranks;
+  std::vector<ProjectedWait> waits;
+  std::vector<PathStep> path;
+  std::vector<ProjectedSpan> timeline;
+};
+
 struct VariantResult {
   std::string name;                    // "baseline", "all", "land", ...
   std::string cuts;                    // "land=on conv=off ..."
   bool complete = true;
   std::vector<Span> spans;
+  std::vector<BellOp> bells;           // span: a row of `spans`
   std::vector<RankRep> rank_reps;
   std::vector<double> ttft_ms;         // one per finished rep
   Outputs outputs;
+  std::vector<Projection> projections; // one per link, distinct links
 };
+
+// Appends one rank's spans of one rep and their doorbell operations to
+// `variant`, whose bells' span fields index `spans` (0 = spans[0]); they are
+// shifted to rows of variant.spans.
+void append_spans(VariantResult& variant, const std::vector<Span>& spans, const std::vector<BellOp>& bells);
 
 // One row of the kernels benchmark: a family's variant at one shape.
 struct BenchRow {

@@ -22,8 +22,8 @@ std::string join(const std::vector<std::string>& items) {
 
 const std::vector<std::string> kTopKeys = {
     "name", "model", "cp", "context", "bucket", "split_k", "fabric", "emulate_hosts", "fmha", "moe_gemm",
-    "gpu_profile", "serialize_ranks", "turn_settle_ms", "helped_in_place", "wait_timeout_s", "cuts", "variants",
-    "warmup", "reps", "seed", "output", "debug"};
+    "gpu_profile", "serialize_ranks", "turn_settle_ms", "helped_in_place", "wait_timeout_s", "nvtx", "cuts",
+    "variants", "warmup", "reps", "seed", "output", "debug"};
 const std::vector<std::string> kDebugKeys = {"delay_family", "delay_us", "poison_arena"};
 const std::vector<std::string> kVariantKeys = {"name", "cuts"};
 
@@ -363,6 +363,7 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
   if (root["serialize_ranks"]) s.serialize_ranks = get_bool(at, root["serialize_ranks"], "serialize_ranks");
   if (root["turn_settle_ms"])
     s.turn_settle_ms = int(get_int(at, root["turn_settle_ms"], "turn_settle_ms", 0, 10000));
+  if (root["nvtx"]) s.nvtx = get_bool(at, root["nvtx"], "nvtx");
   if (root["helped_in_place"]) s.helped_in_place = get_bool(at, root["helped_in_place"], "helped_in_place");
   if (root["wait_timeout_s"])
     s.wait_timeout_s = get_double(at, root["wait_timeout_s"], "wait_timeout_s", 0.1, 86400);

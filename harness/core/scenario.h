@@ -14,6 +14,7 @@
 //   turn_settle_ms: 0                      # a serialized turn starts after this much GPU idle
 //   helped_in_place: false                 # cut 3's helped windows read/write the peer's slab in place
 //   wait_timeout_s: 300                    # a doorbell wait past this fails the gang
+//   nvtx: true                             # every span an NVTX range (nsys shows the superstep by name)
 //   cuts: all                              # all | none | seed | [land, conv] | {land: on}
 //   variants: each-cut                     # or [{name: a, cuts: none}, ...]
 //   warmup: 1
@@ -78,6 +79,7 @@ struct Scenario {
   int turn_settle_ms = 0;  // serialized turns (and the lane's pair) start after this much GPU idle
   bool helped_in_place = false;  // mla_block.h MlaLane::helped_in_place
   double wait_timeout_s = 0;     // a doorbell wait's deadline; 0: the command's default
+  bool nvtx = true;              // timeline.h: every span an NVTX range
   std::vector<VariantSpec> variants;  // at least one
   int warmup = 1;
   int reps = 5;

@@ -1,4 +1,4 @@
-// PTX wrappers the kernels share (sm_80+; fmha.cu, kda.cu, kda_walk_wgmma.cu, attnres.cu).
+// PTX wrappers the kernels share (sm_80+; fmha.cu, the KDA kernels, attnres.cu).
 //
 //   smem_addr          generic -> shared-window address of p
 //   cp_async_16        16 bytes global -> shared; !valid reads nothing and zero-fills
@@ -10,6 +10,7 @@
 //                      result flushes to +0, 2^-inf = +0)
 //   pack_bf16x2        two f32 -> bf16x2 (round to nearest), lo in the low half
 //   unpack_bf16x2      bf16x2 -> two f32 (exact), the low half in .x
+//   as_bits / as_bf16x2  the bit pattern of a bf16x2 as a 32-bit word and back (.x in the low half)
 #pragma once
 
 #include <cuda_bf16.h>
@@ -66,6 +67,16 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 }
 __device__ __forceinline__ float2 unpack_bf16x2(uint32_t u) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
+}
+__device__ __forceinline__ uint32_t as_bits(__nv_bfloat162 h) {
+  uint32_t bits;
+  memcpy(&bits, &h, sizeof bits);
+  return bits;
+}
+__device__ __forceinline__ __nv_bfloat162 as_bf16x2(uint32_t bits) {
+  __nv_bfloat162 h;
+  memcpy(&h, &bits, sizeof h);
+  return h;
 }
 
 }  // namespace pb::ptx

@@ -1,6 +1,5 @@
-// AttnRes: attention residuals over block snapshots (docs/design.md §2.1, issue 8).
-// A sixth switchable cut beyond the seed. Baseline, cut and reference agree
-// bit for bit on every input.
+// AttnRes: attention residuals over block snapshots (docs/design.md §2.1), a
+// switchable cut. Baseline, cut and reference agree bit for bit on every input.
 //
 //   snap     [rows, snap_blocks, hidden] bf16   block-interleaved per row; blocks 0 .. nb-1 used
 //   partial  [rows, hidden] bf16                the current partial sum P
@@ -40,56 +39,28 @@
 //             thread t is slot t and walks its chunks element by element.
 //             mix: grid (rows, ceil(hidden / 256)), one element per thread,
 //             each thread recomputes the softmax from the row's C scores.
-//   cut       one fused launch, many rows in flight per SM (the two_pass
-//             kernel): a 256-thread block per row (thread t = slot t),
-//             grid-stride over ceil(rows / 2) blocks (about 2 rows each, the
-//             hardware starting a block as another finishes), B = 4 blocks
-//             per SM at C <= 3, 2 at C = 4 .. 9 (from the H200 runs at hidden
-//             7168; B 2 .. 4, any rows per block or one persistent wave on
-//             request, B at most 2 at C >= 4: 128 registers). Candidates
-//             c < S (as many as 1 / B of an SM's shared memory holds: all but
-//             2 at most at hidden 7168) are staged in shared memory by
-//             cp.async, each thread copying and reading back only its own
-//             chunks; the last C - S are read from global memory in both
-//             passes, the second read an L2 hit. Each thread holds its chunks
-//             of sw in registers for all its rows (read once). Pass 1 (chunk
-//             k outer, candidates inner): the sums; the tree (lanes, one
-//             barrier; lane c of every warp finishes candidate c over the 8
-//             warps, its score, and the softmax by shuffles); pass 2 (chunk
-//             outer): the mix, per element c ascending, streaming 16-byte
-//             stores; each thread's chunk k places are refilled with the
-//             block's next row as soon as they are mixed. Two forms for A/B
-//             (bench rows cut.ahead, cut.hint): two rows staged ahead (two row
-//             buffers of S each), and L2 eviction priorities (the re-read
-//             candidates kept evict_last until their second read, the staged
-//             reads and the output stores evict_first).
-//             attnres(Variant::cut, ...) runs plain two_pass.
-//   cut, ring (A/B: the bench's cut.ring row; the cut before two_pass) one
-//             persistent block per SM (at most one per row): block b takes rows
-//             b, b + G, b + 2G, ... (G blocks). Thread t is slot t; it reads its
-//             chunks of all C candidates of a row from a ring of candidate rows
-//             in shared memory (16-byte reads, entry = one candidate row of
-//             hidden * 2 bytes, as many entries as fit, 16 at hidden 7168 and
-//             14 at 8192, at least C), so each row is read from HBM once, and
-//             the next rows stream in while this one is reduced and mixed. Per
-//             row: the sums of candidate c as soon as it has landed, the same
-//             tree (one barrier), the scores (thread 0 writes them) and softmax
-//             in every thread, then the mix c outer (per element still one fma
-//             chain, c ascending), releasing each entry once mixed; 16-byte
-//             stores. Two loaders, the same bits: tma -- a ninth warp issues
-//             one bulk copy per candidate row (cp.async.bulk, sm_90) completing
-//             on the entry's mbarrier; cp_async -- every thread copies only its
-//             own chunks (cp.async, a commit group per candidate row) and reads
-//             back only those, no loader warp and no mbarrier.
+//   cut       one fused launch (the two_pass kernel): a 256-thread block per
+//             row (thread t = slot t), grid-stride over ceil(rows / 2) blocks,
+//             B = 4 blocks per SM at C <= 3, 2 at C = 4 .. 9 (the register
+//             budget of the kernel's launch bounds). Candidates c < S (as many
+//             as 1 / B of an SM's shared memory holds) are staged in shared
+//             memory by cp.async, each thread copying and reading back only its
+//             own chunks; the last C - S are read from global memory in both
+//             passes, the second read an L2 hit. Each thread holds its chunks of
+//             sw in registers for all its rows. Pass 1 (chunk k outer,
+//             candidates inner): the sums; the tree (lanes, one barrier; lane c
+//             of every warp finishes candidate c over the 8 warps, its score,
+//             and the softmax by shuffles); pass 2 (chunk outer): the mix, per
+//             element c ascending, streaming 16-byte stores; each thread's chunk
+//             k places are refilled with the block's next row as soon as they
+//             are mixed.
 //
 // Contract (PB_CHECK in the launchers): rows >= 0 (0 launches nothing),
 // 1 <= nb <= 8, snap_blocks >= nb, hidden % 8 == 0 and hidden >= 8, eps >= 0,
 // rows <= INT_MAX; cut only: hidden <= 8192 (4 chunks per slot), snap,
-// partial, sw, out 16-byte aligned, and a device whose block shared memory
-// holds what the form needs (two_pass, the default: at least 1 and all but 6
-// candidate rows in 1 / B of an SM's shared memory, twice that two rows ahead;
-// the ring: nb + 1 candidate rows in one block's, 227 KB on H100/H200). out
-// and scores overlap no input and not each other (no in-place call).
+// partial, sw, out 16-byte aligned, and a device whose shared memory stages at
+// least 1 and all but 6 candidate rows in 1 / B of an SM's. out and scores
+// overlap no input and not each other (no in-place call).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -123,17 +94,10 @@ using AttnResStep = std::function<void(const char* name, const std::function<voi
 void attnres_baseline(const __nv_bfloat16* snap, const __nv_bfloat16* partial, const float* sw,
                       float* scores, __nv_bfloat16* out, const AttnResShape& shape, float eps,
                       cudaStream_t stream, const AttnResStep* step = nullptr);
-// Which form of the cut runs (see "cut" above); the same results. two_pass is
-// the default and what attnres(Variant::cut, ...) runs. The two_pass forms
-// only: blocks_per_sm, 2 .. 4, or 0 for the default B; rows_per_block, the
-// grid: kAttnResPersistent (one resident wave of B blocks per SM), n >= 1
-// (ceil(rows / n) blocks), or 0 for the default (2).
-enum class AttnResLoader { two_pass, two_pass_ahead, two_pass_hint, tma, cp_async };
-constexpr int kAttnResPersistent = -1;
+// The fused cut (two_pass, above); what attnres(Variant::cut, ...) runs.
 void attnres_cut(const __nv_bfloat16* snap, const __nv_bfloat16* partial, const float* sw,
                  float* scores, __nv_bfloat16* out, const AttnResShape& shape, float eps,
-                 cudaStream_t stream, AttnResLoader loader = AttnResLoader::two_pass, int blocks_per_sm = 0,
-                 int rows_per_block = 0);
+                 cudaStream_t stream);
 // The one dispatch point on the cut switch.
 void attnres(Variant v, const __nv_bfloat16* snap, const __nv_bfloat16* partial, const float* sw,
              float* scores, __nv_bfloat16* out, const AttnResShape& shape, float eps,

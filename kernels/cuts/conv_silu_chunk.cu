@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "check.h"
+#include "launch.h"
 #include "fast_math.cuh"
 #include "land.h"
 
@@ -97,7 +98,7 @@ conv_decode_batched_kernel(const bf16* __restrict__ windows, const bf16* __restr
 constexpr int kRunRows = 16;
 constexpr int kPrefetchRows = 8;  // partial rows in flight per thread
 constexpr int kCutThreads = 128;
-constexpr int kCutMinBlocks = 5;  // per SM (20 warps): caps registers at 96, no spills
+constexpr int kCutMinBlocks = 5;  // per SM (20 warps): the launch bounds cap registers at 96
 constexpr int kVecCols = 4;
 static_assert(kRunRows >= kConvWindow, "conv cut: a run's halo must lie in the previous run");
 static_assert(kPrefetchRows <= kRunRows, "conv cut: prefetch within the run");
@@ -310,10 +311,6 @@ conv_silu_chunk_cut_kernel(const float* __restrict__ p, const float* __restrict_
   }
 }
 
-bool aligned_to(const void* ptr, uintptr_t bytes) {
-  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
-}
-
 constexpr size_t kScratchAlign = 256;
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
@@ -337,8 +334,7 @@ void check_conv_contract(const float* p, const float* cw, const bf16* carry, con
   PB_CHECK(s.commit_rows == 0 || next, "conv_silu_chunk: next is null but commit_rows > 0");
   if (s.commit_rows > 0) {
     const size_t window = kConvWindow * size_t(s.inner) * sizeof(bf16);
-    const uintptr_t a = reinterpret_cast<uintptr_t>(next), b = reinterpret_cast<uintptr_t>(carry);
-    PB_CHECK(a + window <= b || b + window <= a, "conv_silu_chunk: next overlaps carry");
+    PB_CHECK(!overlaps(next, window, carry, window), "conv_silu_chunk: next overlaps carry");
   }
 }
 

@@ -38,7 +38,9 @@
 #include <cstdint>
 
 #include "check.h"
+#include "launch.h"
 #include "elementwise.cuh"
+#include "ptx.cuh"
 
 namespace pb {
 
@@ -72,16 +74,8 @@ __device__ __forceinline__ float situ_f32(float g, float u) {
   return s * t;
 }
 
-__device__ __forceinline__ bf16x2 as_bf16x2(uint32_t bits) {
-  bf16x2 h;
-  memcpy(&h, &bits, sizeof h);
-  return h;
-}
-__device__ __forceinline__ uint32_t as_bits(bf16x2 h) {
-  uint32_t bits;
-  memcpy(&bits, &h, sizeof bits);
-  return bits;
-}
+using ptx::as_bf16x2;
+using ptx::as_bits;
 
 // Each op in its scalar form (baseline, cut tail) and its bf16x2 form (cut).
 struct Add2Op {
@@ -293,9 +287,7 @@ __global__ void __launch_bounds__(kTableThreads)
 // same bits (a + b == b + a), so the thread keeps one value per pair:
 // 32 -> 16 -> 8 values, 8 shuffles per lane stage (16 per 32 columns).
 // Every load instruction of a warp reads 8 (row, head) x 64 contiguous bytes.
-// Two blocks per SM (kNormBlocksPerSm; this build takes 87 registers, so 2
-// is also the occupancy limit): builds with 75 / 64 registers, 3 / 4 resident
-// blocks per SM, measured 8% / 12% slower on the H200.
+// The grid: at most kNormBlocksPerSm (2) resident blocks per SM, grid-stride.
 __global__ void __launch_bounds__(kThreads, 1)
     o_norm_gate_cut_kernel(const bf16* x, const bf16* g, const float* gamma, bf16* o,
                            int64_t row_heads, float eps) {
@@ -379,12 +371,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 // ---------------------------------------------------------------------------
 // launchers
 
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
 // o may be the very same buffer as an input, or disjoint from it.
 bool same_or_disjoint(const void* in, const void* out, int64_t bytes) {
-  const uintptr_t i = reinterpret_cast<uintptr_t>(in), o = reinterpret_cast<uintptr_t>(out);
-  return i == o || i + uintptr_t(bytes) <= o || o + uintptr_t(bytes) <= i;
+  return in == out || !overlaps(in, size_t(bytes), out, size_t(bytes));
 }
 
 // Checks a flat two-input call; false when there is nothing to do.
@@ -410,18 +399,6 @@ bool check_o_norm_gate(const char* name, const bf16* x, const bf16* g, const flo
   PB_CHECK(same_or_disjoint(x, o, bytes) && same_or_disjoint(g, o, bytes),
            std::string(name) + ": o partially overlaps an input");
   return true;
-}
-
-// Blocks for a grid-stride kernel: enough for the work, at most one resident
-// wave (of at most max_per_sm blocks per SM).
-template <class Kernel>
-int resident_grid(Kernel kernel, int threads, int64_t wanted_blocks, int max_per_sm = INT_MAX) {
-  int device = 0, sms = 0, blocks_per_sm = 0;
-  PB_CUDA(cudaGetDevice(&device));
-  PB_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  PB_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, threads, 0));
-  const int64_t resident = int64_t(sms) * std::min(std::max(blocks_per_sm, 1), max_per_sm);
-  return int(std::max<int64_t>(1, std::min(wanted_blocks, resident)));
 }
 
 // Baseline launches cover every element with one thread (capped at the grid limit).

@@ -19,10 +19,14 @@
 #include <cstdint>
 
 #include "check.h"
+#include "launch.h"
+#include "ptx.cuh"
 
 namespace pb {
 
 namespace {
+
+using ptx::pack_bf16x2;
 
 constexpr int kThreads = 256;
 constexpr int kColumnsPerThread = 8;  // cut: two float4 loads per slab, one uint4 store
@@ -46,13 +50,6 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---------------------------------------------------------------------------
 // cut: 8 columns per thread, 16-byte accesses, grid-stride over rows x n/8.
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x = lo (low half), .y = hi
-  uint32_t bits;
-  memcpy(&bits, &h, sizeof bits);
-  return bits;
-}
-
 __global__ void __launch_bounds__(kThreads)
     land_cut_kernel(const float* __restrict__ p, __nv_bfloat16* __restrict__ o, int64_t rows,
                     int split_k, int64_t nt, int64_t off, int64_t n) {
@@ -74,7 +71,7 @@ __global__ void __launch_bounds__(kThreads)
     float acc[kColumnsPerThread];
 #pragma unroll
     for (int j = 0; j < kColumnsPerThread; ++j) acc[j] = 0.0f;
-    // Not unrolled: 32 registers and full occupancy for split_k = 1, the
+    // Not unrolled: few registers and full occupancy for split_k = 1, the
     // engine's only landing.
 #pragma unroll 1
     for (int s = 0; s < split_k; ++s) {
@@ -108,18 +105,14 @@ __global__ void __launch_bounds__(kThreads)
 // ---------------------------------------------------------------------------
 // launchers
 
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
 // Checks the shape and the pointers; false when there is nothing to land.
 bool check_land_call(const float* p, const __nv_bfloat16* o, const LandShape& s) {
   check_land_shape(s);
   if (s.rows == 0 || s.n == 0) return false;
   PB_CHECK(p != nullptr && o != nullptr, "land: null p or o with a non-empty shape");
-  const uintptr_t p_begin = reinterpret_cast<uintptr_t>(p);
-  const uintptr_t p_end = p_begin + uintptr_t(s.rows) * uintptr_t(s.split_k) * uintptr_t(s.nt) * 4;
-  const uintptr_t o_begin = reinterpret_cast<uintptr_t>(o);
-  const uintptr_t o_end = o_begin + uintptr_t(s.rows) * uintptr_t(s.n) * 2;
-  PB_CHECK(o_end <= p_begin || p_end <= o_begin, "land: o overlaps p");
+  const size_t p_bytes = size_t(s.rows) * size_t(s.split_k) * size_t(s.nt) * 4;
+  const size_t o_bytes = size_t(s.rows) * size_t(s.n) * 2;
+  PB_CHECK(!overlaps(o, o_bytes, p, p_bytes), "land: o overlaps p");
   return true;
 }
 
@@ -146,14 +139,8 @@ void land_cut(const float* p, __nv_bfloat16* o, const LandShape& s, cudaStream_t
     launch_baseline(p, o, s, stream);
     return;
   }
-  int device = 0, sms = 0, blocks_per_sm = 0;
-  PB_CUDA(cudaGetDevice(&device));
-  PB_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  PB_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, land_cut_kernel, kThreads, 0));
   const int64_t vecs = s.rows * (s.n / kColumnsPerThread);
-  const int64_t wanted = (vecs + kThreads - 1) / kThreads;
-  const int64_t resident = int64_t(sms) * std::max(blocks_per_sm, 1);
-  const int blocks = int(std::max<int64_t>(1, std::min(wanted, resident)));
+  const int blocks = resident_grid(land_cut_kernel, kThreads, (vecs + kThreads - 1) / kThreads);
   land_cut_kernel<<<blocks, kThreads, 0, stream>>>(p, o, s.rows, s.split_k, s.nt, s.off, s.n);
   PB_CUDA_LAUNCH();
 }

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "check.h"
+#include "launch.h"
 
 namespace pb {
 
@@ -101,10 +102,6 @@ lse_merge_baseline_kernel(const bf16* __restrict__ o_win, const float* __restric
 // The lse read and write of a row are by the same lane, and every lane writes
 // only the o_acc columns it read: no barrier needed.
 //
-// Measured on the H200 (results/h200/NOTES-lse_merge.md): row-major tiles
-// (32 consecutive (q, head) rows) leave the lse loads 32 sectors wide and were
-// 3-5% slower; a persistent grid (SMs x occupancy, grid-stride) was 3-4%
-// slower than one tile per warp; 4 pairs per batch ~1.5% slower than 8.
 // For t_q < 32 most lanes of a tile idle (tiles never span heads).
 // ---------------------------------------------------------------------------
 
@@ -241,10 +238,6 @@ o_finalize_kernel(const float* __restrict__ acc, bf16* __restrict__ o, int64_t n
   }
   const int64_t end = i0 + kFinalizeCols < n ? i0 + kFinalizeCols : n;
   for (int64_t i = i0; i < end; ++i) o[i] = __float2bfloat16_rn(acc[i]);
-}
-
-bool aligned_to(const void* ptr, uintptr_t bytes) {
-  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
 // Checks the common contract; returns false for an empty shape.

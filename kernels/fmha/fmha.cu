@@ -21,11 +21,8 @@
 //   epilogue o = bf16(acc / l) staged through the warp's own Q rows in smem,
 //            written as 16-byte rows; lse by the first lane of each quad.
 //
-// Registers per thread: acc 2 x 16 x 4 = 128 f32 (d_v = 128), S 2 x 8 x 4 = 64
-// f32; Q fragments are reloaded from smem at every k step (FA2's layout).
-// ptxas (sm_90a, -O3 --fmad=false): 255 registers; a 40-byte (192/128) and
-// 32-byte (128/128) spill stack holding the four row sums l and two pointers,
-// about ten L1-resident local accesses per 64-key tile against 320 mma.
+// Per thread: acc 2 x 16 x 4 = 128 f32 (d_v = 128), S 2 x 8 x 4 = 64 f32; Q
+// fragments are reloaded from smem at every k step (FA2's layout).
 #include "fmha.h"
 
 #include <climits>
@@ -35,6 +32,7 @@
 #include <type_traits>
 
 #include "check.h"
+#include "launch.h"
 #include "ptx.cuh"
 
 namespace pb {
@@ -367,8 +365,6 @@ __global__ void __launch_bounds__(FmhaConfig<kDqk, kDv>::kThreads, 2) fmha_nativ
 // ---------------------------------------------------------------------------
 // Launcher
 // ---------------------------------------------------------------------------
-
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 template <int kDqk, int kDv>
 void launch_native(const FmhaParams& p, cudaStream_t stream) {

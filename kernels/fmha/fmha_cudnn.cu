@@ -23,14 +23,6 @@
 // (an offset lse pointer is only 4-byte aligned, and cuDNN before 9.12 writes
 // Stats packed whatever the strides). tk = 0 writes every row as empty.
 //
-// Causal split (off unless PB_FMHA_CAUSAL_SPLIT_MIN=<n> is set, for the A/B):
-// a causal square call with tq = tk >= n runs as two cuDNN calls, queries
-// [0, m) over keys [0, m) (causal) and queries [m, tq) over keys [0, tk)
-// (bottom-right causal, so two thirds of its tiles are dense), m = tq / 2,
-// each with its Stats through the scratch. Same mask, same contract; the
-// question it answers is whether cuDNN's causal kernel, which ran at 0.91 of
-// its dense rate on 16k x 16k, loses less on the two halves.
-//
 // Plans: built on first use of a key (sizes, scale bits, all strides, pointer
 // alignment class, device) into a process-wide cache; one cudnnHandle per
 // device, its stream set on every call; each plan's workspace is cudaMalloc'ed
@@ -320,22 +312,11 @@ Call make_call(const FmhaTensors& t, const FmhaShape& s, int device, int64_t fir
 // The leading queries that see no key (causal with tq > tk, or tk = 0).
 int64_t empty_rows(const FmhaShape& s) { return s.tk == 0 ? s.tq : (s.causal && s.tq > s.tk ? s.tq - s.tk : 0); }
 
-// PB_FMHA_CAUSAL_SPLIT_MIN: the smallest causal square tq split in two (0: never).
-int64_t causal_split_min() {
-  const char* e = std::getenv("PB_FMHA_CAUSAL_SPLIT_MIN");
-  return e && *e ? std::max<int64_t>(0, std::atoll(e)) : 0;
-}
-
-// The cuDNN calls of one contract call: the rows after the empty ones in one
-// call, or a causal square in two halves (causal_split_min).
+// The cuDNN call of one contract call: the rows after the empty ones (none
+// when every row is empty).
 std::vector<Call> plan_calls(const FmhaTensors& t, const FmhaShape& s, int device) {
   const int64_t empty = empty_rows(s);
   if (empty == s.tq) return {};
-  const int64_t split = causal_split_min();
-  if (s.causal && s.tq == s.tk && split > 0 && s.tq >= split && s.tq >= 2) {
-    const int64_t m = s.tq / 2;
-    return {make_call(t, s, device, 0, m, m, true), make_call(t, s, device, m, s.tq - m, s.tk, true)};
-  }
   return {make_call(t, s, device, empty, s.tq - empty, s.tk, empty > 0)};
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "check.h"
+#include "launch.h"
 
 namespace pb {
 
@@ -37,8 +38,6 @@ __global__ void expand_k_kernel(const bf16* __restrict__ kvb, const bf16* __rest
     else *dst = *src;
   }
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
 

@@ -24,7 +24,7 @@
 // key-major [dk, dv] memory of flash-linear-attention), one token is
 //   S_t = S_{t-1} · Diag(α_t) · (I − β_t k_t k_tᵀ) + β_t v_t k_tᵀ
 //   o_t = scale · S_t q_t                           (o_t [dv], q_t [dk])
-// i.e. with the key-major state K_t = S_tᵀ [dk, dv], exactly the form
+// i.e. with the key-major state K_t = S_tᵀ [dk, dv], exactly the key-major form
 //   K_t = (I − β_t k_t k_tᵀ) Diag(α_t) K_{t−1} + β_t k_t v_tᵀ,  o_t = K_tᵀ q_t · scale:
 // the decay multiplies the KEY side,
 // α_t per key channel, applied BEFORE the delta-rule read (the read sees the

@@ -1,4 +1,4 @@
-// Shared-memory tile addressing of the KDA kernels (kda.cu), host- and
+// Shared-memory tile addressing of the KDA kernels (kda_prepare.cu, kda_walks.cu, kda_walk_wgmma.cu), host- and
 // device-callable so that test/kernels/kda/test_kda_tiles.cpp can emulate ldmatrix and
 // mma.m16n8k16 on the very same address formulas.
 //

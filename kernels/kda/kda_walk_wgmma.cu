@@ -1,12 +1,11 @@
 // KdaWalk::kWgmma: the forward state walk on Hopper warpgroup MMA (sm_90a wgmma.mma_async).
-// Contract, precision and floors: kda.h; the arithmetic is kda_walk_kernel's (kda.cu):
+// Contract, precision and floors: kda.h; the arithmetic is kda_walk_kernel's (kda_walks.cu):
 //   per chunk, with S0 the state before it (S [128 rows j][128 key channels c], f32):
 //     P = W S0ᵀ,  U = bf16(Ũ − P),  O = Qg S0ᵀ + Aqk U → o (bf16),  S = S0 ∘ Γ + Uᵀ K̂,
 //   bf16 operands, f32 accumulation, S kept in f32 across chunks (its bf16 copy is the
 //   operand of the next chunk). Same roundings as kHead (__fsub_rn for U, __fmul_rn by Γ,
 //   bf16 round-to-nearest of U, S0 and o); the k-order of the f32 sums is the tensor core's
-//   own, so results equal kHead's up to f32 summation order (on the H200 its S_out equalled
-//   kHead's bit for bit at 16k).
+//   own, so results equal kHead's up to f32 summation order.
 //
 // kda_walk_wgmma_kernel — grid (heads), 256 threads = 2 warpgroups, 163 KiB smem (two stages of
 //   chunk tiles, eight 2 KiB o staging tiles, alignment slack), 1 CTA/SM, forward only. The rows
@@ -49,8 +48,7 @@
 // loaded. Per chunk n (stage n & 1), one barrier: every thread waits its cp.async group and the
 // stage's mbarrier (phase n / 2), fence.proxy.async, __syncthreads (chunk n's stage visible to
 // the tensor core; every read of chunk n − 1 done, so the other stage is free); then chunk
-// n + 1's loads. (With 17 cp.async per thread per chunk the address arithmetic and the 32
-// two-byte o stores sat on the per-chunk chain: 722 µs at 16k x 96 heads against 562-589.)
+// n + 1's loads.
 // Workspace rows past `tokens` are zero (kda_prepare), so they add nothing; o rows ≥ tokens
 // are not written. S_out may alias S_in (each thread reads its elements before any write).
 // sm_90 only: the body is compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL; other device targets
@@ -62,13 +60,13 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "check.h"
 #include "kda.h"
 #include "kda_tiles.h"
-#include "kda_walk.h"
+#include "kda_internal.cuh"
+#include "launch.h"
 #include "ptx.cuh"
 #include "tma.cuh"
 
@@ -167,7 +165,7 @@ struct WalkMaps {
 };
 
 __global__ void __launch_bounds__(kWalkThreads, 1)
-    kda_walk_wgmma_kernel(const StateParams p, int probe, const __grid_constant__ WalkMaps maps) {
+    kda_walk_wgmma_kernel(const StateParams p, const __grid_constant__ WalkMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -192,13 +190,7 @@ __global__ void __launch_bounds__(kWalkThreads, 1)
       *reinterpret_cast<uint4*>(smem + st * ww::kStage + ww::kAqk + wg_at(r, 8 * j, kC)) = make_uint4(0, 0, 0, 0);
   }
 
-  // probe 1 (diagnostic): chunks 2.. load nothing and compute on chunk ch - 2's tiles
-  auto loads = [&](int ch) { return !(probe == 1 && ch >= 2); };
   auto load_chunk = [&](int ch) {
-    if (!loads(ch)) {
-      cp_async_commit();
-      return;
-    }
     unsigned char* st = smem + uint32_t(ch & 1) * ww::kStage;
     const int64_t t = head_tile + ch;
     if (tid == 0) {  // W, Ũ, K̂, Qg at 16384 tile (two 64-column boxes each), Γ: one thread, by TMA
@@ -251,11 +243,10 @@ __global__ void __launch_bounds__(kWalkThreads, 1)
 
   for (int ch = 0; ch < p.chunks; ++ch) {
     cp_async_wait_all();                                               // Aqk
-    if (loads(ch)) mbar_wait(&landed[ch & 1], uint32_t(ch >> 1) & 1u);  // the TMA tiles and Γ
+    mbar_wait(&landed[ch & 1], uint32_t(ch >> 1) & 1u);  // the TMA tiles and Γ
     fence_proxy_async();
     __syncthreads();  // chunk ch's stage visible to the tensor core; chunk ch - 1's stage consumed
     if (ch + 1 < p.chunks) load_chunk(ch + 1);  // into the other stage, consumed by chunk ch - 1
-    if (probe == 2) continue;
     const uint32_t st = base + uint32_t(ch & 1) * ww::kStage;
     const unsigned char* stp = smem + uint32_t(ch & 1) * ww::kStage;
 
@@ -360,14 +351,6 @@ __global__ void __launch_bounds__(kWalkThreads, 1)
 #endif
 }
 
-// PB_KDA_WALK_PROBE (diagnostic, wrong results): 1 = chunks 2.. load nothing and compute on the
-// two stages already loaded (the per-chunk chain alone); 2 = every chunk loads and computes
-// nothing (the loads alone). Unset or 0: the walk.
-int walk_probe() {
-  const char* e = std::getenv("PB_KDA_WALK_PROBE");
-  return e && (e[0] == '1' || e[0] == '2') ? e[0] - '0' : 0;
-}
-
 }  // namespace
 
 bool kda_wgmma_walk_supported() {
@@ -378,7 +361,7 @@ bool kda_wgmma_walk_supported() {
   return major == 9 && minor == 0;
 }
 
-KdaWalk kda_fastest_forward_walk() { return kda_wgmma_walk_supported() ? KdaWalk::kWgmma : KdaWalk::kHead; }
+KdaWalk kda_default_forward_walk() { return kda_wgmma_walk_supported() ? KdaWalk::kWgmma : KdaWalk::kHead; }
 
 namespace {
 
@@ -387,14 +370,8 @@ using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, 
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 EncodeTiled encode_tiled() {
-  static const EncodeTiled fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    PB_CUDA(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
-    PB_CHECK(found == cudaDriverEntryPointSuccess && f != nullptr,
-             "kda wgmma walk: the driver has no cuTensorMapEncodeTiled (CUDA 12.0+)");
-    return reinterpret_cast<EncodeTiled>(f);
-  }();
+  static const EncodeTiled fn =
+      reinterpret_cast<EncodeTiled>(driver_entry_point("cuTensorMapEncodeTiled", "kda wgmma walk"));
   return fn;
 }
 
@@ -426,7 +403,7 @@ void launch_walk_wgmma(const StateParams& p, int heads, cudaStream_t stream) {
   maps.tile[2] = tile_map(p.khat, rows);
   maps.tile[3] = tile_map(p.qg != nullptr ? p.qg : p.w, rows);
   PB_CUDA(cudaFuncSetAttribute(kda_walk_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWalkSmem)));
-  kda_walk_wgmma_kernel<<<unsigned(heads), kWalkThreads, kWalkSmem, stream>>>(p, walk_probe(), maps);
+  kda_walk_wgmma_kernel<<<unsigned(heads), kWalkThreads, kWalkSmem, stream>>>(p, maps);
   PB_CUDA_LAUNCH();
 }
 

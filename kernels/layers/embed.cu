@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "check.h"
+#include "launch.h"
 
 namespace pb {
 
@@ -37,8 +38,6 @@ __global__ void checksum_kernel(const uint16_t* __restrict__ x, int64_t n, unsig
   for (int s = 16; s >= 1; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
   if (threadIdx.x % 32 == 0) atomicAdd(out, sum);
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
 

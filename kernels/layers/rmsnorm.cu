@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "check.h"
+#include "launch.h"
 
 namespace pb {
 
@@ -63,8 +64,6 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const bf16* x, const 
     }
   }
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
 

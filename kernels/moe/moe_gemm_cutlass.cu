@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "check.h"
+#include "launch.h"
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -92,8 +93,6 @@ struct Layout {
     bytes = o;
   }
 };
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
 

@@ -34,6 +34,7 @@
 #include <string>
 
 #include "check.h"
+#include "launch.h"
 
 namespace pb {
 
@@ -367,25 +368,17 @@ struct Span {
   size_t bytes;
 };
 
-bool overlap(const Span& a, const Span& b) {
-  if (a.bytes == 0 || b.bytes == 0) return false;
-  const uintptr_t a0 = reinterpret_cast<uintptr_t>(a.ptr), b0 = reinterpret_cast<uintptr_t>(b.ptr);
-  return a0 < b0 + b.bytes && b0 < a0 + a.bytes;
-}
-
 // Throws when an output overlaps another output or an input (inputs may
 // share memory with each other: they are only read).
 void check_outputs(const char* what, std::initializer_list<Span> outputs,
                    std::initializer_list<Span> inputs) {
   for (auto o = outputs.begin(); o != outputs.end(); ++o) {
     for (auto p = o + 1; p != outputs.end(); ++p)
-      PB_CHECK(!overlap(*o, *p), std::string(what) + ": outputs overlap");
+      PB_CHECK(!overlaps(o->ptr, o->bytes, p->ptr, p->bytes), std::string(what) + ": outputs overlap");
     for (const Span& in : inputs)
-      PB_CHECK(!overlap(*o, in), std::string(what) + ": an output overlaps an input");
+      PB_CHECK(!overlaps(o->ptr, o->bytes, in.ptr, in.bytes), std::string(what) + ": an output overlaps an input");
   }
 }
-
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 struct RowGrid {
   dim3 grid, block;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device helper: the KDA prepare at 16k x 96 heads. Builds prefill-bench and test_kda, runs
 # test_kda, then the kda rows (prepare, forward_wgmma, state_wgmma), then Nsight Compute on one
-# kda_prepare2_kernel launch (clocks left alone): headline metrics and warp stalls printed, the
+# kda_prepare_kernel launch (clocks left alone): headline metrics and warp stalls printed, the
 # per-SASS-line source page (instructions executed, stall samples) to $OUT/prepare-sass.csv.
 # Set PB_SKIP_NCU=1 to skip it.
 set -uo pipefail
@@ -19,7 +19,7 @@ rows() {
 rows
 [[ ${PB_SKIP_NCU:-0} == 1 ]] && exit 0
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-timeout 200 "$ncu" --clock-control none --set full --import-source yes -k regex:kda_prepare2 --launch-count 1 -o /tmp/prep -f \
+timeout 200 "$ncu" --clock-control none --set full --import-source yes -k regex:kda_prepare_kernel --launch-count 1 -o /tmp/prep -f \
   "$PB_BUILD/prefill-bench" kda --tokens 16384 --reps 1 --warmup 0 -o /tmp/kda-ncu.h5 --overwrite >"$OUT/ncu.log" 2>&1
 echo "ncu exit $?"
 "$ncu" --import /tmp/prep.ncu-rep --page source --print-source sass --csv >"$OUT/prepare-sass.csv" 2>&1

@@ -5,9 +5,8 @@
 # plus each benchmark's .h5. Usage:
 #   scripts/dev/gpu-round.sh "test_a test_b" "mpi:test_x" "kda moe kernels:attnres lane:cp4-64k"
 # Benchmark specs: kernels:<family>, lane:<scenario> (serialized ranks),
-# lane-in-place:<scenario> (helped windows in place, PB_HELPED_IN_PLACE=1),
-# lane-split:<scenario> (cuDNN causal squares >= 8192 in two calls,
-# PB_FMHA_CAUSAL_SPLIT_MIN=8192), lane-back-to-back:<scenario> (serialized
+# lane-in-place:<scenario> (helped windows in place, helped_in_place=true),
+# lane-back-to-back:<scenario> (serialized
 # turns with no idle before them, turn_settle_ms=0), verify:<scenario>
 # (mpirun -np cp verify), or a single-process command (kda, moe, fmha).
 set -uo pipefail
@@ -41,16 +40,13 @@ for spec in ${3:-}; do
   echo "== $spec" >>"$OUT/bench.log"
   case $cmd in
     kernels) timeout 300 "$B/prefill-bench" kernels --family "$arg" -o "$OUT/$arg.h5" --overwrite >/tmp/b.log 2>&1 ;;
-    lane | lane-in-place | lane-split | lane-back-to-back)
+    lane | lane-in-place | lane-back-to-back)
       np=$("$B/prefill-bench" ranks "scenarios/$arg.yaml")
-      env=(PB_HELPED_IN_PLACE=0 PB_FMHA_CAUSAL_SPLIT_MIN=0)
-      [[ $cmd == lane-in-place ]] && env[0]=PB_HELPED_IN_PLACE=1
-      [[ $cmd == lane-split ]] && env[1]=PB_FMHA_CAUSAL_SPLIT_MIN=8192
       opts=(--set serialize_ranks=true)
+      [[ $cmd == lane-in-place ]] && opts+=(--set helped_in_place=true)
       [[ $cmd == lane-back-to-back ]] && opts+=(--set turn_settle_ms=0)
-      env "${env[@]}" timeout 300 mpirun --oversubscribe -np "$np" -x PB_HELPED_IN_PLACE -x PB_FMHA_CAUSAL_SPLIT_MIN \
-        "$B/prefill-bench" lane "scenarios/$arg.yaml" "${opts[@]}" -o "$OUT/$cmd-$arg.h5" \
-        --overwrite >/tmp/b.log 2>&1 ;;
+      timeout 300 mpirun --oversubscribe -np "$np" "$B/prefill-bench" lane "scenarios/$arg.yaml" "${opts[@]}" \
+        -o "$OUT/$cmd-$arg.h5" --overwrite >/tmp/b.log 2>&1 ;;
     verify)
       np=$("$B/prefill-bench" ranks "scenarios/$arg.yaml")
       timeout 400 mpirun --oversubscribe -np "$np" "$B/prefill-bench" verify "scenarios/$arg.yaml" >/tmp/b.log 2>&1 ;;

@@ -5,7 +5,7 @@
 # the CUDA toolkit's cuobjdump: it and nvdisasm come from PyPI's nvidia-cuda-cuobjdump and
 # nvidia-cuda-nvdisasm wheels (version pinned below), unpacked into .deps/cuda-tools on first use.
 # Usage: scripts/dev/sass.sh <object or executable> <kernel regex> [--full]
-#   e.g. scripts/dev/sass.sh build/CMakeFiles/pb_kernels.dir/kernels/kda.cu.o prepare2
+#   e.g. scripts/dev/sass.sh build/CMakeFiles/pb_kernels.dir/kernels/kda/kda_prepare.cu.o kda_prepare_kernel
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 file=${1:?object or executable}

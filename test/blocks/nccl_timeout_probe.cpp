@@ -31,9 +31,13 @@ int main(int argc, char** argv) {
     if (gang.rank() == 1) {
       cudaStream_t stream;
       PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      pb::Timeline tl(stream, false);
+      tl.set_layer(3);
       const pb::SlabLayout& L = fab.layout();
-      fab.fetch(0, pb::Bell::window, pb::doorbell_value(7, 0), {{L.kv, 64}}, stream,
-                {3, 5, "planted: a message its sender never sends"});
+      tl.launch("fabric", "fabric.wait_window", [&] {
+        fab.fetch(0, pb::Bell::window, pb::doorbell_value(7, 0), {{L.kv, 64}}, tl,
+                  {3, 5, "planted: a message its sender never sends"});
+      });
       fab.drain();  // must fail the gang, not return
       gang.fail("the planted wait passed without a message");
     }

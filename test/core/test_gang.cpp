@@ -58,3 +58,30 @@ TEST_CASE("each rank's plan spans gather to rank 0 in rank order") {
     for (int r = 0; r < 4; ++r) CHECK(unpack_rank_reps(reps[r]).at(0).wall_us == 100.0 * r);
   }
 }
+
+TEST_CASE("each rank's spans (with streams) and doorbells gather to rank 0 into one variant") {
+  const int me = g_gang->rank();
+  const std::vector<Span> spans = {{0, me, 3, "gemm", "gemm.wfu", 10.0 + me, 0, 0, 0},
+                                   {0, me, 3, "fabric", "fabric.publish_window", 1.0, 0, 0, me % 2}};
+  const int flag = me;  // doorbell_index(4, me, window)
+  const std::vector<BellOp> bells = {{0, me, 1, BellOpKind::ring, (me + 1) % 4, flag, "window", 4096ull + uint64_t(me)}};
+  const std::vector<std::string> span_parts = g_gang->gather(pack_spans(spans));
+  const std::vector<std::string> bell_parts = g_gang->gather(pack_bells(bells));
+  if (!g_gang->is_root()) return;
+  VariantResult v;
+  for (int r = 0; r < 4; ++r) append_spans(v, unpack_spans(span_parts[size_t(r)]), unpack_bells(bell_parts[size_t(r)]));
+  REQUIRE(v.spans.size() == 8);
+  REQUIRE(v.bells.size() == 4);
+  for (int r = 0; r < 4; ++r) {
+    const BellOp& bell = v.bells[size_t(r)];
+    CHECK(bell.rank == r);
+    CHECK(bell.span == 2 * r + 1);
+    CHECK(bell.op == BellOpKind::ring);
+    CHECK(bell.peer == (r + 1) % 4);
+    CHECK(bell.flag == r);
+    CHECK(bell.kind == "window");
+    CHECK(bell.value == 4096ull + uint64_t(r));
+    CHECK(v.spans[size_t(bell.span)].stream == r % 2);
+    CHECK(v.spans[size_t(bell.span)].rank == r);
+  }
+}

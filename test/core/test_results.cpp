@@ -1,9 +1,10 @@
 // Results files: HDF5 round trip, overwrite protection, errors that name the file.
 #include <doctest/doctest.h>
 #include <hdf5.h>
-#include <stdlib.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -11,20 +12,11 @@
 
 #include "check.h"
 #include "results.h"
+#include "temp_dir.h"
 
 namespace {
 
-// A fresh directory under the system temp dir, removed at the end of the test.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "pb-test-results-XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using pb::test::TempDir;
 
 pb::VariantResult make_variant(const std::string& name, int ranks, int reps, double scale) {
   pb::VariantResult variant;
@@ -33,13 +25,37 @@ pb::VariantResult make_variant(const std::string& name, int ranks, int reps, dou
   variant.complete = name != "partial";
   for (int rep = 0; rep < reps; ++rep) {
     for (int rank = 0; rank < ranks; ++rank) {
+      const int64_t first = int64_t(variant.spans.size());
       variant.spans.push_back({rep, rank, -1, "embed", "embed.gather", 3.5 * scale, 1e6, 0});
-      variant.spans.push_back({rep, rank, 0, "gemm", "gemm.qkv", 120.25 * scale, 2e8, 4e11});
+      variant.spans.push_back({rep, rank, 0, "gemm", "gemm.qkv", 120.25 * scale, 2e8, 4e11, 1, 3.75 * rank});
+      variant.spans.push_back({rep, rank, 0, "fabric", "fabric.wait_window", 0.5, 0, 0});
       variant.spans.push_back({rep, rank, 0, "land", "land.q_band", 10.5 * scale + rep, 3e7, 1e6});
+      const int peer = (rank + 1) % ranks;
+      variant.bells.push_back({rep, rank, first + 2, pb::BellOpKind::wait, peer, 8 * peer + rank, "window",
+                               0xfedcba9876543210ull + uint64_t(rep)});
+      variant.bells.push_back({rep, rank, first + 3, pb::BellOpKind::ring, peer, 2 * ranks + rank, "released",
+                               4096ull * uint64_t(rep + 1)});
       variant.rank_reps.push_back({rep, rank, 500.0 * scale + rep, 20.0 + rank, 1.5e9, 7.5e10});
     }
     variant.ttft_ms.push_back(100.0 * scale + 0.1 * rep);
   }
+  pb::Projection projection;
+  projection.link = "nvlink4";
+  projection.link_source = "datasheet: H200 NVLink 4, 450 GB/s per direction";
+  projection.rep = 1;
+  projection.ttft_ms = 42.5 * scale;
+  projection.reps = {{0, 41.0, 100.0, 1.25}, {1, 42.5, 100.1, std::nan("")}};
+  projection.ranks = {{0, 30e3, 25e3, 4e3, 17.5e3, 20e3}, {1, 42.5e3, 40e3, 2e3, 2.5e3, 41e3}};
+  projection.waits = {{0, 1, "window", 4e3, 10e3}, {1, 0, "released", 2e3, 1.5e3}};
+  projection.path = {{1, 0, 0, 0, "gemm.qkv", 0, 120.25, -1, "", 0},
+                     {6, 1, 1, 0, "fabric.wait_window", 120.25, 120.25, 0, "window", 7.5}};
+  projection.timeline = {{0, 0, 3.5}, {1, 3.5, 123.75}};
+  variant.projections.push_back(projection);
+  projection.link = "measured";
+  projection.link_source = "fabric spans as measured in the run";
+  projection.waits.clear();
+  projection.path.clear();
+  variant.projections.push_back(projection);
   pb::Outputs& outputs = variant.outputs;
   outputs.ranks = ranks;
   outputs.layers = 3;
@@ -92,6 +108,72 @@ void check_equal(const pb::Span& a, const pb::Span& b) {
   CHECK(a.time_us == b.time_us);
   CHECK(a.bytes == b.bytes);
   CHECK(a.flops == b.flops);
+  CHECK(a.stream == b.stream);
+  CHECK(a.start_us == b.start_us);
+}
+
+void check_equal(const pb::BellOp& a, const pb::BellOp& b) {
+  CHECK(a.rep == b.rep);
+  CHECK(a.rank == b.rank);
+  CHECK(a.span == b.span);
+  CHECK(a.op == b.op);
+  CHECK(a.peer == b.peer);
+  CHECK(a.flag == b.flag);
+  CHECK(a.kind == b.kind);
+  CHECK(a.value == b.value);
+}
+
+// Equal, or both NaN.
+bool same(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+
+void check_equal(const pb::Projection& a, const pb::Projection& b) {
+  CHECK(a.link == b.link);
+  CHECK(a.link_source == b.link_source);
+  CHECK(a.rep == b.rep);
+  CHECK(a.ttft_ms == b.ttft_ms);
+  REQUIRE(a.reps.size() == b.reps.size());
+  for (size_t i = 0; i < a.reps.size(); ++i) {
+    CHECK(a.reps[i].rep == b.reps[i].rep);
+    CHECK(a.reps[i].ttft_ms == b.reps[i].ttft_ms);
+    CHECK(a.reps[i].serialized_ttft_ms == b.reps[i].serialized_ttft_ms);
+    CHECK(same(a.reps[i].host_ms, b.reps[i].host_ms));
+  }
+  REQUIRE(a.ranks.size() == b.ranks.size());
+  for (size_t i = 0; i < a.ranks.size(); ++i) {
+    CHECK(a.ranks[i].rank == b.ranks[i].rank);
+    CHECK(a.ranks[i].end_us == b.ranks[i].end_us);
+    CHECK(a.ranks[i].busy_us == b.ranks[i].busy_us);
+    CHECK(a.ranks[i].wait_us == b.ranks[i].wait_us);
+    CHECK(a.ranks[i].idle_us == b.ranks[i].idle_us);
+    CHECK(a.ranks[i].path_compute_us == b.ranks[i].path_compute_us);
+  }
+  REQUIRE(a.waits.size() == b.waits.size());
+  for (size_t i = 0; i < a.waits.size(); ++i) {
+    CHECK(a.waits[i].rank == b.waits[i].rank);
+    CHECK(a.waits[i].peer == b.waits[i].peer);
+    CHECK(a.waits[i].kind == b.waits[i].kind);
+    CHECK(a.waits[i].stall_us == b.waits[i].stall_us);
+    CHECK(a.waits[i].path_us == b.waits[i].path_us);
+  }
+  REQUIRE(a.path.size() == b.path.size());
+  for (size_t i = 0; i < a.path.size(); ++i) {
+    CHECK(a.path[i].span == b.path[i].span);
+    CHECK(a.path[i].rank == b.path[i].rank);
+    CHECK(a.path[i].stream == b.path[i].stream);
+    CHECK(a.path[i].layer == b.path[i].layer);
+    CHECK(a.path[i].kernel == b.path[i].kernel);
+    CHECK(a.path[i].start_us == b.path[i].start_us);
+    CHECK(a.path[i].end_us == b.path[i].end_us);
+    CHECK(a.path[i].peer == b.path[i].peer);
+    CHECK(a.path[i].kind == b.path[i].kind);
+    CHECK(a.path[i].waited_us == b.path[i].waited_us);
+  }
+  REQUIRE(a.timeline.size() == b.timeline.size());
+  for (size_t i = 0; i < a.timeline.size(); ++i) {
+    CHECK(a.timeline[i].span == b.timeline[i].span);
+    CHECK(a.timeline[i].start_us == b.timeline[i].start_us);
+    CHECK(a.timeline[i].end_us == b.timeline[i].end_us);
+  }
 }
 
 void check_equal(const pb::RankRep& a, const pb::RankRep& b) {
@@ -120,6 +202,10 @@ void check_equal(const pb::VariantResult& a, const pb::VariantResult& b) {
   CHECK(a.complete == b.complete);
   REQUIRE(a.spans.size() == b.spans.size());
   for (size_t i = 0; i < a.spans.size(); ++i) check_equal(a.spans[i], b.spans[i]);
+  REQUIRE(a.bells.size() == b.bells.size());
+  for (size_t i = 0; i < a.bells.size(); ++i) check_equal(a.bells[i], b.bells[i]);
+  REQUIRE(a.projections.size() == b.projections.size());
+  for (size_t i = 0; i < a.projections.size(); ++i) check_equal(a.projections[i], b.projections[i]);
   REQUIRE(a.rank_reps.size() == b.rank_reps.size());
   for (size_t i = 0; i < a.rank_reps.size(); ++i) check_equal(a.rank_reps[i], b.rank_reps[i]);
   CHECK(a.ttft_ms == b.ttft_ms);
@@ -295,4 +381,154 @@ TEST_CASE("results: a wrong schema version or a missing dataset is named") {
     CHECK(message.find(path) != std::string::npos);
     CHECK(message.find("missing attribute /schema_version") != std::string::npos);
   }
+}
+
+namespace {
+
+// A schema 1 spans row: no stream.
+struct SpanRowV1 {
+  int32_t rep, rank, layer;
+  char family[pb::kNameBytes], kernel[pb::kNameBytes];
+  double time_us, bytes, flops;
+};
+
+hid_t span_row_v1_type() {
+  const hid_t name = H5Tcopy(H5T_C_S1);
+  H5Tset_size(name, pb::kNameBytes);
+  H5Tset_strpad(name, H5T_STR_NULLPAD);
+  const hid_t type = H5Tcreate(H5T_COMPOUND, sizeof(SpanRowV1));
+  H5Tinsert(type, "rep", HOFFSET(SpanRowV1, rep), H5T_NATIVE_INT32);
+  H5Tinsert(type, "rank", HOFFSET(SpanRowV1, rank), H5T_NATIVE_INT32);
+  H5Tinsert(type, "layer", HOFFSET(SpanRowV1, layer), H5T_NATIVE_INT32);
+  H5Tinsert(type, "family", HOFFSET(SpanRowV1, family), name);
+  H5Tinsert(type, "kernel", HOFFSET(SpanRowV1, kernel), name);
+  H5Tinsert(type, "time_us", HOFFSET(SpanRowV1, time_us), H5T_NATIVE_DOUBLE);
+  H5Tinsert(type, "bytes", HOFFSET(SpanRowV1, bytes), H5T_NATIVE_DOUBLE);
+  H5Tinsert(type, "flops", HOFFSET(SpanRowV1, flops), H5T_NATIVE_DOUBLE);
+  H5Tclose(name);
+  return type;
+}
+
+// Rewrites a file of the current schema as schema 1 wrote it: spans without
+// the stream and start_us members, no bells, no projection group, schema_version 1.
+void downgrade_to_schema_1(const std::string& path, const std::vector<std::string>& variants) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(file >= 0);
+  const hid_t type = span_row_v1_type();
+  for (const std::string& name : variants) {
+    const std::string spans_path = "/variants/" + name + "/spans";
+    const hid_t spans = H5Dopen2(file, spans_path.c_str(), H5P_DEFAULT);
+    REQUIRE(spans >= 0);
+    const hid_t space = H5Dget_space(spans);
+    const hssize_t rows = H5Sget_simple_extent_npoints(space);
+    std::vector<SpanRowV1> data(static_cast<size_t>(rows));
+    if (rows > 0) REQUIRE(H5Dread(spans, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()) >= 0);
+    H5Dclose(spans);
+    REQUIRE(H5Ldelete(file, spans_path.c_str(), H5P_DEFAULT) >= 0);
+    REQUIRE(H5Ldelete(file, ("/variants/" + name + "/bells").c_str(), H5P_DEFAULT) >= 0);
+    H5Ldelete(file, ("/variants/" + name + "/projection").c_str(), H5P_DEFAULT);  // absent: fine
+    const hid_t packed = H5Tcopy(type);
+    H5Tpack(packed);
+    const hid_t v1 = H5Dcreate2(file, spans_path.c_str(), packed, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    REQUIRE(v1 >= 0);
+    if (rows > 0) REQUIRE(H5Dwrite(v1, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()) >= 0);
+    H5Dclose(v1);
+    H5Tclose(packed);
+    H5Sclose(space);
+  }
+  H5Tclose(type);
+  const hid_t attribute = H5Aopen(file, "schema_version", H5P_DEFAULT);
+  const int32_t one = 1;
+  REQUIRE(H5Awrite(attribute, H5T_NATIVE_INT32, &one) >= 0);
+  H5Aclose(attribute);
+  H5Fclose(file);
+}
+
+}  // namespace
+
+TEST_CASE("results: a schema 1 file reads with every span on stream 0, start unknown, no bells and no projections") {
+  TempDir dir;
+  const std::string path = dir.file("v1.h5");
+  const pb::RunResult run = make_run();
+  pb::write_results(path, run, false);
+  downgrade_to_schema_1(path, {"baseline", "all"});
+
+  const pb::RunResult back = pb::read_results(path);
+  REQUIRE(back.variants.size() == run.variants.size());
+  for (size_t v = 0; v < run.variants.size(); ++v) {
+    const pb::VariantResult& want = run.variants[v];
+    const pb::VariantResult& got = back.variants[v];
+    REQUIRE(got.spans.size() == want.spans.size());
+    for (size_t i = 0; i < want.spans.size(); ++i) {
+      pb::Span expected = want.spans[i];
+      expected.stream = 0;
+      expected.start_us = -1;
+      check_equal(got.spans[i], expected);
+    }
+    CHECK(got.bells.empty());
+    CHECK(got.projections.empty());
+    CHECK(got.ttft_ms == want.ttft_ms);
+    check_equal(got.outputs, want.outputs);
+  }
+}
+
+TEST_CASE("results: append_spans shifts the bells to rows of the variant's spans table") {
+  pb::VariantResult variant;
+  const std::vector<pb::Span> rank0 = {{0, 0, 0, "gemm", "gemm.wfu", 5, 0, 0},
+                                       {0, 0, 0, "fabric", "fabric.publish_window", 1, 0, 0}};
+  const std::vector<pb::Span> rank1 = {{0, 1, 0, "fabric", "fabric.wait_window", 0, 0, 0},
+                                       {0, 1, 0, "gemm", "gemm.kv_b", 3, 0, 0}};
+  pb::append_spans(variant, rank0, {{0, 0, 1, pb::BellOpKind::ring, 1, 0, "window", 4096}});
+  pb::append_spans(variant, rank1, {{0, 1, 0, pb::BellOpKind::wait, 0, 0, "window", 4096}});
+  REQUIRE(variant.spans.size() == 4);
+  REQUIRE(variant.bells.size() == 2);
+  CHECK(variant.bells[0].span == 1);
+  CHECK(variant.bells[1].span == 2);
+  CHECK(variant.spans[size_t(variant.bells[1].span)].kernel == "fabric.wait_window");
+
+  const std::string message =
+      error_of([&] { pb::append_spans(variant, rank1, {{0, 1, 2, pb::BellOpKind::wait, 0, 0, "window", 4096}}); });
+  CHECK(message.find("span 2") != std::string::npos);
+  CHECK(variant.spans.size() == 4);  // refused as a whole
+}
+
+TEST_CASE("results: a bell naming a span of another rank, or no span, is refused on write and on read") {
+  TempDir dir;
+  pb::RunResult run = make_run();
+  const std::string path = dir.file("bells.h5");
+
+  SUBCASE("another rank's span, on write") {
+    run.variants[0].bells[0].span = 4;  // rank 1's first span; the bell is rank 0's
+    const std::string message = error_of([&] { pb::write_results(path, run, false); });
+    CHECK(message.find("/variants/baseline/bells row 0") != std::string::npos);
+    CHECK(message.find("another rep or rank") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(path));
+  }
+  SUBCASE("outside the table, on read") {
+    pb::write_results(path, run, false);
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(file >= 0);
+    const hid_t bells = H5Dopen2(file, "/variants/all/bells", H5P_DEFAULT);
+    const hid_t type = H5Tcreate(H5T_COMPOUND, sizeof(int64_t));
+    H5Tinsert(type, "span", 0, H5T_NATIVE_INT64);
+    std::vector<int64_t> spans(run.variants[1].bells.size());
+    REQUIRE(H5Dread(bells, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, spans.data()) >= 0);
+    spans[1] = 1000;
+    REQUIRE(H5Dwrite(bells, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, spans.data()) >= 0);
+    H5Tclose(type);
+    H5Dclose(bells);
+    H5Fclose(file);
+    const std::string message = error_of([&] { pb::read_results(path); });
+    CHECK(message.find(path) != std::string::npos);
+    CHECK(message.find("/variants/all/bells row 1") != std::string::npos);
+    CHECK(message.find("outside the") != std::string::npos);
+  }
+}
+
+TEST_CASE("results: two projections over one link in a variant are refused") {
+  TempDir dir;
+  pb::RunResult run = make_run();
+  run.variants[0].projections[1].link = run.variants[0].projections[0].link;
+  const std::string message = error_of([&] { pb::write_results(dir.file("twice.h5"), run, false); });
+  CHECK(message.find("two projections over link 'nvlink4'") != std::string::npos);
 }

@@ -6,11 +6,9 @@
 // several seeds, a mixture of scales per candidate (and the snapshot blocks
 // past nb filled with NaN, so reading one shows). Outputs are poisoned before
 // each run and guarded on both sides; the launch counts are taken from a
-// captured graph. The cut (the two_pass kernel at its default blocks per SM)
-// and its other forms (the ring with its tma and cp_async loaders, two_pass at
-// 2, 3, 4 blocks per SM, two rows staged ahead, with L2 hints) are held to the
-// same bits, and row counts around multiples of the SM count drive their
-// grid-stride and persistent loops.
+// captured graph. Row counts around multiples of the SM count drive the cut's
+// grid-stride loop (several rows per block, the next row staged while one is
+// mixed).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -166,38 +164,6 @@ void check_case(const Case& k) {
   check_same(got[0], want, "baseline vs ref");
   check_same(got[1], want, "cut vs ref");
   check_same(got[1], got[0], "cut vs baseline");
-
-  // The cut's other forms, kept for A/B: the ring (tma and cp.async loaders),
-  // two_pass at 2, 3, 4 blocks per SM (from all candidates staged in shared
-  // memory to 6 of 9 re-read from L2), two rows staged ahead, L2 eviction
-  // hints: the same bits.
-  struct Alt {
-    AttnResLoader loader;
-    int blocks_per_sm;
-    const char* name;
-    int rows_per_block = 0;
-  };
-  constexpr int kPersistent = kAttnResPersistent;
-  for (const Alt& a : {Alt{AttnResLoader::tma, 0, "cut (ring, tma)"}, Alt{AttnResLoader::cp_async, 0, "cut (ring, cp_async)"},
-                       Alt{AttnResLoader::two_pass_ahead, 0, "cut (two_pass, 2 rows ahead)"},
-                       Alt{AttnResLoader::two_pass_hint, 0, "cut (two_pass, L2 hints)"},
-                       Alt{AttnResLoader::two_pass_hint, 2, "cut (two_pass, L2 hints, 2 per SM)"},
-                       Alt{AttnResLoader::two_pass_hint, 4, "cut (two_pass, L2 hints, 4 per SM)", kPersistent},
-                       Alt{AttnResLoader::two_pass, 2, "cut (two_pass, 2 per SM, persistent)", kPersistent},
-                       Alt{AttnResLoader::two_pass, 3, "cut (two_pass, 3 per SM, persistent)", kPersistent},
-                       Alt{AttnResLoader::two_pass, 4, "cut (two_pass, 4 per SM, persistent)", kPersistent},
-                       Alt{AttnResLoader::two_pass, 0, "cut (two_pass, 1 row per block)", 1},
-                       Alt{AttnResLoader::two_pass, 0, "cut (two_pass, 3 rows per block)", 3},
-                       Alt{AttnResLoader::two_pass, 2, "cut (two_pass, 2 per SM, 5 rows per block)", 5},
-                       Alt{AttnResLoader::two_pass_ahead, 0, "cut (two_pass, 2 rows ahead, 4 rows per block)", 4}}) {
-    INFO(a.name);
-    GuardedOutput<float> scores(n_scores);
-    GuardedOutput<bf16> out(n_out);
-    attnres_cut(d_snap.get(), d_partial.get(), d_sw.get(), scores.get(), out.get(), in.shape, kEps, nullptr,
-                a.loader, a.blocks_per_sm, a.rows_per_block);
-    const Outputs alt{scores.result<float>("scores", Variant::cut), out.result<uint16_t>("out", Variant::cut)};
-    check_same(alt, want, a.name);
-  }
 }
 
 int multiprocessors() {
@@ -257,25 +223,23 @@ TEST_CASE("attnres: the cut's edges of hidden (8, 2056, 8192) and snapshot strid
   check_case({130, 7168, 8, 9, 6});
 }
 
-TEST_CASE("attnres: the cut's persistent blocks loop over many rows (ring wraps, uneven row counts)") {
-  // The ring runs one block per SM (at most one per row) over rows b, b + G, ...
-  // and a ring of 16 (hidden 7168), 14 (8192) or 32 (small hidden) candidate
-  // rows: row counts just around multiples of the SM count, and enough rows per
-  // block that the ring wraps many times with C not dividing the ring.
+TEST_CASE("attnres: the cut's grid-stride loop over many rows (uneven row counts)") {
+  // The cut runs ceil(rows / 2) blocks, 2 .. 4 per SM, each over rows b, b + G,
+  // ...: row counts just around multiples of the SM count, and enough rows that
+  // the blocks resident at once take several rows each, so the next row's chunks
+  // are staged while a row is mixed, at every hidden and C.
   const int64_t sms = multiprocessors();
   INFO("multiprocessors ", sms);
   for (int64_t rows : {sms - 1, sms, sms + 1, 3 * sms + 5}) check_case({rows, 1024, 8, 8, 31});
-  check_case({6 * sms + 7, 7168, 8, 8, 32});   // ~6 rows per block, 54 items over 16 entries
+  check_case({6 * sms + 7, 7168, 8, 8, 32});
   check_case({6 * sms + 3, 7168, 1, 8, 33});   // C = 2
-  check_case({6 * sms + 1, 7168, 6, 8, 34});   // C = 7: ring 16 = 2 C + 2
-  check_case({5 * sms + 2, 8192, 8, 8, 35});   // ring 14
+  check_case({6 * sms + 1, 7168, 6, 8, 34});   // C = 7
+  check_case({5 * sms + 2, 8192, 8, 8, 35});
   check_case({4 * sms + 9, 2056, 4, 8, 36});
-  for (int nb : {1, 2, 3, 5, 7, 8}) check_case({40 * sms + 11, 8, nb, 8, uint64_t(40 + nb)});  // 40+ rows per block
-  // two_pass runs 2 .. 4 blocks per SM: several rows per block at every hidden,
-  // so the next row's chunks are staged while a row is mixed.
-  check_case({12 * sms + 5, 7168, 2, 8, 37});   // ~3 rows per block at 4 per SM
-  check_case({16 * sms + 3, 1024, 8, 8, 38});   // ~4 .. 8 rows per block
-  check_case({9 * sms + 7, 8192, 8, 8, 39});    // hidden 8192: 6 of 9 candidates from L2 at 4 per SM
+  for (int nb : {1, 2, 3, 5, 7, 8}) check_case({40 * sms + 11, 8, nb, 8, uint64_t(40 + nb)});
+  check_case({12 * sms + 5, 7168, 2, 8, 37});
+  check_case({16 * sms + 3, 1024, 8, 8, 38});
+  check_case({9 * sms + 7, 8192, 8, 8, 39});    // hidden 8192, C = 9: not all staged, the rest re-read from L2
 }
 
 TEST_CASE("attnres: zero candidates (the norm falls back on eps)") {
@@ -329,21 +293,12 @@ TEST_CASE("attnres: the launchers check their contract") {
   CHECK_THROWS_AS(call(Variant::cut, {2, 1024, 2, 8}, nullptr, out.get() + 1), pb::Error);
   CHECK_THROWS_AS(call(Variant::cut, {2, 1024, 2, 8}, nullptr, nullptr, sw.get() + 1), pb::Error);
   CHECK_NOTHROW(call(Variant::baseline, {2, 1024, 2, 8}, partial.get() + 1, out.get() + 1, sw.get() + 1));
-  // two_pass: 2 .. 4 blocks per SM (0: its default); it shares the cut's limits
-  for (int bad : {1, 5})
-    CHECK_THROWS_AS(attnres_cut(snap.get(), partial.get(), sw.get(), scores.get(), out.get(), {4, 1024, 4, 8}, kEps,
-                                nullptr, AttnResLoader::two_pass, bad),
-                    pb::Error);
-  // rows_per_block: 0 (default), kAttnResPersistent or >= 1
-  for (int bad : {-2, -7})
-    CHECK_THROWS_AS(attnres_cut(snap.get(), partial.get(), sw.get(), scores.get(), out.get(), {4, 1024, 4, 8}, kEps,
-                                nullptr, AttnResLoader::two_pass, 0, bad),
-                    pb::Error);
+  // attnres_cut called directly holds the same limits
   CHECK_THROWS_AS(attnres_cut(snap.get(), partial.get(), sw.get(), scores.get(), out.get(), {2, 8200, 2, 8}, kEps,
-                              nullptr, AttnResLoader::two_pass),
+                              nullptr),
                   pb::Error);
   CHECK_THROWS_AS(attnres_cut(snap.get(), partial.get() + 1, sw.get(), scores.get(), out.get(), {2, 1024, 2, 8},
-                              kEps, nullptr, AttnResLoader::two_pass),
+                              kEps, nullptr),
                   pb::Error);
   PB_CUDA(cudaDeviceSynchronize());
 }

@@ -251,29 +251,6 @@ TEST_CASE("fmha: larger shapes (several query and key tiles, tq != tk)") {
   }
 }
 
-// The cuDNN engine's causal split (fmha_cudnn.cu, PB_FMHA_CAUSAL_SPLIT_MIN): a
-// causal square call as two cuDNN calls, the upper half causal over its keys
-// and the lower half bottom-right causal over all keys; odd sizes leave the
-// lower half a row longer. Same floors as one call.
-TEST_CASE("fmha: the cuDNN causal split (two calls for a causal square) == float64 reference") {
-  if (!fmha_cudnn_available()) return;
-  REQUIRE(setenv("PB_FMHA_CAUSAL_SPLIT_MIN", "64", 1) == 0);
-  int index = 0;
-  for (HeadDims hd : kHeadDims) {
-    for (int64_t t : {64, 129, 1001}) {
-      ++index;
-      INFO("cudnn split d " << hd.qk << "/" << hd.v << " causal tq = tk = " << t);
-      const Inputs in = make_inputs(t, t, 2, hd.qk, hd.v, true, QLayout(index % 3), VLayout(index % 2), 3000 + index);
-      const std::string why = check_floors(run_engine(FmhaEngine::cudnn, in, in.shape), reference(in), t, 2, hd.v);
-      CHECK_MESSAGE(why.empty(), why);
-    }
-  }
-  // below the threshold (and for tq != tk) one call, as without the variable
-  const Inputs small = make_inputs(63, 63, 1, 192, 128, true, QLayout::dense, VLayout::dense, 3100);
-  CHECK(check_floors(run_engine(FmhaEngine::cudnn, small, small.shape), reference(small), 63, 1, 128).empty());
-  REQUIRE(unsetenv("PB_FMHA_CAUSAL_SPLIT_MIN") == 0);
-}
-
 TEST_CASE("fmha: rows that see no key get o == 0 and lse == -inf") {
   // Causal with tq > tk: query i sees keys j <= i + tk - tq, so the first
   // tq - tk rows see nothing (whole CTAs of them and part of one).

@@ -1,12 +1,11 @@
 // The KDA core on the device (kda.h) against the float64 reference (kda_ref.h)
 // on random inputs (never zeros; strong and weak decays both present):
 //   - the forward (o and the final state) vs the sequential recurrence: 2 heads at
-//     T = 1, 63, 65, 200 (with and without S_in), and 96 heads at T = 256; each with both
-//     prepare kernels (KdaPrepare) and the four walks (KdaWalk; the wgmma walk: forward only);
+//     T = 1, 63, 65, 200 (with and without S_in), and 96 heads at T = 256; each with the
+//     three walks (KdaWalk; the wgmma walk: forward only, on sm_90);
 //   - the halves walk's o, S_out, M and D equal the head walk's bit for bit (96 heads, T = 200);
 //   - two chunked segments, the second fed the first's final state, equal one
 //     pass over the concatenation;
-//   - the pipelined forward (kda_forward_pipelined) equals kda_forward bit for bit;
 //   - the package: S_in·M + D equals the sequential state; M, D equal kda_package;
 //     kda_fold of 3 packages equals the sequential state over the concatenation.
 // Floors (kda.h): rel-L2 ≤ kKdaRelL2Floor (1.5e-2) and max |x − ref| ≤ kKdaMaxAbsFloor
@@ -19,11 +18,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <random>
 #include <string>
-#include <tuple>
-#include <utility>
 #include <vector>
 
 #include "gemm.h"
@@ -190,11 +186,8 @@ struct GpuRun {
   std::vector<float> S;
 };
 
-// kda_forward over tokens [t0, t0 + n) from S_in (empty = null); pieces > 1:
-// kda_forward_pipelined in that many pieces.
-GpuRun gpu_forward(const Inputs& in, int64_t t0, int64_t n, const std::vector<float>& S_in,
-                   KdaWalk walk = KdaWalk::kHead, KdaPrepare prep = KdaPrepare::kV2, int pieces = 1,
-                   double shrink = 1.0) {
+// kda_forward over tokens [t0, t0 + n) from S_in (empty = null).
+GpuRun gpu_forward(const Inputs& in, int64_t t0, int64_t n, const std::vector<float>& S_in, KdaWalk walk) {
   const int H = in.heads;
   KdaWorkspace ws(std::max<int64_t>(n, 1), H);
   DeviceBuffer<bf16> o(size_t(std::max<int64_t>(n, 1) * in.width));
@@ -202,12 +195,8 @@ GpuRun gpu_forward(const Inputs& in, int64_t t0, int64_t n, const std::vector<fl
   o.poison();
   s_out.poison();
   if (!S_in.empty()) s_in.upload(S_in);
-  if (pieces > 1)
-    kda_forward_pipelined(in.view(t0), n, H, ws, S_in.empty() ? nullptr : s_in.get(), o.get(), in.width, s_out.get(),
-                          nullptr, pieces, walk, prep, shrink);
-  else
-    kda_forward(in.view(t0), n, H, ws, S_in.empty() ? nullptr : s_in.get(), o.get(), in.width, s_out.get(), nullptr,
-                walk, prep);
+  kda_forward(in.view(t0), n, H, ws, S_in.empty() ? nullptr : s_in.get(), o.get(), in.width, s_out.get(), nullptr,
+              walk);
   PB_CUDA(cudaDeviceSynchronize());
   GpuRun r;
   r.o = o.download<uint16_t>();
@@ -223,16 +212,11 @@ void check_close(const Close& c, const std::string& what) {
 }
 
 const char* walk_name(KdaWalk w) {
-  return w == KdaWalk::kHead     ? "head walk"
-         : w == KdaWalk::kHalves ? "halves walk"
-         : w == KdaWalk::kWgmma  ? "wgmma walk"
-                                 : "slice walk";
+  return w == KdaWalk::kHead ? "head walk" : w == KdaWalk::kHalves ? "halves walk" : "wgmma walk";
 }
-const char* prep_name(KdaPrepare p) { return p == KdaPrepare::kV2 ? "prepare v2" : "prepare v1"; }
 // The forward's walks, and the package's (the wgmma walk covers the forward only).
-constexpr KdaWalk kForwardWalks[] = {KdaWalk::kHead, KdaWalk::kSlices, KdaWalk::kHalves, KdaWalk::kWgmma};
-constexpr KdaWalk kPackageWalks[] = {KdaWalk::kHead, KdaWalk::kSlices, KdaWalk::kHalves};
-constexpr KdaPrepare kPreps[] = {KdaPrepare::kV2, KdaPrepare::kV1};
+constexpr KdaWalk kForwardWalks[] = {KdaWalk::kHead, KdaWalk::kHalves, KdaWalk::kWgmma};
+constexpr KdaWalk kPackageWalks[] = {KdaWalk::kHead, KdaWalk::kHalves};
 
 TEST_CASE("kda forward vs the sequential recurrence") {
   struct Case {
@@ -252,73 +236,13 @@ TEST_CASE("kda forward vs the sequential recurrence") {
     std::vector<double> o_ref(size_t(c.tokens * in.width)), S_ref(size_t(c.heads) * kD * kD);
     ref::kda_sequential(r.q.data(), r.k.data(), r.v.data(), r.la.data(), r.beta.data(), r.shape,
                         ref::kda_default_scale(kD), c.s_in ? S_in_d.data() : nullptr, o_ref.data(), S_ref.data());
-    for (KdaPrepare prep : kPreps)
-      for (KdaWalk walk : kForwardWalks) {
-        if (walk == KdaWalk::kWgmma && !kda_wgmma_walk_supported()) continue;  // sm_90 only
-        const GpuRun g = gpu_forward(in, 0, c.tokens, S_in, walk, prep);
-        const std::string how = std::string(prep_name(prep)) + ", " + walk_name(walk);
-        check_close(compare(bf16_to_double(g.o), o_ref), tag + " o, " + how);
-        check_close(compare(g.S, S_ref), tag + " S, " + how);
-      }
+    for (KdaWalk walk : kForwardWalks) {
+      if (walk == KdaWalk::kWgmma && !kda_wgmma_walk_supported()) continue;  // sm_90 only
+      const GpuRun g = gpu_forward(in, 0, c.tokens, S_in, walk);
+      check_close(compare(bf16_to_double(g.o), o_ref), tag + " o, " + walk_name(walk));
+      check_close(compare(g.S, S_ref), tag + " S, " + walk_name(walk));
+    }
   }
-}
-
-// The two prepare kernels' products agree (each product rounded to bf16 once in v1; v2's
-// L / Aqk B operands and W's kg carry one more bf16 rounding): per product rel-L2 ≤ 1e-2
-// (Aqk over its written lower block triangle). Names the product that drifts when the
-// forward checks fail for one prepare only.
-TEST_CASE("kda prepare v2 products equal v1's") {
-  const int H = 3;
-  const int64_t T = 200;  // the last chunk is short
-  const Inputs in(T, H, 77);
-  KdaWorkspace w1(T, H), w2(T, H);
-  for (KdaWorkspace* w : {&w1, &w2}) {
-    w->w.poison();
-    w->u.poison();
-    w->khat.poison();
-    w->qg.poison();
-    w->aqk.poison();
-    w->gamma.poison();
-  }
-  kda_prepare(in.view(0), T, H, w1, nullptr, KdaPrepare::kV1);
-  kda_prepare(in.view(0), T, H, w2, nullptr, KdaPrepare::kV2);
-  PB_CUDA(cudaDeviceSynchronize());
-  auto rows_of = [&](const std::vector<uint16_t>& x, int cols, bool lower_blocks) {
-    std::vector<double> y;
-    const int64_t chunks = w1.chunks();
-    for (int h = 0; h < H; ++h)
-      for (int64_t ch = 0; ch < chunks; ++ch)
-        for (int r = 0; r < kKdaChunkLen; ++r) {
-          if (ch * kKdaChunkLen + r >= T) continue;
-          for (int c = 0; c < cols; ++c) {
-            if (lower_blocks && c / 16 > r / 16) continue;
-            y.push_back(ref::bf16_to_f32(x[size_t(((h * chunks + ch) * kKdaChunkLen + r) * cols + c)]));
-          }
-        }
-    return y;
-  };
-  struct Item {
-    const char* name;
-    const DeviceBuffer<bf16>* a;
-    const DeviceBuffer<bf16>* b;
-    int cols;
-  };
-  const Item items[] = {{"W", &w2.w, &w1.w, kD},          {"U", &w2.u, &w1.u, kD},
-                        {"K-hat", &w2.khat, &w1.khat, kD}, {"Qg", &w2.qg, &w1.qg, kD},
-                        {"Aqk", &w2.aqk, &w1.aqk, kKdaChunkLen}};
-  for (const Item& it : items) {
-    const std::vector<double> a = rows_of(it.a->download<uint16_t>(), it.cols, it.cols == kKdaChunkLen);
-    const std::vector<double> b = rows_of(it.b->download<uint16_t>(), it.cols, it.cols == kKdaChunkLen);
-    const Close c = compare(a, b);
-    const std::string what = std::string("prepare v2 vs v1: ") + it.name + ": " + c.text();
-    INFO(what);
-    CHECK((c.finite && c.rel_l2 <= 1e-2));
-    MESSAGE(what);
-  }
-  const std::vector<float> g1 = w1.gamma.download(), g2 = w2.gamma.download();
-  const Close c = compare(g2, std::vector<double>(g1.begin(), g1.end()));
-  MESSAGE("prepare v2 vs v1: Gamma: " << c.text());
-  CHECK((c.finite && c.rel_l2 <= 1e-3));
 }
 
 TEST_CASE("kda two segments threaded through S equal one pass") {
@@ -326,9 +250,10 @@ TEST_CASE("kda two segments threaded through S equal one pass") {
   const int64_t T1 = 130, T2 = 70, T = T1 + T2;
   const Inputs in(T, H, 101);
   const std::vector<float> S0 = random_state(H, 102, 0.5f);
-  const GpuRun whole = gpu_forward(in, 0, T, S0);
-  const GpuRun first = gpu_forward(in, 0, T1, S0);
-  const GpuRun second = gpu_forward(in, T1, T2, first.S);
+  const KdaWalk walk = kda_default_forward_walk();
+  const GpuRun whole = gpu_forward(in, 0, T, S0, walk);
+  const GpuRun first = gpu_forward(in, 0, T1, S0, walk);
+  const GpuRun second = gpu_forward(in, T1, T2, first.S, walk);
 
   const RefInputs r = ref_inputs(in, 0, T);
   const std::vector<double> S0_d = to_double(S0);
@@ -347,14 +272,13 @@ struct Package {
   std::vector<float> M, D;
 };
 
-Package gpu_package(const Inputs& in, int64_t t0, int64_t n, KdaWalk walk = KdaWalk::kHead,
-                    KdaPrepare prep = KdaPrepare::kV2) {
+Package gpu_package(const Inputs& in, int64_t t0, int64_t n, KdaWalk walk) {
   const int H = in.heads;
   KdaWorkspace ws(n, H);
   DeviceBuffer<float> M(size_t(H) * kD * kD), D(size_t(H) * kD * kD);
   M.poison();
   D.poison();
-  kda_prepare(in.view(t0), n, H, ws, nullptr, prep);
+  kda_prepare(in.view(t0), n, H, ws, nullptr);
   kda_package(ws, n, M.get(), D.get(), nullptr, walk);
   PB_CUDA(cudaDeviceSynchronize());
   return Package{M.download(), D.download()};
@@ -362,13 +286,12 @@ Package gpu_package(const Inputs& in, int64_t t0, int64_t n, KdaWalk walk = KdaW
 
 // Weak decays (M well above underflow) and the default mix (M of the strong-decay
 // channels underflows to 0 in the reference as on the device), each walk.
-void check_package(bool weak, KdaWalk walk, KdaPrepare prep) {
+void check_package(bool weak, KdaWalk walk) {
   const int H = 3;
   const int64_t T = 150;
   const Inputs in = weak ? Inputs(T, H, 203, -12.0f, -8.0f) : Inputs(T, H, 201);
-  const std::string tag =
-      std::string(weak ? "weak decays, " : "mixed decays, ") + prep_name(prep) + ", " + walk_name(walk);
-  const Package pk = gpu_package(in, 0, T, walk, prep);
+  const std::string tag = std::string(weak ? "weak decays, " : "mixed decays, ") + walk_name(walk);
+  const Package pk = gpu_package(in, 0, T, walk);
   const RefInputs r = ref_inputs(in, 0, T);
   std::vector<double> M_ref(size_t(H) * kD * kD), D_ref(size_t(H) * kD * kD);
   ref::kda_package(r.k.data(), r.v.data(), r.la.data(), r.beta.data(), r.shape, kKdaChunkLen, M_ref.data(),
@@ -408,11 +331,10 @@ void check_package(bool weak, KdaWalk walk, KdaPrepare prep) {
 }
 
 TEST_CASE("kda package: S_in M + D equals the sequential state") {
-  for (KdaPrepare prep : kPreps)
-    for (KdaWalk walk : kPackageWalks) {
-      check_package(true, walk, prep);
-      check_package(false, walk, prep);
-    }
+  for (KdaWalk walk : kPackageWalks) {
+    check_package(true, walk);
+    check_package(false, walk);
+  }
 }
 
 TEST_CASE("kda fold of 3 packages equals the sequential state") {
@@ -422,9 +344,8 @@ TEST_CASE("kda fold of 3 packages equals the sequential state") {
   std::vector<Package> pk;
   int64_t t0 = 0;
   for (int64_t n : lens) {
-    // segment 0: v2 + head walk, 1: v1 + slice walk, 2: v2 + slice walk
-    pk.push_back(gpu_package(in, t0, n, t0 == 0 ? KdaWalk::kHead : KdaWalk::kSlices,
-                             t0 == lens[0] ? KdaPrepare::kV1 : KdaPrepare::kV2));
+    // segment 0: the head walk, 1 and 2: the package's default (the halves walk)
+    pk.push_back(gpu_package(in, t0, n, t0 == 0 ? KdaWalk::kHead : kKdaPackageWalk));
     t0 += n;
   }
   std::vector<DeviceBuffer<float>> dM, dD;
@@ -454,7 +375,7 @@ TEST_CASE("kda fold of 3 packages equals the sequential state") {
   // The forward of the third segment from the fold of the first two equals the tail of one pass.
   kda_fold(blas, pM.data(), pD.data(), 2, H, S.get(), scratch.get(), nullptr);
   PB_CUDA(cudaDeviceSynchronize());
-  const GpuRun tail = gpu_forward(in, lens[0] + lens[1], lens[2], S.download());
+  const GpuRun tail = gpu_forward(in, lens[0] + lens[1], lens[2], S.download(), kda_default_forward_walk());
   std::vector<double> o_ref(size_t(T * in.width));
   ref::kda_sequential(r.q.data(), r.k.data(), r.v.data(), r.la.data(), r.beta.data(), r.shape,
                       ref::kda_default_scale(kD), nullptr, o_ref.data(), nullptr);
@@ -537,58 +458,6 @@ TEST_CASE("kda halves walk equals the head walk bit for bit") {
   check_bits(bit_diff(halves.D, head.D, of_f32), "halves vs head walk: D");
 }
 
-// The pipelined forward runs the same kernels over the same chunks, the state handed between
-// pieces in f32: o and S_out equal kda_forward's bit for bit, for pieces that do and do not
-// divide the chunks (up to one per chunk, and more pieces than chunks), a short last chunk, with
-// and without S_in.
-TEST_CASE("kda pipelined forward equals the forward bit for bit") {
-  struct Case {
-    int64_t tokens;
-    int heads;
-    bool s_in;
-  };
-  const Case cases[] = {{200, 3, true}, {7 * 64 + 5, 2, false}, {256, 96, true}};
-  uint64_t seed = 501;
-  for (const Case& c : cases) {
-    const Inputs in(c.tokens, c.heads, seed++);
-    const std::vector<float> S_in = c.s_in ? random_state(c.heads, seed++, 0.5f) : std::vector<float>{};
-    for (KdaWalk walk : {KdaWalk::kHead, KdaWalk::kWgmma}) {
-      if (walk == KdaWalk::kWgmma && !kda_wgmma_walk_supported()) continue;  // sm_90 only
-      const GpuRun whole = gpu_forward(in, 0, c.tokens, S_in, walk);
-      const std::pair<int, double> splits[] = {{2, 1.0}, {3, 1.0}, {5, 1.0}, {64, 1.0}, {3, 0.3}, {4, 0.15}};
-      for (const auto& [pieces, shrink] : splits) {
-        const GpuRun part = gpu_forward(in, 0, c.tokens, S_in, walk, KdaPrepare::kV2, pieces, shrink);
-        const std::string tag = "T " + std::to_string(c.tokens) + " H " + std::to_string(c.heads) + ", " +
-                                walk_name(walk) + ", " + std::to_string(pieces) + " pieces, shrink " +
-                                std::to_string(shrink);
-        check_bits(bit_diff(part.o, whole.o, of_bf16), tag + ": o");
-        check_bits(bit_diff(part.S, whole.S, of_f32), tag + ": S_out");
-      }
-    }
-  }
-}
-
-// The pieces cover the chunks in order, each at least a chunk, and shrink as asked.
-TEST_CASE("kda pipelined forward's pieces") {
-  CHECK(kda_piece_ends(256, 4) == std::vector<int64_t>{64, 128, 192, 256});
-  CHECK(kda_piece_ends(3, 5) == std::vector<int64_t>{1, 2, 3});  // at most one piece per chunk
-  CHECK(kda_piece_ends(256, 2, 0.25) == std::vector<int64_t>{205, 256});  // 4/5 and 1/5
-  CHECK(kda_piece_ends(7, 3, 0.1) == std::vector<int64_t>{5, 6, 7});      // rounding 6.3 would leave no room
-  const std::tuple<int, int, double> splits[] = {{256, 3, 0.35}, {100, 64, 0.9}, {1000, 7, 0.5}};
-  for (const auto& [chunks, pieces, shrink] : splits) {
-    const std::vector<int64_t> ends = kda_piece_ends(chunks, pieces, shrink);
-    REQUIRE(ends.size() == size_t(std::min(chunks, pieces)));
-    CHECK(ends.back() == chunks);
-    for (size_t j = 0; j < ends.size(); ++j) {
-      const int64_t size = ends[j] - (j == 0 ? 0 : ends[j - 1]);
-      CHECK(size >= 1);
-      if (j > 0) CHECK(size <= ends[0] + 1);  // never larger than the first (up to rounding)
-    }
-  }
-  CHECK_THROWS_AS(kda_piece_ends(10, 2, 0.0), pb::Error);
-  CHECK_THROWS_AS(kda_piece_ends(10, 2, 1.5), pb::Error);
-}
-
 TEST_CASE("kda launcher contract") {
   KdaWorkspace ws(64, 1);
   KdaInputs bad;
@@ -597,8 +466,6 @@ TEST_CASE("kda launcher contract") {
   CHECK_THROWS_AS(kda_prepare(bad, 10, 2, ws, nullptr), pb::Error);
   DeviceBuffer<float> M(size_t(kD) * kD), D(size_t(kD) * kD);
   CHECK_THROWS_AS(kda_package(ws, 10, M.get(), D.get(), nullptr, KdaWalk::kWgmma), pb::Error);  // forward only
-  for (int pieces : {0, kKdaMaxPieces + 1})
-    CHECK_THROWS_AS(kda_forward_pipelined(bad, 64, 1, ws, nullptr, nullptr, 0, nullptr, nullptr, pieces), pb::Error);
 }
 
 }  // namespace

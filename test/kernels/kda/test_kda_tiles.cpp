@@ -1,11 +1,11 @@
 // The KDA kernels' shared-memory addressing (kernels/kda/kda_tiles.h), emulated on
 // the host: tiles are written through the kernels' layouts (swizzled rows of
-// 128 or 256 bytes, the 80-byte pitch of the U tile), read back by an emulated
+// 128 or 256 bytes), read back by an emulated
 // ldmatrix.x4 (plain and .trans) at the lanes' addresses the kernels compute,
 // and the registers are decoded by the mma.m16n8k16 fragment layout (PTX ISA):
 //   A: reg0 (g, 2t..2t+1), reg1 (g+8, 2t..), reg2 (g, 2t+8..), reg3 (g+8, 2t+8..)
 //   B: reg0 (k 2t..2t+1, n g), reg1 (k 2t+8..2t+9, n g)
-// Each use in kda.cu must yield exactly the intended 16x16 A block or 16x8 B
+// Each use in the KDA kernels must yield exactly the intended 16x16 A block or 16x8 B
 // tiles. Also: every ldmatrix phase (8 rows) hits 8 distinct bank groups.
 #include <doctest/doctest.h>
 
@@ -100,9 +100,6 @@ void decode_b(const Regs& r, int q0, uint16_t (&B)[16][8]) {
 Layout swizzled(int row_bytes) {
   return [row_bytes](int row, int chunk) { return swz(row, chunk, row_bytes); };
 }
-Layout pitched(int pitch_bytes) {
-  return [pitch_bytes](int row, int chunk) { return uint32_t(row * pitch_bytes + chunk * 16); };
-}
 
 // addr[lane] = layout(row0 + p.row, chunk0 + p.chunk) for the lane pattern p.
 template <class Pattern>
@@ -169,8 +166,8 @@ struct TileUse {
   size_t bytes;
 };
 
-TEST_CASE("B operand stored [k][n], ldmatrix.trans (kg, v, K-hat, U swizzled; U pitched)") {
-  const TileUse uses[] = {{swizzled(256), 128, 64 * 256}, {swizzled(128), 64, 64 * 128}, {pitched(80), 32, 64 * 80}};
+TEST_CASE("B operand stored [k][n], ldmatrix.trans (kg, v, K-hat, U)") {
+  const TileUse uses[] = {{swizzled(256), 128, 64 * 256}, {swizzled(128), 64, 64 * 128}};
   for (const TileUse& u : uses) {
     const auto img = make_tile(64, u.cols, u.lay, u.bytes);
     for (int ks = 0; ks < 4; ++ks)
@@ -189,9 +186,8 @@ TEST_CASE("B operand stored [k][n], ldmatrix.trans (kg, v, K-hat, U swizzled; U 
 }
 
 TEST_CASE("A operand stored [k][m], ldmatrix.trans (U^T in the state update)") {
-  // U [64 tokens][rows]: 80-byte pitch (slices), swizzled 256-byte rows (head walk),
-  // swizzled 128-byte rows (halves walk)
-  const TileUse uses[] = {{pitched(80), 32, 64 * 80}, {swizzled(256), 128, 64 * 256}, {swizzled(128), 64, 64 * 128}};
+  // U [64 tokens][rows]: swizzled 256-byte rows (head walk), swizzled 128-byte rows (halves walk)
+  const TileUse uses[] = {{swizzled(256), 128, 64 * 256}, {swizzled(128), 64, 64 * 128}};
   for (const TileUse& u : uses) {
     const auto img = make_tile(64, u.cols, u.lay, u.bytes);
     for (int ks = 0; ks < 4; ++ks)
