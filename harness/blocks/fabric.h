@@ -7,7 +7,7 @@
 // a writer copies into the peer's slab, and doorbells are u64 stores into the
 // peer's slab: ring() is cuStreamWriteValue64 (ordered after the stream's
 // earlier work), wait() is cuStreamWaitValue64 (GEQ) on this rank's own
-// doorbell; both driver calls come from cudaGetDriverEntryPointByVersion, so
+// doorbell; both driver calls are resolved at run time (fabric_driver.h), so
 // nothing links libcuda. Several ranks may share one GPU: IPC only refuses a
 // handle opened by the process that made it, and a rank never opens its own.
 //

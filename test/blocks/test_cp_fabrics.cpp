@@ -49,19 +49,29 @@ Bits download(const __nv_bfloat16* p, int64_t n) {
   return out;
 }
 
-// This rank's segment of a seeded [context, hidden] input, in a bucket of `rows`.
-DeviceBuffer<__nv_bfloat16> segment_input(const ModelShape& m, int64_t context, int64_t rows, uint64_t seed,
-                                          cudaStream_t stream) {
-  const Gang& gang = test_gang();
-  const Segment mine = contiguous_segments(context, gang.size())[gang.rank()];
-  DeviceBuffer<__nv_bfloat16> full(size_t(context * m.hidden)), local(size_t(rows * m.hidden));
-  fill_uniform_bf16(full.get(), context * m.hidden, seed, 1.0f, stream);
-  fill_uniform_bf16(local.get(), rows * m.hidden, seed + 1, 1.0f, stream);  // rows >= T: anything
-  PB_CUDA(cudaMemcpyAsync(local.get(), full.get() + mine.begin * m.hidden, size_t(mine.len * m.hidden) * 2,
-                          cudaMemcpyDeviceToDevice, stream));
-  PB_CUDA(cudaStreamSynchronize(stream));
-  return local;
-}
+// This rank's share of a seeded [context, hidden] input, in a bucket of
+// `rows`, and the stream its calls run on.
+struct Lane {
+  int cp = 0, me = 0;
+  std::vector<Segment> segs;
+  int64_t rows = 0;
+  cudaStream_t stream = nullptr;
+  DeviceBuffer<__nv_bfloat16> input;
+  Lane(const ModelShape& m, int64_t context, int64_t pad_rows, uint64_t seed)
+      : cp(test_gang().size()), me(test_gang().rank()), segs(contiguous_segments(context, cp)),
+        rows(segs[0].len + pad_rows) {
+    PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const Segment mine = segs[size_t(me)];
+    DeviceBuffer<__nv_bfloat16> full(size_t(context * m.hidden));
+    input = DeviceBuffer<__nv_bfloat16>(size_t(rows * m.hidden));
+    fill_uniform_bf16(full.get(), context * m.hidden, seed, 1.0f, stream);
+    fill_uniform_bf16(input.get(), rows * m.hidden, seed + 1, 1.0f, stream);  // rows >= T: anything
+    PB_CUDA(cudaMemcpyAsync(input.get(), full.get() + mine.begin * m.hidden, size_t(mine.len * m.hidden) * 2,
+                            cudaMemcpyDeviceToDevice, stream));
+    PB_CUDA(cudaStreamSynchronize(stream));
+  }
+  ~Lane() { PB_CUDA_NOTHROW(cudaStreamDestroy(stream)); }
+};
 
 // The gang's sums of this rank's counters, so every rank checks the same numbers.
 int64_t gang_sum(int64_t mine) {
@@ -70,8 +80,25 @@ int64_t gang_sum(int64_t mine) {
   return all;
 }
 
-// The calls of one block over one fabric: each call's live output rows.
+// The calls of one block over one fabric: each call's output rows.
 using Calls = std::function<std::vector<Bits>(Fabric& fab)>;
+
+// call(seq, cuts) for seq 0, 1, ... over `order`, the fabric drained after
+// each; read() gives the call's rows. Then every NCCL transfer settles.
+std::vector<Bits> run_calls(Fabric& fab, Timeline& tl, const std::vector<CutSet>& order,
+                            const std::function<void(int64_t, const CutSet&)>& call,
+                            const std::function<std::vector<Bits>()>& read) {
+  std::vector<Bits> out;
+  int64_t seq = 0;
+  for (const CutSet& cuts : order) {
+    call(seq++, cuts);
+    fab.drain();
+    tl.collect();
+    for (Bits& b : read()) out.push_back(std::move(b));
+  }
+  fab.settle_transfers();
+  return out;
+}
 
 struct Traffic {
   int64_t ipc = 0, nccl = 0;
@@ -105,72 +132,44 @@ Traffic check_against_ipc(const SlabLayout& shared, const FabricPlan& plan, cons
 }
 
 Traffic check_mla(const ModelShape& m, int64_t context, int64_t pad_rows, const FabricPlan& plan) {
-  const Gang& gang = test_gang();
-  const int cp = gang.size(), me = gang.rank();
-  const std::vector<Segment> segs = contiguous_segments(context, cp);
-  const int64_t rows = segs[0].len + pad_rows;
-  INFO("MLA, model " << m.preset << " cp " << cp << " rank " << me << " fabric " << plan.mode);
-  cudaStream_t stream;
-  PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const MlaWeights w(m, 77, stream);
-  DeviceBuffer<__nv_bfloat16> input = segment_input(m, context, rows, 5, stream);
+  Lane lane(m, context, pad_rows, 5);
+  INFO("MLA, model " << m.preset << " cp " << lane.cp << " rank " << lane.me << " fabric " << plan.mode);
+  const MlaWeights w(m, 77, lane.stream);
   const Blas blas;
+  // Two prefix calls before the first stripe call, then back and forth (mla_block.h's acknowledgements).
+  const std::vector<CutSet> order = {cuts_with(false, false), cuts_with(false, true), cuts_with(true, true),
+                                     cuts_with(true, false),  cuts_with(false, false), cuts_with(true, true)};
   const Calls calls = [&](Fabric& fab) {
-    Timeline tl(stream, false);
+    Timeline tl(lane.stream, false);
     tl.set_layer(1);
-    MlaBlock block(m, w, {me, cp, segs, rows, &fab}, FmhaEngine::native);
-    std::vector<Bits> out;
-    // Two prefix calls before the first stripe call, then back and forth (mla_block.h's acknowledgements).
-    const CutSet order[] = {cuts_with(false, false), cuts_with(false, true), cuts_with(true, true),
-                            cuts_with(true, false), cuts_with(false, false), cuts_with(true, true)};
-    int64_t seq = 0;
-    for (const CutSet& cuts : order) {
-      block.run(input.get(), seq++, cuts, tl, blas);
-      fab.drain();
-      tl.collect();
-      out.push_back(download(block.attn_out(), block.live_rows() * m.hidden));
-    }
-    fab.settle_transfers();
-    return out;
+    MlaBlock block(m, w, {lane.me, lane.cp, lane.segs, lane.rows, &fab}, FmhaEngine::native);
+    return run_calls(
+        fab, tl, order, [&](int64_t seq, const CutSet& cuts) { block.run(lane.input.get(), seq, cuts, tl, blas); },
+        [&] { return std::vector<Bits>{download(block.attn_out(), block.live_rows() * m.hidden)}; });
   };
   const SlabLayout shared =
-      slab_layout(cp, rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()), int(m.v_head));
-  const Traffic t = check_against_ipc(shared, plan, calls, ("MLA " + m.preset).c_str());
-  PB_CUDA(cudaStreamDestroy(stream));
-  return t;
+      slab_layout(lane.cp, lane.rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()), int(m.v_head));
+  return check_against_ipc(shared, plan, calls, ("MLA " + m.preset).c_str());
 }
 
 Traffic check_kda(const ModelShape& m, int64_t context, int64_t pad_rows, const FabricPlan& plan) {
-  const Gang& gang = test_gang();
-  const int cp = gang.size(), me = gang.rank();
-  const std::vector<Segment> segs = contiguous_segments(context, cp);
-  const int64_t rows = segs[0].len + pad_rows;
-  INFO("KDA, model " << m.preset << " cp " << cp << " rank " << me << " fabric " << plan.mode);
-  cudaStream_t stream;
-  PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const KdaWeights w(m, 91, stream);
-  DeviceBuffer<__nv_bfloat16> input = segment_input(m, context, rows, 8, stream);
+  Lane lane(m, context, pad_rows, 8);
+  INFO("KDA, model " << m.preset << " cp " << lane.cp << " rank " << lane.me << " fabric " << plan.mode);
+  const KdaWeights w(m, 91, lane.stream);
   const Blas blas;
+  const std::vector<CutSet> order = {CutSet::none(), CutSet::all(), CutSet::none(), CutSet::all()};
   const Calls calls = [&](Fabric& fab) {
-    Timeline tl(stream, false);
+    Timeline tl(lane.stream, false);
     tl.set_layer(2);
-    KdaBlock block(m, w, {me, cp, segs, rows, &fab});
-    std::vector<Bits> out;
-    const CutSet order[] = {CutSet::none(), CutSet::all(), CutSet::none(), CutSet::all()};
-    int64_t seq = 0;
-    for (const CutSet& cuts : order) {
-      block.run(input.get(), seq++, cuts, tl, blas);
-      fab.drain();
-      tl.collect();
-      out.push_back(download(block.attn_out(), block.live_rows() * m.hidden));
-      out.push_back(download(block.core_out(), block.live_rows() * m.kda_inner()));
-    }
-    fab.settle_transfers();
-    return out;
+    KdaBlock block(m, w, {lane.me, lane.cp, lane.segs, lane.rows, &fab});
+    return run_calls(
+        fab, tl, order, [&](int64_t seq, const CutSet& cuts) { block.run(lane.input.get(), seq, cuts, tl, blas); },
+        [&] {
+          return std::vector<Bits>{download(block.attn_out(), block.live_rows() * m.hidden),
+                                   download(block.core_out(), block.live_rows() * m.kda_inner())};
+        });
   };
-  const Traffic t = check_against_ipc(model_slab_layout(m, cp, rows), plan, calls, ("KDA " + m.preset).c_str());
-  PB_CUDA(cudaStreamDestroy(stream));
-  return t;
+  return check_against_ipc(model_slab_layout(m, lane.cp, lane.rows), plan, calls, ("KDA " + m.preset).c_str());
 }
 
 FabricPlan emulated(const std::string& mode, int hosts) {
