@@ -252,3 +252,47 @@ target_link_libraries(test_shared_region PRIVATE pb_mpi_gpu_test_main)
 add_test(NAME mpi_gpu.test_shared_region COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:test_shared_region>)
 set_tests_properties(mpi_gpu.test_shared_region PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
   ENVIRONMENT "${PB_MPI_ENV}")
+
+# The NCCL fabric (harness/blocks/fabric.h, fabric_plan.h). On the host (CI):
+# the locality plan, the scenario keys fabric and emulate_hosts, the staging.
+pb_cpu_test(test/blocks/test_fabric_plan.cpp)
+target_link_libraries(test_fabric_plan PRIVATE pb_blocks)
+# On the device (every rank exits 77 when any rank sees no device): the MLA
+# and KDA blocks over fabric nccl (CP2, CP4: every rank its own emulated host)
+# and fabric auto (CP4: 2 emulated hosts x 2 ranks) equal fabric ipc bit for
+# bit. NCCL reads NCCL_HOSTID once per process: one fabric per process.
+set(PB_NCCL_ENV "${PB_MPI_ENV};NCCL_NVLS_ENABLE=0")
+set(PB_NCCL_CONCURRENT_ENV "${PB_NCCL_ENV};CUDA_MODULE_LOADING=EAGER")  # concurrent ranks (fabric.h)
+add_executable(test_cp_fabrics test/blocks/test_cp_fabrics.cpp)
+target_link_libraries(test_cp_fabrics PRIVATE pb_mpi_gpu_test_main)
+foreach(case nccl:2 nccl:4 auto:4)
+  string(REPLACE ":" ";" parts ${case})
+  list(GET parts 0 mode)
+  list(GET parts 1 np)
+  add_test(NAME mpi_gpu.test_cp_fabrics_${mode}${np}
+    COMMAND ${PB_MPIRUN} -np ${np} $<TARGET_FILE:test_cp_fabrics> "--test-case=*fabric ${mode}*")
+  set_tests_properties(mpi_gpu.test_cp_fabrics_${mode}${np} PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77
+    TIMEOUT 600 ENVIRONMENT "${PB_NCCL_CONCURRENT_ENV}")
+endforeach()
+# A stalled peer over NCCL ends the job within its 2 s time-out, naming rank, layer and window.
+add_executable(nccl_timeout_probe test/blocks/nccl_timeout_probe.cpp)
+target_link_libraries(nccl_timeout_probe PRIVATE pb_blocks)
+add_test(NAME mpi_gpu.nccl_timeout COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:nccl_timeout_probe>)
+set_tests_properties(mpi_gpu.nccl_timeout PROPERTIES LABELS "gpu;mpi" TIMEOUT 120
+  ENVIRONMENT "${PB_NCCL_CONCURRENT_ENV}"
+  PASS_REGULAR_EXPRESSION "(wait timed out after [0-9.]+ s: rank 1, layer 3, window 5 .*did not arrive over NCCL|SKIPPED: no CUDA device)")
+# `prefill-bench verify` on smoke-cp4 across 2 emulated hosts (fabric auto: IPC
+# inside each, NCCL between them), serialized on one GPU (sends deferred to
+# their receiver's turn, modules loaded lazily as in any serialized run).
+add_test(NAME mpi_gpu.verify_smoke_cp4_emulated
+  COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:prefill-bench> verify ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp4.yaml
+          --set fabric=auto --set emulate_hosts=2)
+set_tests_properties(mpi_gpu.verify_smoke_cp4_emulated PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 3
+  TIMEOUT 600 ENVIRONMENT "${PB_NCCL_ENV}" PASS_REGULAR_EXPRESSION "verify: passed")
+# scripts/launch.sh --emulate-hosts: the scenario key goes to every rank.
+add_test(NAME cpu.launch_dry_run_emulated
+  COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/launch.sh --dry-run --emulate-hosts 2
+          ${CMAKE_SOURCE_DIR}/test/data/hosts-1x4.txt ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp4.yaml --set fabric=auto)
+set_tests_properties(cpu.launch_dry_run_emulated PROPERTIES LABELS cpu TIMEOUT 60
+  ENVIRONMENT "PB_BUILD=${CMAKE_BINARY_DIR}"
+  PASS_REGULAR_EXPRESSION "NCCL environment: NCCL_NVLS_ENABLE=0.*-np 4 .*prefill-bench run .*smoke-cp4.yaml --set emulate_hosts=2 --set fabric=auto")

@@ -3,21 +3,28 @@
 # hostfile (one line per host: "<host> slots=<GPUs on that host>"). Ranks fill
 # the hosts in file order; on each host local rank i drives GPU i.
 #
-#   scripts/launch.sh [--dry-run] hosts.txt scenarios/cp8-128k.yaml [run options]
+#   scripts/launch.sh [--dry-run] [--emulate-hosts N] hosts.txt scenarios/cp8-128k.yaml [run options]
 #
 # The NCCL environment goes to every rank: NCCL_NVLS_ENABLE=0 always, and
 # NCCL_SOCKET_IFNAME / NCCL_IB_HCA / NCCL_DEBUG when set here (the interface and
-# HCAs of the hosts' fabric). --dry-run prints the mpirun command instead.
+# HCAs of the hosts' fabric). --dry-run prints it and the mpirun command instead.
 #
-# Today the CP fabric is CUDA IPC, which maps peers within one host: on one
-# host with several GPUs this runs; across hosts the run stops at start with a
-# message that cross-node CP needs the NCCL fabric (issue 10, not built yet).
+# The CP lane's fabric (scenario key fabric, default auto) maps the ranks of a
+# host over CUDA IPC and crosses hosts over NCCL. --emulate-hosts N (scenario
+# key emulate_hosts) splits the ranks of one machine into N emulated hosts that
+# talk over NCCL's network transport: cross-node CP on one GPU (ranks sharing
+# it; add serialize_ranks=true with --set to time each rank alone).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 dry=0
 if [[ ${1:-} == --dry-run ]]; then
   dry=1
   shift
+fi
+emulate=()
+if [[ ${1:-} == --emulate-hosts ]]; then
+  emulate=(--set "emulate_hosts=${2:?--emulate-hosts needs a number of hosts}")
+  shift 2
 fi
 hostfile=${1:?usage: scripts/launch.sh [--dry-run] <hostfile> <scenario.yaml> [prefill-bench run options]}
 scenario=${2:?usage: scripts/launch.sh [--dry-run] <hostfile> <scenario.yaml> [prefill-bench run options]}
@@ -27,7 +34,7 @@ shift 2
 source "$here/env.sh"
 bin=$PB_BUILD/prefill-bench
 [[ -x $bin ]] || { echo "launch.sh: $bin is not built (scripts/bench.sh or pb_build builds it)" >&2; exit 2; }
-ranks=$("$bin" ranks "$scenario" "$@")
+ranks=$("$bin" ranks "$scenario" ${emulate[@]+"${emulate[@]}"} "$@")
 
 hosts=0
 slots=0
@@ -42,16 +49,20 @@ if ((slots < ranks)); then
   echo "launch.sh: $hostfile has $slots slots (GPUs) for the scenario's $ranks ranks (cp)" >&2
   exit 2
 fi
-if ((hosts > 1)); then
-  echo "launch.sh: note: $hosts hosts; the IPC fabric spans one host, cross-node CP needs the NCCL fabric (issue 10)" >&2
-fi
-
 cmd=(mpirun --hostfile "$hostfile" -np "$ranks" --map-by slot --bind-to none -x NCCL_NVLS_ENABLE=0)
+env_text="NCCL_NVLS_ENABLE=0"
 for v in NCCL_SOCKET_IFNAME NCCL_IB_HCA NCCL_DEBUG; do
-  [[ -n ${!v:-} ]] && cmd+=(-x "$v")
+  [[ -n ${!v:-} ]] && cmd+=(-x "$v") && env_text+=" $v=${!v}"
 done
-cmd+=("$bin" run "$scenario" "$@")
+if ((hosts > 1)); then
+  # Concurrent ranks over NCCL: no lazy kernel loading mid-run (harness/blocks/fabric.h).
+  export CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-EAGER}
+  cmd+=(-x CUDA_MODULE_LOADING)
+  env_text+=" CUDA_MODULE_LOADING=$CUDA_MODULE_LOADING"
+fi
+cmd+=("$bin" run "$scenario" ${emulate[@]+"${emulate[@]}"} "$@")
 if ((dry)); then
+  echo "NCCL environment: $env_text"
   echo "${cmd[*]}"
 else
   exec "${cmd[@]}"

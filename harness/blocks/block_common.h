@@ -52,19 +52,6 @@ struct WeightFill {
   }
 };
 
-// The blocks' doorbells (docs/design.md §3), each noted on the timeline's
-// launch in progress so that the gang projection can replay it.
-inline void ring_bell(IpcFabric& fab, Timeline& tl, int me, int receiver, Bell kind, uint64_t value) {
-  const int flag = doorbell_index(fab.cp(), me, kind);
-  fab.ring(receiver, flag, value, tl.stream());
-  tl.note_bell({true, receiver, flag, value});
-}
-inline void wait_bell(IpcFabric& fab, Timeline& tl, int sender, Bell kind, uint64_t value, WaitLabel label) {
-  const int flag = doorbell_index(fab.cp(), sender, kind);
-  fab.wait(flag, value, tl.stream(), std::move(label));
-  tl.note_bell({false, sender, flag, value});
-}
-
 // "gemm.<what>" (x [m, k] · w [n, k]ᵀ -> f32 partial [m, n]) then "land.<what>"
 // (the whole partial -> bf16 [m, n]), split_k = 1.
 inline void gemm_land(Timeline& tl, const Blas& blas, Variant land_v, const std::string& what,

@@ -101,9 +101,7 @@ void KdaBlock::run(const bf16* mixed, int64_t seq, const CutSet& cuts, Timeline&
   finish(tl, blas);
 }
 
-void KdaBlock::wait(int sender, Bell kind, uint64_t value, const std::string& what, Timeline& tl) {
-  wait_bell(*lane_.fabric, tl, sender, kind, value, {int(tl.layer()), int(seq_), what});
-}
+WaitLabel KdaBlock::label(const Timeline& tl, const std::string& what) const { return {int(tl.layer()), int(seq_), what}; }
 
 void KdaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl, const Blas& blas) {
   PB_CHECK(seq >= 0, "KdaBlock: negative sequence number");
@@ -161,26 +159,30 @@ void KdaBlock::halo(Timeline& tl, const Blas& blas) {
   const SlabLayout& L = lane_.fabric->layout();
   if (me < cp - 1) {
     tl.launch("fabric", "fabric.wait_halo_free", [&] {
-      wait(me + 1, Bell::halo_read, doorbell_value_done(seq_, 2), "rank " + std::to_string(me + 1) + " to free its halo slot", tl);
+      lane_.fabric->await_free(me + 1, Bell::halo_read, doorbell_value_done(seq_, 2), tl,
+                               label(tl, "rank " + std::to_string(me + 1) + " to free its halo slot"));
     });
     tl.launch("fabric", "fabric.publish_halo", [&] {
-      lane_.fabric->copy_to_peer(me + 1, L.halo[par].offset, normed_.get() + (t - 3) * h, 3 * h * 2, s);
-      ring_bell(*lane_.fabric, tl, me, me + 1, Bell::halo, doorbell_value(seq_, 0));
+      lane_.fabric->deliver(me + 1, Bell::halo, doorbell_value(seq_, 0),
+                            {{normed_.get() + (t - 3) * h, L.halo[par], 3 * h * 2}}, tl,
+                            label(tl, "the halo rows for rank " + std::to_string(me + 1)));
     });
   }
   if (me > 0) {
-    tl.launch("fabric", "fabric.wait_halo",
-              [&] { wait(me - 1, Bell::halo, doorbell_value(seq_, 0), "the halo rows of rank " + std::to_string(me - 1), tl); });
-    const bf16* rows = static_cast<const bf16*>(lane_.fabric->at(me, L.halo[par]));
+    const bf16* rows = nullptr;  // 4 rows: the upstream rank's last 3, then a zero row
+    tl.launch("fabric", "fabric.wait_halo", [&] {
+      rows = static_cast<const bf16*>(lane_.fabric->fetch(me - 1, Bell::halo, doorbell_value(seq_, 0),
+                                                          {{L.halo[par], 3 * h * 2}}, tl,
+                                                          label(tl, "the halo rows of rank " + std::to_string(me - 1)))[0]);
+    });
     tl.launch("gemm", "gemm.halo_qkv", [&] {
       gemm_f32out(blas, rows, w_.wbig.get(), halo_partial_.get(), {4, 3 * inner_, h}, s);
     });
     for (int i = 0; i < 3; ++i)
       land_band(tl, land_variant(cuts_), std::string("halo_") + kStreams[i], halo_partial_.get(),
                 carry_.get() + i * 4 * inner_, 4, 3 * inner_, i * inner_, inner_);
-    tl.launch("fabric", "fabric.release_halo", [&] {
-      ring_bell(*lane_.fabric, tl, me, me - 1, Bell::halo_read, doorbell_value(seq_, 0));
-    });
+    tl.launch("fabric", "fabric.release_halo",
+              [&] { lane_.fabric->release(me - 1, Bell::halo_read, doorbell_value(seq_, 0), tl); });
   }
 }
 
@@ -215,7 +217,8 @@ void KdaBlock::recur(Timeline& tl, const Blas& blas) {
     const SlabLayout& L = lane_.fabric->layout();
     tl.launch("fabric", "fabric.wait_state_free", [&] {
       for (int r = me + 1; r < cp; ++r)
-        wait(r, Bell::state_read, doorbell_value_done(seq_, 2), "rank " + std::to_string(r) + " to fold this rank's package", tl);
+        lane_.fabric->await_free(r, Bell::state_read, doorbell_value_done(seq_, 2), tl,
+                                 label(tl, "rank " + std::to_string(r) + " to fold this rank's package"));
     });
     tl.launch("kda", "kda.package", [&] {
       kda_package(ws_, live_rows(), static_cast<float*>(lane_.fabric->at(me, L.M[par])),
@@ -223,26 +226,26 @@ void KdaBlock::recur(Timeline& tl, const Blas& blas) {
     });
     tl.launch("fabric", "fabric.publish_state", [&] {
       for (int r = me + 1; r < cp; ++r)
-        ring_bell(*lane_.fabric, tl, me, r, Bell::state, doorbell_value(seq_, 0));
+        lane_.fabric->publish(r, Bell::state, doorbell_value(seq_, 0), {{L.M[par], L.M[par].bytes}, {L.D[par], L.D[par].bytes}},
+                              tl, label(tl, "this rank's package for rank " + std::to_string(r)));
     });
   }
   if (me > 0) {
     const SlabLayout& L = lane_.fabric->layout();
-    tl.launch("fabric", "fabric.wait_state", [&] {
-      for (int j = 0; j < me; ++j)
-        wait(j, Bell::state, doorbell_value(seq_, 0), "the state package of rank " + std::to_string(j), tl);
-    });
     std::vector<const float*> M(me), D(me);
-    for (int j = 0; j < me; ++j) {
-      M[j] = static_cast<const float*>(lane_.fabric->at(j, L.M[par]));
-      D[j] = static_cast<const float*>(lane_.fabric->at(j, L.D[par]));
-      if (j != me) lane_.fabric->note_peer_read(2 * L.M[par].bytes);
-    }
+    tl.launch("fabric", "fabric.wait_state", [&] {
+      for (int j = 0; j < me; ++j) {
+        const std::vector<const void*> at =
+            lane_.fabric->fetch(j, Bell::state, doorbell_value(seq_, 0), {{L.M[par], L.M[par].bytes}, {L.D[par], L.D[par].bytes}},
+                                tl, label(tl, "the state package of rank " + std::to_string(j)));
+        M[j] = static_cast<const float*>(at[0]);
+        D[j] = static_cast<const float*>(at[1]);
+      }
+    });
     tl.launch("kda", "kda.fold",
               [&] { kda_fold(blas, M.data(), D.data(), me, heads, s_in_.get(), fold_scratch_.get(), s); });
     tl.launch("fabric", "fabric.release_state", [&] {
-      for (int j = 0; j < me; ++j)
-        ring_bell(*lane_.fabric, tl, me, j, Bell::state_read, doorbell_value(seq_, 0));
+      for (int j = 0; j < me; ++j) lane_.fabric->release(j, Bell::state_read, doorbell_value(seq_, 0), tl);
     });
   }
   tl.launch("kda", "kda.forward", [&] {

@@ -14,10 +14,11 @@
 //
 // The partial of the big projection is [b, 4·inner] f32 (bands q | k | v | g,
 // DESIGN's wbig), each band GEMM writing its columns. The conv carry of rank
-// r > 0 is the upstream rank's last 3 normed rows, copied into this rank's
+// r > 0 is the upstream rank's last 3 normed rows, delivered into this rank's
 // slab (halo[parity]) and projected here through the q/k/v bands at 4 rows;
 // rank 0's carry is zeros. Packages (M, D) are written into the own slab
-// (M[parity], D[parity]) and folded by every downstream rank in place.
+// (M[parity], D[parity]) and folded by every downstream rank: in place over
+// IPC, from its copy over NCCL (fabric.h).
 // Doorbells (kinds halo, halo_read, state, state_read; value (seq + 1)·4096)
 // guard each parity slot: a writer waits for its readers' acknowledgement of
 // call seq - 2 before overwriting. seq = the KDA call's sequence number, the
@@ -39,7 +40,8 @@
 
 namespace pb {
 
-class IpcFabric;
+class Fabric;
+struct WaitLabel;
 
 // One weight set shared by every KDA layer (seeded).
 struct KdaWeights {
@@ -60,7 +62,7 @@ struct KdaLane {
   int rank = 0, cp = 1;
   std::vector<Segment> segments;
   int64_t rows = 0;  // b
-  IpcFabric* fabric = nullptr;  // null at cp 1
+  Fabric* fabric = nullptr;  // null at cp 1
 };
 
 // The block's buffers and where they live (device_memory.h): the mixer lane
@@ -100,7 +102,7 @@ class KdaBlock : private KdaBlockBuffers {
  private:
   void halo(Timeline& tl, const Blas& blas);
   void conv_stream(int i, Timeline& tl, const Blas& blas);
-  void wait(int sender, Bell kind, uint64_t value, const std::string& what, Timeline& tl);
+  WaitLabel label(const Timeline& tl, const std::string& what) const;
 
   ModelShape m_;
   const KdaWeights& w_;

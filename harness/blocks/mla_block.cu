@@ -19,6 +19,8 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
+bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
 }  // namespace
 
 MlaWeights::MlaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream, DeviceMemory& mem) {
@@ -89,11 +91,38 @@ MlaBlock::MlaBlock(const ModelShape& m, const MlaWeights& w, const MlaLane& lane
 
 MlaBlock::~MlaBlock() = default;
 
-MlaBlock::Window MlaBlock::window_of(int rank) const {
+MlaBlock::Window MlaBlock::own_window() const {
   if (lane_.cp == 1) return {local_kv_.get(), local_q_.get()};
   const SlabLayout& L = lane_.fabric->layout();
-  return {static_cast<bf16*>(lane_.fabric->at(rank, L.kv)), static_cast<bf16*>(lane_.fabric->at(rank, L.q))};
+  return {static_cast<bf16*>(lane_.fabric->at(lane_.rank, L.kv)), static_cast<bf16*>(lane_.fabric->at(lane_.rank, L.q))};
 }
+
+Piece MlaBlock::keys_piece(int k) const {
+  return {lane_.fabric->layout().kv, lane_.segments[k].len * (m_.kv_lora + m_.qk_rope) * 2};
+}
+
+Piece MlaBlock::queries_piece(int q) const {
+  return {lane_.fabric->layout().q, lane_.segments[q].len * m_.heads * m_.d_qk() * 2};
+}
+
+std::vector<Piece> MlaBlock::return_pieces(int slot) const {
+  const SlabLayout& L = lane_.fabric->layout();
+  const int slab = return_slab(seq_);
+  const int64_t t = live_rows();
+  return {{L.o[slab][slot], t * m_.heads * m_.v_head * 2}, {L.lse[slab][slot], m_.heads * t * 4}};
+}
+
+// What `reader` reads of this rank's window in this call: its keys when it
+// expands them, its queries when it helps this rank (cut 3).
+std::vector<Piece> MlaBlock::window_pieces_for(int reader) const {
+  std::vector<Piece> pieces;
+  if (contains(rank_attention(sched_, lane_.cp, reader).key_segments, lane_.rank)) pieces.push_back(keys_piece(lane_.rank));
+  if (sched_ == Schedule::stripe && contains(helped(lane_.cp, reader), lane_.rank))
+    pieces.push_back(queries_piece(lane_.rank));
+  return pieces;
+}
+
+WaitLabel MlaBlock::label(const Timeline& tl, const std::string& what) const { return {int(tl.layer()), int(seq_), what}; }
 
 void MlaBlock::run(const bf16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl, const Blas& blas) {
   project(mixed, seq, cuts, tl, blas);
@@ -121,7 +150,7 @@ void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
   const int64_t fused = m_.mla_fused_width(), kv_width = m_.kv_lora + m_.qk_rope;
   const int64_t v_width = m_.heads * m_.v_head, q_width = m_.heads * m_.d_qk();
   const float eps = float(m_.rms_eps);
-  const Window own = window_of(lane_.rank);
+  const Window own = own_window();
   tl.launch("rmsnorm", "rmsnorm.mla_in",
             [&] { rmsnorm(mixed, w_.gain_in.get(), normed_.get(), {b_, m_.hidden}, eps, s); });
   tl.launch("gemm", "gemm.wfu",
@@ -136,7 +165,8 @@ void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
   if (!readers.empty())
     tl.launch("fabric", "fabric.wait_released", [&] {
       for (int r : readers)
-        wait(r, Bell::released, doorbell_value_done(seq_, 1), "rank " + std::to_string(r) + " to release this rank's window", tl);
+        lane_.fabric->await_free(r, Bell::released, doorbell_value_done(seq_, 1), tl,
+                                 label(tl, "rank " + std::to_string(r) + " to release this rank's window"));
     });
   land_band(tl, land_v, "kv_a", partial_.get(), own.kv, b_, fused, m_.q_lora, kv_width);
   land_band(tl, land_v, "mla_gate", partial_.get(), gate_.get(), b_, fused, m_.q_lora + kv_width, v_width);
@@ -147,17 +177,35 @@ void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
   if (!readers.empty())
     tl.launch("fabric", "fabric.publish_window", [&] {
       for (int r : readers)
-        ring_bell(*lane_.fabric, tl, lane_.rank, r, Bell::window, doorbell_value(seq_, 0));
+        lane_.fabric->publish(r, Bell::window, doorbell_value(seq_, 0), window_pieces_for(r), tl,
+                              label(tl, "the window for rank " + std::to_string(r)));
     });
 }
 
-void MlaBlock::wait(int sender, Bell kind, uint64_t value, const std::string& what, Timeline& tl) {
-  wait_bell(*lane_.fabric, tl, sender, kind, value, {int(tl.layer()), int(seq_), what});
+// Over NCCL, everything this call receives is posted before the first window,
+// so the transfers run under the compute (fabric.h expect()).
+void MlaBlock::expect_arrivals(const RankAttention& a, Timeline& tl) {
+  cudaStream_t s = tl.stream();
+  const int me = lane_.rank;
+  for (const auto& step : a.steps) {
+    if (step.is_merge) {
+      if (step.merge.slot >= 0)
+        lane_.fabric->expect(step.merge.k, Bell::returned, doorbell_value(seq_, step.merge.slot),
+                             return_pieces(step.merge.slot), tl, label(tl, "a return"));
+      continue;
+    }
+    const FmhaWindow& w = step.window;
+    if (w.k != me && w.q == me)
+      lane_.fabric->expect(w.k, Bell::window, doorbell_value(seq_, 0), {keys_piece(w.k)}, tl, label(tl, "keys"));
+    if (w.q != me)
+      lane_.fabric->expect(w.q, Bell::window, doorbell_value(seq_, 0), {queries_piece(w.q)}, tl, label(tl, "queries"));
+  }
 }
 
 void MlaBlock::attend(Timeline& tl, const Blas& blas) {
   const Variant merge_v = cut_variant(cuts_, Cut::lse_merge);
   const RankAttention a = rank_attention(sched_, lane_.cp, lane_.rank);
+  if (lane_.cp > 1) expect_arrivals(a, tl);
   expanded_.assign(lane_.cp, -1);
   bool first_merge = true;
   for (const auto& step : a.steps) {
@@ -179,41 +227,43 @@ void MlaBlock::attend(Timeline& tl, const Blas& blas) {
   PB_CHECK(unmerged_helpers.empty() || !read.empty(), "MlaBlock: a helped rank that reads no window");
   if (!read.empty())
     tl.launch("fabric", "fabric.release_window", [&] {
-      for (int k : read)
-        ring_bell(*lane_.fabric, tl, lane_.rank, k, Bell::released, doorbell_value(seq_, 0));
-      for (int k : unmerged_helpers)
-        ring_bell(*lane_.fabric, tl, lane_.rank, k, Bell::consumed, doorbell_value(seq_, 0));
+      for (int k : read) lane_.fabric->release(k, Bell::released, doorbell_value(seq_, 0), tl);
+      for (int k : unmerged_helpers) lane_.fabric->release(k, Bell::consumed, doorbell_value(seq_, 0), tl);
     });
   const int64_t v_width = m_.heads * m_.v_head, t = live_rows();
   tl.launch("o_finalize", "o_finalize", [&] { o_finalize(o_acc_.get(), attn_.get(), t * v_width, tl.stream()); });
 }
 
-// kv_b on segment k's latents (read in place from k's window), bf16 out, then K.
+// kv_b on segment k's latents (read in place from k's window over IPC, from
+// this rank's copy over NCCL), bf16 out, then K.
 void MlaBlock::expand_keys(int k, Timeline& tl, const Blas& blas) {
   cudaStream_t s = tl.stream();
   const int64_t tk = lane_.segments[k].len, kv_width = m_.kv_lora + m_.qk_rope;
   const int64_t kvb_width = m_.heads * (m_.qk_nope + m_.v_head);
-  const Window win = window_of(k);
+  const bf16* kv = own_window().kv;
   const int i = k == lane_.rank ? 0 : 1;
   for (int& e : expanded_)
     if (e == i) e = -1;  // the foreign buffer now holds segment k only
   expanded_[k] = i;
-  if (k != lane_.rank) {
-    tl.launch("fabric", "fabric.wait_window",
-              [&] { wait(k, Bell::window, doorbell_value(seq_, 0), "the window of rank " + std::to_string(k), tl); });
-    lane_.fabric->note_peer_read(tk * kv_width * 2);
-  }
+  if (k != lane_.rank)
+    tl.launch("fabric", "fabric.wait_window", [&] {
+      kv = static_cast<const bf16*>(lane_.fabric->fetch(k, Bell::window, doorbell_value(seq_, 0), {keys_piece(k)}, tl,
+                                                        label(tl, "the window of rank " + std::to_string(k)))[0]);
+    });
   tl.launch("gemm", "gemm.kv_b", [&] {
-    gemm_bf16out(blas, win.kv, w_.w_kv_b.get(), kvb_[i].get(), {tk, kvb_width, m_.kv_lora, kv_width, 0, 0}, s);
+    gemm_bf16out(blas, kv, w_.w_kv_b.get(), kvb_[i].get(), {tk, kvb_width, m_.kv_lora, kv_width, 0, 0}, s);
   });
   tl.launch("mla", "mla.expand_k", [&] {
-    expand_k(kvb_[i].get(), win.kv + m_.kv_lora, keys_[i].get(),
+    expand_k(kvb_[i].get(), kv + m_.kv_lora, keys_[i].get(),
              {tk, int(m_.heads), int(m_.qk_nope), int(m_.qk_rope), int(m_.v_head), kvb_width, kv_width}, s);
   });
 }
 
-// One FMHA window. Local windows land in o_win_/lse_win_; a helped window
-// reads the owner's queries in place and writes the owner's return slot.
+// One FMHA window. Local windows land in o_win_/lse_win_. A helped window
+// reads the owner's queries (over IPC in place, or staged into this rank's
+// memory; over NCCL from this rank's copy) and its (o, lse) goes to the
+// owner's return slot: written there in place, copied there from o_win_, or
+// written into this rank's outbox and sent.
 void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
   cudaStream_t s = tl.stream();
   const int me = lane_.rank;
@@ -224,7 +274,7 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
   const int i = expanded_[w.k];
   PB_CHECK(i >= 0, "MlaBlock: a window over keys not expanded in this call");
   FmhaTensors t{};
-  t.q = window_of(w.q).q;
+  t.q = own_window().q;
   t.q_token_stride = heads * d_qk;
   t.q_head_stride = d_qk;
   t.k = keys_[i].get();
@@ -233,27 +283,30 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
   t.v = kvb_[i].get() + m_.qk_nope;
   t.v_token_stride = kvb_width;
   t.v_head_stride = m_.qk_nope + m_.v_head;
-  bf16* slot_o = nullptr;
-  float* slot_lse = nullptr;
+  const SlabLayout* L = lane_.cp > 1 ? &lane_.fabric->layout() : nullptr;
+  // The in-place IPC form and NCCL write the FMHA's output where deliver() finds it.
+  const bool direct = helped && (lane_.helped_in_place || lane_.fabric->transport(w.q) == Transport::nccl);
   if (helped) {
-    const SlabLayout& L = lane_.fabric->layout();
-    slot_o = static_cast<bf16*>(lane_.fabric->at(w.q, L.o[slab][w.slot]));
-    slot_lse = static_cast<float*>(lane_.fabric->at(w.q, L.lse[slab][w.slot]));
-    t.o = slot_o;
-    t.lse = slot_lse;
+    t.o = o_win_.get();
+    t.lse = lse_win_.get();
+    if (direct) {
+      t.o = static_cast<bf16*>(lane_.fabric->delivery_buffer(w.q, L->o[slab][w.slot]));
+      t.lse = static_cast<float*>(lane_.fabric->delivery_buffer(w.q, L->lse[slab][w.slot]));
+    }
     tl.launch("fabric", "fabric.wait_queries", [&] {
-      wait(w.q, Bell::window, doorbell_value(seq_, 0), "the queries of rank " + std::to_string(w.q), tl);
+      t.q = static_cast<const bf16*>(lane_.fabric->fetch(w.q, Bell::window, doorbell_value(seq_, 0),
+                                                         {queries_piece(w.q)}, tl,
+                                                         label(tl, "the queries of rank " + std::to_string(w.q)))[0]);
       if (seq_ >= 2)  // the owner merged what this slot held two calls ago (same slab)
-        wait(w.q, Bell::consumed, doorbell_value_done(seq_, 2),
-             "rank " + std::to_string(w.q) + " to consume return slot " + std::to_string(w.slot), tl);
-      if (staged_q_.size()) {  // fetch the queries: the window runs on local memory
+        lane_.fabric->await_free(w.q, Bell::consumed, doorbell_value_done(seq_, 2), tl,
+                                 label(tl, "rank " + std::to_string(w.q) + " to consume return slot " +
+                                               std::to_string(w.slot)));
+      const bool in_place_read = lane_.fabric->transport(w.q) == Transport::ipc;
+      if (in_place_read && !lane_.helped_in_place) {  // fetch the queries: the window runs on local memory
         PB_CUDA(cudaMemcpyAsync(staged_q_.get(), t.q, size_t(tq * heads * d_qk) * 2, cudaMemcpyDeviceToDevice, s));
         t.q = staged_q_.get();
-        t.o = o_win_.get();
-        t.lse = lse_win_.get();
       }
     });
-    lane_.fabric->note_peer_read(tq * heads * d_qk * 2);
   } else {
     t.o = o_win_.get();
     t.lse = lse_win_.get();
@@ -267,16 +320,13 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
   shape.causal = w.causal;
   shape.scale = __bfloat162float(__float2bfloat16_rn(float(1.0 / std::sqrt(double(d_qk)))));
   tl.launch("fmha", w.causal ? "fmha.causal" : helped ? "fmha.helped" : "fmha.dense", [&] { fmha(engine_, t, shape, s); });
-  if (helped) {
-    lane_.fabric->note_peer_write(tq * heads * m_.v_head * 2 + heads * tq * 4);
+  if (helped)
     tl.launch("fabric", "fabric.publish_return", [&] {
-      if (staged_q_.size()) {
-        PB_CUDA(cudaMemcpyAsync(slot_o, o_win_.get(), size_t(tq * heads * m_.v_head) * 2, cudaMemcpyDeviceToDevice, s));
-        PB_CUDA(cudaMemcpyAsync(slot_lse, lse_win_.get(), size_t(heads * tq) * 4, cudaMemcpyDeviceToDevice, s));
-      }
-      ring_bell(*lane_.fabric, tl, me, w.q, Bell::returned, doorbell_value(seq_, w.slot));
+      lane_.fabric->deliver(w.q, Bell::returned, doorbell_value(seq_, w.slot),
+                            {{t.o, L->o[slab][w.slot], tq * heads * m_.v_head * 2},
+                             {t.lse, L->lse[slab][w.slot], heads * tq * 4}},
+                            tl, label(tl, "the return for rank " + std::to_string(w.q)));
     });
-  }
 }
 
 void MlaBlock::merge(const MergeStep& step, bool reset, Variant v, Timeline& tl) {
@@ -285,22 +335,20 @@ void MlaBlock::merge(const MergeStep& step, bool reset, Variant v, Timeline& tl)
   const int heads = int(m_.heads);
   const bf16* o = o_win_.get();
   const float* lse = lse_win_.get();
-  if (step.slot >= 0) {
-    const SlabLayout& L = lane_.fabric->layout();
-    const int slab = return_slab(seq_);
-    o = static_cast<const bf16*>(lane_.fabric->at(lane_.rank, L.o[slab][step.slot]));
-    lse = static_cast<const float*>(lane_.fabric->at(lane_.rank, L.lse[slab][step.slot]));
+  if (step.slot >= 0)
     tl.launch("fabric", "fabric.wait_return", [&] {
-      wait(step.k, Bell::returned, doorbell_value(seq_, step.slot),
-           "rank " + std::to_string(step.k) + "'s return into slot " + std::to_string(step.slot), tl);
+      const std::vector<const void*> at =
+          lane_.fabric->fetch(step.k, Bell::returned, doorbell_value(seq_, step.slot), return_pieces(step.slot), tl,
+                              label(tl, "rank " + std::to_string(step.k) + "'s return into slot " +
+                                            std::to_string(step.slot)));
+      o = static_cast<const bf16*>(at[0]);
+      lse = static_cast<const float*>(at[1]);
     });
-  }
   tl.launch("lse_merge", "lse_merge",
             [&] { lse_merge(v, o, lse, o_acc_.get(), lse_acc_.get(), t, heads, reset, s); });
   if (step.slot >= 0)
-    tl.launch("fabric", "fabric.release_return", [&] {
-      ring_bell(*lane_.fabric, tl, lane_.rank, step.k, Bell::consumed, doorbell_value(seq_, 0));
-    });
+    tl.launch("fabric", "fabric.release_return",
+              [&] { lane_.fabric->release(step.k, Bell::consumed, doorbell_value(seq_, 0), tl); });
 }
 
 }  // namespace pb

@@ -47,7 +47,9 @@
 
 namespace pb {
 
-class IpcFabric;
+class Fabric;
+struct Piece;
+struct WaitLabel;
 
 // One weight set, shared by every MLA layer (seeded uniform, scaled by
 // sqrt(3 / fan_in) so that activations stay O(1)).
@@ -66,11 +68,12 @@ struct MlaLane {
   int rank = 0, cp = 1;
   std::vector<Segment> segments;  // contiguous_segments(context, cp)
   int64_t rows = 0;               // b: the bucket's rows (>= every segment)
-  IpcFabric* fabric = nullptr;
+  Fabric* fabric = nullptr;
   // Helped windows (cut 3) read the owner's queries and write its return slot
   // in the owner's slab in place, instead of staging them through this rank's
   // memory inside the fabric spans (scenario key helped_in_place; on one
-  // shared GPU in place ran ~1.2x a local pair, staged ~1.0x).
+  // shared GPU in place ran ~1.2x a local pair, staged ~1.0x). Owners over
+  // NCCL are always staged: their queries arrive in this rank's slab.
   bool helped_in_place = false;
 };
 
@@ -117,11 +120,17 @@ class MlaBlock : private MlaBlockBuffers {
     __nv_bfloat16* kv = nullptr;  // [seg, kv_lora + rope]
     __nv_bfloat16* q = nullptr;   // [seg, heads, nope + rope]
   };
-  Window window_of(int rank) const;
+  Window own_window() const;
+  // The fabric's pieces (fabric.h): rank k's keys, rank q's queries, a return slot of this call.
+  Piece keys_piece(int k) const;
+  Piece queries_piece(int q) const;
+  std::vector<Piece> return_pieces(int slot) const;
+  std::vector<Piece> window_pieces_for(int reader) const;
+  WaitLabel label(const Timeline& tl, const std::string& what) const;
+  void expect_arrivals(const RankAttention& a, Timeline& tl);
   void expand_keys(int k, Timeline& tl, const Blas& blas);
   void run_window(const FmhaWindow& w, Timeline& tl);
   void merge(const MergeStep& step, bool reset, Variant v, Timeline& tl);
-  void wait(int sender, Bell kind, uint64_t value, const std::string& what, Timeline& tl);
 
   ModelShape m_;
   const MlaWeights& w_;

@@ -9,6 +9,7 @@
 #include "block_common.h"
 #include "check.h"
 #include "elementwise.h"
+#include "fabric_plan.h"
 #include "gang.h"
 #include "embed.h"
 #include "ref_math.h"
@@ -83,9 +84,10 @@ Superstep::Parts Superstep::take_parts(DeviceMemory& mem, const Scenario& s, int
   p.prefix2 = mem.take<bf16>("prefix2", b * h, Home::trunk);
   p.ffn_out = mem.take<bf16>("ffn_out", b * h, Home::trunk);
   p.scores = mem.take<float>("attnres_scores", b * (kSnapBlocks + 1), Home::trunk);
-  if (cp > 1) {
+  if (cp > 1) {  // the fabric's slab with this rank's NCCL staging (fabric_plan.h: on one machine)
     mem.begin_block("fabric");
-    mem.note("slab", model_slab_layout(m, cp, b).total_bytes);
+    mem.note("slab", with_nccl_staging(model_slab_layout(m, cp, b), rank, scenario_fabric_plan(s).nccl_peers(rank))
+                         .total_bytes);
   }
   return p;
 }
@@ -96,7 +98,7 @@ MemoryNeeds Superstep::memory_needs(const Scenario& s, int rank, const Placement
   return mem.needs();
 }
 
-Superstep::Superstep(const Scenario& s, int rank, IpcFabric* fabric, const Blas& blas, cudaStream_t stream,
+Superstep::Superstep(const Scenario& s, int rank, Fabric* fabric, const Blas& blas, cudaStream_t stream,
                      DeviceMemory& mem)
     : s_(s), m_(s.model), rank_(rank), cp_(s.cp), b_(s.bucket), blas_(blas),
       fmha_(fmha_engine_from_name(s.fmha)), moe_engine_(moe_gemm_engine_from_name(s.moe_gemm.c_str())),

@@ -40,14 +40,14 @@
 namespace pb {
 
 class Gang;
-class IpcFabric;
+class Fabric;
 
 
 class Superstep {
  public:
   // Every buffer from `mem` (device_memory.h): weights, the rank's own, the
   // turn-local lanes. Weights are filled when mem.fills_weights().
-  Superstep(const Scenario& s, int rank, IpcFabric* fabric, const Blas& blas, cudaStream_t stream,
+  Superstep(const Scenario& s, int rank, Fabric* fabric, const Blas& blas, cudaStream_t stream,
             DeviceMemory& mem = DeviceMemory::standalone());
   ~Superstep();
   // What rank `rank` of `s` takes under a placement, by home, the fabric's

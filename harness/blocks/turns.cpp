@@ -22,9 +22,10 @@ bool trace_turns() {
 }
 }  // namespace
 
-Turn make_turn(const Gang& gang, bool serial, IpcFabric* fab, cudaStream_t stream, int settle_ms,
+Turn make_turn(const Gang& gang, bool serial, Fabric* fab, cudaStream_t stream, int settle_ms,
                const DeviceMemory* poison) {
   if (!serial) return [](const std::function<void()>& phase) { phase(); };
+  if (fab) fab->take_turns(true);  // NCCL sends wait for their receiver's turn (fabric.h)
   auto count = std::make_shared<long>(0);
   const bool trace = trace_turns();
   return [&gang, fab, stream, count, trace, settle_ms, poison](const std::function<void()>& phase) {
@@ -39,7 +40,8 @@ Turn make_turn(const Gang& gang, bool serial, IpcFabric* fab, cudaStream_t strea
         PB_CUDA(cudaStreamSynchronize(stream));
         if (trace) std::fprintf(stderr, "rank %d: turn %ld done\n", r, n);
       }
-      gang.barrier();
+      if (fab) fab->barrier();  // serves the turn's receivers' requests while it waits
+      else gang.barrier();
     }
   };
 }

@@ -22,15 +22,17 @@
 namespace pb {
 
 class DeviceMemory;
-class IpcFabric;
+class Fabric;
 
 using Turn = std::function<void(const std::function<void()>& phase)>;
 
-// The Turn keeps references to gang and fab: they must outlive it.
+// The Turn keeps references to gang and fab: they must outlive it. A
+// serialized Turn puts fab into turn taking (Fabric::take_turns) and waits for
+// other ranks' turns in Fabric::barrier(), which launches the NCCL sends they ask for.
 // poison (debug.poison_arena): a serialized turn ends by filling the GPU's
 // shared turn-local arena with 0xff, so a buffer filed as turn-local but read
 // in a later turn reads NaN (device_memory.h); it must outlive the Turn too.
-Turn make_turn(const Gang& gang, bool serial, IpcFabric* fab, cudaStream_t stream, int settle_ms = 0,
+Turn make_turn(const Gang& gang, bool serial, Fabric* fab, cudaStream_t stream, int settle_ms = 0,
                const DeviceMemory* poison = nullptr);
 
 }  // namespace pb

@@ -72,10 +72,10 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   const Scenario s = load_scenario_on_gang(gang, args);
   const std::string problem = world_size_problem(s, gang.size(), /*plan=*/false);
   PB_CHECK(problem.empty(), problem);
+  const FabricPlan fabric = check_fabric(s, gang, "lane");  // before CUDA starts
   const int device = select_gang_device(gang, "lane");
   if (device < 0) return 3;
   const int me = gang.rank(), cp = s.cp;
-  check_fabric(s, gang, "lane");
   const ModelShape& m = s.model;
   const int64_t layer = first_mla_layer(m), rows = s.bucket;
   const std::vector<Segment> segs = contiguous_segments(s.context, cp);
@@ -89,6 +89,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   record_run_info(gang, args.command_line, result);
   record_scenario(s, result);
   record_devices(gang, device, result);
+  record_fabric(fabric, result);
   result.text["engine_fmha"] = fmha_engine_name(engine);
 
   cudaStream_t stream;
@@ -102,11 +103,11 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   const MlaWeights weights(m, s.seed, stream);
   DeviceBuffer<__nv_bfloat16> mixed(size_t(rows * m.hidden));
   fill_uniform_bf16(mixed.get(), rows * m.hidden, s.seed + 100 + uint64_t(me), 1.0f, stream);
-  std::unique_ptr<IpcFabric> fab;
+  std::unique_ptr<Fabric> fab;
   if (cp > 1)
-    fab = std::make_unique<IpcFabric>(
+    fab = std::make_unique<Fabric>(
         gang, slab_layout(cp, rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()), int(m.v_head)),
-        s.wait_timeout_or(kLaneWaitTimeoutS));
+        s.wait_timeout_or(kLaneWaitTimeoutS), fabric);
   MlaBlock block(m, weights, {me, cp, segs, rows, fab.get(), s.helped_in_place}, engine);
   Timeline tl(stream, true);
   tl.set_nvtx(s.nvtx);
@@ -135,6 +136,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
       if (fab) fab->drain();
       const std::vector<TimedLaunch> launches = tl.collect();
       const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      if (fab) fab->settle_transfers();  // sends still in flight, for the NCCL time
       ++seq;
       const RankPlan& plan = plans[vi];
       const std::vector<Launch> want = plan_slice(plan, int32_t(layer), "rmsnorm.mla_in", launches.size());
@@ -153,8 +155,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
         if (l.family == "fmha") fmha_ms += l.ms;
         if (l.kernel.rfind("fabric.wait", 0) == 0) rr.wait_us += l.ms * 1e3;
       }
-      const FabricStats after = fab ? fab->stats() : FabricStats{};
-      rr.fabric_bytes = double(after.bytes_written - before.bytes_written + after.bytes_read - before.bytes_read);
+      if (fab) add_fabric_stats(rr, before, fab->stats());
       rr.wall_us = serial ? span_ms * 1e3 : wall_us;  // serialized: the rank's own work
       rr.peak_mem_bytes = double(total_b - free_b);   // device-wide when ranks share a GPU
       rank_reps[vi].push_back(rr);

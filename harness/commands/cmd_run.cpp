@@ -70,13 +70,13 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   const Scenario s = load_scenario_on_gang(gang, args);
   const std::string problem = world_size_problem(s, gang.size(), /*plan=*/false);
   PB_CHECK(problem.empty(), problem);
+  const FabricPlan fabric = check_fabric(s, gang, "run");  // before CUDA starts
   const int device = select_gang_device(
       gang, "run",
       ", so the superstep cannot run here.\n  `prefill-bench plan " + args.path +
           "` computes the superstep's analytic plan (launches, bytes, FLOPs,\n  roofline per rank) without a GPU.");
   if (device < 0) return 3;
   const int me = gang.rank(), cp = s.cp;
-  check_fabric(s, gang, "run");
 
   const std::string path = output_path(args.output, s.name, "run");
   if (gang.is_root()) check_results_path(path, args.overwrite);  // before the long part
@@ -85,6 +85,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   record_run_info(gang, args.command_line, result);
   record_scenario(s, result);
   record_devices(gang, device, result);
+  record_fabric(fabric, result);
   cudaStream_t stream;
   PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   if (me == 0) {
@@ -98,8 +99,10 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   record_memory(gang, memory, result);
   if (gang.is_root()) std::printf("memory: %s\n", memory.describe().c_str());
   const Blas blas;
-  std::unique_ptr<IpcFabric> fab;
-  if (cp > 1) fab = std::make_unique<IpcFabric>(gang, model_slab_layout(s.model, cp, s.bucket), s.wait_timeout_or(kRunWaitTimeoutS));
+  std::unique_ptr<Fabric> fab;
+  if (cp > 1)
+    fab = std::make_unique<Fabric>(gang, model_slab_layout(s.model, cp, s.bucket), s.wait_timeout_or(kRunWaitTimeoutS),
+                                   fabric);
   Superstep step(s, me, fab.get(), blas, stream, memory.memory());
   memory.after_weights_filled(stream);
   for (const auto& [what, engine] : step.engines()) result.text["engine_" + what] = engine;
@@ -144,6 +147,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       const std::vector<TimedLaunch> launches = tl.collect();
       const int64_t first = step.first_token();  // reads the device: the end of TTFT
       const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (fab) fab->settle_transfers();  // sends still in flight, for the NCCL time
       const std::vector<TelemetrySample> clocks = telemetry.between(gpu_t0, telemetry.now_ms());
       const RankPlan& plan = plans[vi];
       const std::string diff = launch_list_difference(launches, plan.launches);
@@ -172,8 +176,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
                            doorbell_kind(cp, b.flag), b.value});
         if (l.kernel.rfind("fabric.wait", 0) == 0) rr.wait_us += l.ms * 1e3;
       }
-      const FabricStats after = fab ? fab->stats() : FabricStats{};
-      rr.fabric_bytes = double(after.bytes_written - before.bytes_written + after.bytes_read - before.bytes_read);
+      if (fab) add_fabric_stats(rr, before, fab->stats());
       // Every rank's spans and wall to rank 0; TTFT is the last rank's wall.
       const std::vector<std::string> span_parts = gang.gather(rep >= 0 ? pack_spans(spans) : std::string());
       const std::vector<std::string> bell_parts = gang.gather(rep >= 0 ? pack_bells(bells) : std::string());
@@ -246,6 +249,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
                                             "run " + s.name + ", variant " + v.name + " (" + v.cuts +
                                                 "), last rep, measured ms")
                               .c_str());
+    if (fabric.any_nccl()) std::printf("%s", format_fabric_by_transport(v.rank_reps, s.reps - 1, cp).c_str());
     std::printf("variant %s: TTFT min %.1f / median %.1f / max %.1f ms over %zu reps, first token %lld, "
                 "device memory in use %.1f GB (rank 0's GPU)\n",
                 v.name.c_str(), t.min, t.median, t.max, v.ttft_ms.size(), (long long)v.outputs.first_token,

@@ -45,10 +45,13 @@ struct Outcome {
   int64_t token = -1;
 };
 
-Outcome run_once(Superstep& step, const CutSet& cuts, Timeline& tl, const Turn& turn, IpcFabric* fab,
+Outcome run_once(Superstep& step, const CutSet& cuts, Timeline& tl, const Turn& turn, Fabric* fab,
                  int64_t row0, int64_t rows, int64_t hidden) {
   step.run(cuts, tl, turn, true);
-  if (fab) fab->drain();
+  if (fab) {
+    fab->drain();
+    fab->settle_transfers();
+  }
   tl.collect();
   Outcome o;
   o.checksums = step.layer_checksums();
@@ -64,17 +67,17 @@ int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
   const Scenario s = load_scenario_on_gang(gang, args);
   const std::string problem = world_size_problem(s, gang.size(), /*plan=*/false);
   PB_CHECK(problem.empty(), problem);
+  const FabricPlan fabric = check_fabric(s, gang, "verify");  // before CUDA starts
   const int device = select_gang_device(gang, "verify");
   if (device < 0) return 3;
   const int me = gang.rank(), cp = s.cp;
-  check_fabric(s, gang, "verify");
   cudaStream_t stream;
   PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   GangMemory memory = superstep_memory(gang, device, s);
   const Blas blas;
-  std::unique_ptr<IpcFabric> fab;
+  std::unique_ptr<Fabric> fab;
   if (cp > 1)
-    fab = std::make_unique<IpcFabric>(gang, model_slab_layout(s.model, cp, s.bucket), s.wait_timeout_or(300.0));
+    fab = std::make_unique<Fabric>(gang, model_slab_layout(s.model, cp, s.bucket), s.wait_timeout_or(300.0), fabric);
   Superstep step(s, me, fab.get(), blas, stream, memory.memory());
   memory.after_weights_filled(stream);
   Timeline tl(stream, false);
@@ -156,8 +159,9 @@ int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
   int bad = ok ? 0 : 1, any_bad = 0;
   MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, gang.comm());
   if (gang.is_root()) {
-    std::printf("verify %s (cp %d, %lld tokens, first token %s)\n", s.name.c_str(), cp, (long long)s.context,
-                cp == 1 ? std::to_string(base.token).c_str() : "on the last rank");
+    std::printf("verify %s (cp %d, %lld tokens, first token %s; fabric %s)\n", s.name.c_str(), cp,
+                (long long)s.context, cp == 1 ? std::to_string(base.token).c_str() : "on the last rank",
+                fabric.describe_pairs().c_str());
     for (const std::string& r : reports) std::printf("%s", r.c_str());
     std::printf("verify: %s\n", any_bad ? "FAILED" : "passed");
   }

@@ -9,6 +9,18 @@
 
 namespace pb {
 
+FabricPlan check_fabric(const Scenario& s, const Gang& gang, const char* command) {
+  FabricPlan plan = gang_fabric_plan(gang, s);
+  prepare_nccl_environment(plan, gang.rank(), s.serialize_ranks);
+  if (gang.is_root() && plan.any_nccl()) {
+    const std::string hosts =
+        plan.emulated_hosts > 0 ? " over " + std::to_string(plan.emulated_hosts) + " emulated hosts" : "";
+    std::printf("prefill-bench %s: fabric %s%s: %s\n", command, plan.mode.c_str(), hosts.c_str(),
+                plan.describe_pairs().c_str());
+  }
+  return plan;
+}
+
 int select_gang_device(const Gang& gang, const char* command, const std::string& more) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -22,14 +34,11 @@ int select_gang_device(const Gang& gang, const char* command, const std::string&
   return device;
 }
 
-void check_fabric(const Scenario& s, const Gang& gang, const char* command) {
-  if (s.cp == 1) return;
-  PB_CHECK(s.fabric != "nccl", s.source + ": key 'fabric': nccl is not built yet (cross-node ranks need it); "
-                                         "allowed here: ipc, auto (all ranks on one node)");
-  PB_CHECK(gang.local_size() == gang.size(), std::string("prefill-bench ") + command +
-                                                 ": the IPC fabric needs every rank on one node (" +
-                                                 std::to_string(gang.local_size()) + " of " +
-                                                 std::to_string(gang.size()) + " ranks are local)");
+void record_fabric(const FabricPlan& plan, RunResult& result) {
+  result.text["fabric"] = plan.mode;
+  result.text["fabric_pairs"] = plan.describe_pairs();
+  result.text["fabric_hosts"] = plan.describe_hosts();
+  result.numbers["emulated_hosts"] = plan.emulated_hosts;
 }
 
 }  // namespace pb

@@ -2,12 +2,12 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
-#include <nccl.h>
 
 #include <ctime>
 #include <filesystem>
 
 #include "check.h"
+#include "nccl_comm.h"
 
 extern char** environ;
 
@@ -84,10 +84,7 @@ void record_run_info(const Gang& gang, const std::string& command_line, RunResul
   result.text["cuda_driver"] = driver ? version_triplet(driver, 1000, 10) : "none";
   result.text["cublas_version"] = std::to_string(CUBLAS_VER_MAJOR) + "." + std::to_string(CUBLAS_VER_MINOR) +
                                   "." + std::to_string(CUBLAS_VER_PATCH);
-  int nccl = 0;
-  ncclGetVersion(&nccl);
-  result.text["nccl_version"] = std::to_string(nccl / 10000) + "." + std::to_string((nccl % 10000) / 100) + "." +
-                                std::to_string(nccl % 100);
+  result.text["nccl_version"] = nccl_runtime_version();  // the library loaded at run time, or why none
   result.text["nccl_env"] = nccl_environment();
   result.numbers["world_size"] = gang.size();
 }

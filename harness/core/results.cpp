@@ -421,7 +421,12 @@ CompoundType rank_rep_row_type(int schema_version = kSchemaVersion) {
   if (schema_version >= 3)
     type.add("sm_mhz", HOFFSET(RankRep, sm_mhz), H5T_NATIVE_DOUBLE)
         .add("power_w", HOFFSET(RankRep, power_w), H5T_NATIVE_DOUBLE)
-        .add("power_capped", HOFFSET(RankRep, power_capped), H5T_NATIVE_DOUBLE);
+        .add("power_capped", HOFFSET(RankRep, power_capped), H5T_NATIVE_DOUBLE)
+        .add("ipc_bytes", HOFFSET(RankRep, ipc_bytes), H5T_NATIVE_DOUBLE)
+        .add("nccl_bytes", HOFFSET(RankRep, nccl_bytes), H5T_NATIVE_DOUBLE)
+        .add("ipc_wait_us", HOFFSET(RankRep, ipc_wait_us), H5T_NATIVE_DOUBLE)
+        .add("nccl_wait_us", HOFFSET(RankRep, nccl_wait_us), H5T_NATIVE_DOUBLE)
+        .add("nccl_us", HOFFSET(RankRep, nccl_us), H5T_NATIVE_DOUBLE);
   return type;
 }
 

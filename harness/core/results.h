@@ -77,13 +77,16 @@ struct BellOp {
 };
 
 // Per rep and rank: the superstep's wall, the time spent waiting on the fabric
-// (doorbells), the bytes moved over it, and the peak device memory.
+// (doorbells), the bytes moved over it, and the peak device memory; the
+// fabric by transport (fabric.h): bytes over CUDA IPC and received over NCCL,
+// the compute stream's waits on each, and the GPU time of this rank's NCCL
+// transfers on its link streams (they overlap the compute).
 struct RankRep {
   int32_t rep = 0;
   int32_t rank = 0;
   double wall_us = 0;
   double wait_us = 0;
-  double fabric_bytes = 0;
+  double fabric_bytes = 0;  // ipc_bytes + nccl_bytes
   double peak_mem_bytes = 0;
   // The rank's GPU during the rep (telemetry.h; NaN without telemetry and in
   // files before schema 3): median SM clock, highest power, and the fraction
@@ -91,6 +94,11 @@ struct RankRep {
   double sm_mhz = kNoValue;
   double power_w = kNoValue;
   double power_capped = kNoValue;
+  double ipc_bytes = 0;
+  double nccl_bytes = 0;
+  double ipc_wait_us = 0;
+  double nccl_wait_us = 0;
+  double nccl_us = 0;
 };
 
 // One telemetry sample of a GPU (harness/blocks/telemetry.h).

@@ -21,8 +21,9 @@ std::string join(const std::vector<std::string>& items) {
 }
 
 const std::vector<std::string> kTopKeys = {
-    "name", "model", "cp", "context", "bucket", "split_k", "fabric", "fmha", "moe_gemm", "gpu_profile",
-    "serialize_ranks", "share_memory", "turn_settle_ms", "helped_in_place", "wait_timeout_s", "nvtx", "cuts",
+    "name", "model", "cp", "context", "bucket", "split_k", "fabric", "emulate_hosts", "fmha", "moe_gemm",
+    "gpu_profile", "serialize_ranks", "share_memory", "turn_settle_ms", "helped_in_place", "wait_timeout_s", "nvtx",
+    "cuts",
     "variants", "warmup", "reps", "seed", "output", "debug"};
 const std::vector<std::string> kDebugKeys = {"delay_family", "delay_us", "poison_arena"};
 const std::vector<std::string> kVariantKeys = {"name", "cuts"};
@@ -132,6 +133,14 @@ std::string get_choice(const Locator& at, const YAML::Node& node, const std::str
   if (std::find(allowed.begin(), allowed.end(), v) == allowed.end())
     at.fail(node, path, "'" + v + "' is not allowed; allowed values: " + join(allowed));
   return v;
+}
+
+// "1, 2, 4" for cp 4.
+std::string divisors_of(int n) {
+  std::string out;
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0) out += (out.empty() ? "" : ", ") + std::to_string(d);
+  return out;
 }
 
 bool named_cut_set(const std::string& word, CutSet* out) {
@@ -339,6 +348,17 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
   }
   if (root["split_k"]) s.split_k = int(get_int(at, root["split_k"], "split_k", 1, 16));
   if (root["fabric"]) s.fabric = get_choice(at, root["fabric"], "fabric", fabric_names());
+  if (root["emulate_hosts"]) {
+    s.emulate_hosts = int(get_int(at, root["emulate_hosts"], "emulate_hosts", 0, s.cp));
+    if (s.emulate_hosts > 0 && s.cp % s.emulate_hosts != 0)
+      at.fail(root["emulate_hosts"], "emulate_hosts",
+              std::to_string(s.emulate_hosts) + " does not divide cp " + std::to_string(s.cp) +
+                  "; allowed: 0 (the real hosts) or a divisor of cp: " + divisors_of(s.cp) + at.origin("cp"));
+    if (s.emulate_hosts > 1 && s.fabric == "ipc")
+      at.fail(root["emulate_hosts"], "emulate_hosts",
+              std::to_string(s.emulate_hosts) + " emulated hosts with fabric ipc: CUDA IPC does not cross hosts; "
+              "allowed with emulated hosts: fabric nccl or auto" + at.origin("fabric"));
+  }
   if (root["fmha"]) s.fmha = get_choice(at, root["fmha"], "fmha", fmha_engine_names());
   if (root["moe_gemm"]) s.moe_gemm = get_choice(at, root["moe_gemm"], "moe_gemm", moe_gemm_engine_names());
   if (root["gpu_profile"]) s.gpu_profile = get_choice(at, root["gpu_profile"], "gpu_profile", gpu_profile_names());

@@ -6,7 +6,8 @@
 //   context: 65536                         # tokens, divisible by cp
 //   bucket: 16896                          # seg_cap: rows buffers are sized by
 //   split_k: 1
-//   fabric: auto                           # ipc | nccl | auto
+//   fabric: auto                           # ipc | nccl | auto (per pair: IPC inside a host, NCCL across)
+//   emulate_hosts: 0                       # N > 0: rank r on emulated host r / (cp / N) (one machine)
 //   fmha: auto                             # native | cudnn | auto
 //   moe_gemm: grouped                      # grouped | loop | cutlass (the expert GEMMs' engine)
 //   serialize_ranks: false                 # ranks of one GPU take turns
@@ -71,6 +72,7 @@ struct Scenario {
   int64_t bucket = 0;
   int split_k = 1;
   std::string fabric = "auto";
+  int emulate_hosts = 0;  // 0: real hosts; N (divides cp): emulated hosts for the fabric (fabric_plan.h)
   std::string fmha = "auto";
   std::string moe_gemm = "auto";  // kernels/moe/moe_gemm.h's engines
   std::string gpu_profile = "h200";

@@ -3,6 +3,7 @@
 #include "model.h"
 
 #include "check.h"
+#include "schedule.h"
 
 namespace pb {
 
@@ -31,6 +32,17 @@ const char* bell_name(Bell kind) {
     case Bell::state_read: return "state_read";
   }
   return "?";
+}
+
+Bell acknowledged(Bell ack) {
+  switch (ack) {
+    case Bell::released: return Bell::window;
+    case Bell::consumed: return Bell::returned;
+    case Bell::halo_read: return Bell::halo;
+    case Bell::state_read: return Bell::state;
+    default: break;
+  }
+  throw_error(__FILE__, __LINE__, std::string("acknowledged: ") + bell_name(ack) + " is not an acknowledgement");
 }
 
 int doorbell_index(int cp, int sender, Bell kind) {
@@ -80,7 +92,7 @@ SlabLayout slab_layout(int cp, int64_t seg, int heads, int kv_rank, int rope_dim
     }
     L.return_slab[s] = {begin, align_up(cursor) - begin};
   }
-  L.total_bytes = align_up(cursor);
+  L.total_bytes = L.shared_bytes = align_up(cursor);
   return L;
 }
 
@@ -98,8 +110,84 @@ SlabLayout slab_layout_with_kda(int cp, int64_t seg, int heads, int kv_rank, int
     L.M[p] = place(cursor, package);
     L.D[p] = place(cursor, package);
   }
+  L.total_bytes = L.shared_bytes = align_up(cursor);
+  return L;
+}
+
+SlabLayout with_nccl_staging(const SlabLayout& shared, int rank, const std::vector<bool>& nccl_peer) {
+  const int cp = shared.cp;
+  PB_CHECK(rank >= 0 && rank < cp && int(nccl_peer.size()) == cp,
+           "with_nccl_staging: the rank and the peer list must fit cp " + std::to_string(cp));
+  PB_CHECK(shared.total_bytes == shared.shared_bytes, "with_nccl_staging: the layout already has staging");
+  PB_CHECK(!nccl_peer[size_t(rank)], "with_nccl_staging: a rank does not reach itself over NCCL");
+  SlabLayout L = shared;
+  const auto over_nccl = [&](int peer) { return nccl_peer[size_t(peer)]; };
+  bool any = false;
+  for (int p = 0; p < cp; ++p) any |= over_nccl(p);
+  if (!any) return L;
+  const int64_t bf16 = 2, f32 = 4;
+  int64_t cursor = L.shared_bytes;
+  L.bells_out = place(cursor, int64_t(L.n_doorbells()) * 8);
+  L.in_kv.assign(size_t(cp), Region{});
+  L.in_q.assign(size_t(cp), Region{});
+  for (int k = 0; k < rank; ++k)
+    if (over_nccl(k)) L.in_kv[size_t(k)] = place(cursor, L.kv.bytes);
+  const std::vector<int> owners = helped(cp, rank);
+  for (int q : owners)
+    if (over_nccl(q)) L.in_q[size_t(q)] = place(cursor, L.q.bytes);
+  for (int s = 0; s < 2; ++s) {
+    L.out_o[s].assign(size_t(L.slots), Region{});
+    L.out_lse[s].assign(size_t(L.slots), Region{});
+    for (int q : owners) {
+      if (!over_nccl(q)) continue;
+      const int slot = (q - rank) / 2 - 1;  // schedule.h: slot i of helper h serves owner h + 2(i + 1)
+      L.out_o[s][size_t(slot)] = place(cursor, int64_t(L.seg) * L.heads * L.v_dim * bf16);
+      L.out_lse[s][size_t(slot)] = place(cursor, int64_t(L.heads) * L.seg * f32);
+    }
+  }
+  if (L.hidden > 0) {
+    L.in_M.assign(size_t(cp), Region{});
+    L.in_D.assign(size_t(cp), Region{});
+    for (int j = 0; j < rank; ++j)
+      if (over_nccl(j)) {
+        L.in_M[size_t(j)] = place(cursor, L.M[0].bytes);
+        L.in_D[size_t(j)] = place(cursor, L.D[0].bytes);
+      }
+    if (rank + 1 < cp && over_nccl(rank + 1))
+      for (int p = 0; p < 2; ++p) L.out_halo[p] = place(cursor, L.halo[p].bytes);
+  }
   L.total_bytes = align_up(cursor);
   return L;
+}
+
+Region SlabLayout::inbox(int sender, const Region& pulled) const {
+  PB_CHECK(sender >= 0 && sender < cp, "SlabLayout::inbox: sender " + std::to_string(sender) + " outside [0, cp)");
+  const auto at = [&](const std::vector<Region>& v) { return v.empty() ? Region{} : v[size_t(sender)]; };
+  Region r;
+  if (pulled.offset == kv.offset) r = at(in_kv);
+  else if (pulled.offset == q.offset) r = at(in_q);
+  else if (hidden > 0 && (pulled.offset == M[0].offset || pulled.offset == M[1].offset)) r = at(in_M);
+  else if (hidden > 0 && (pulled.offset == D[0].offset || pulled.offset == D[1].offset)) r = at(in_D);
+  else throw_error(__FILE__, __LINE__, "SlabLayout::inbox: the region at offset " + std::to_string(pulled.offset) +
+                                           " is not pulled (kv, q, M, D)");
+  PB_CHECK(r.bytes >= pulled.bytes && r.bytes > 0,
+           "SlabLayout::inbox: no NCCL inbox for that region of rank " + std::to_string(sender));
+  return r;
+}
+
+Region SlabLayout::outbox(const Region& delivered) const {
+  Region r;
+  bool found = false;
+  for (int p = 0; p < 2 && !found; ++p) {
+    if (hidden > 0 && delivered.offset == halo[p].offset) r = out_halo[p], found = true;
+    for (int i = 0; i < slots && !found && !out_o[p].empty(); ++i) {
+      if (delivered.offset == o[p][size_t(i)].offset) r = out_o[p][size_t(i)], found = true;
+      else if (delivered.offset == lse[p][size_t(i)].offset) r = out_lse[p][size_t(i)], found = true;
+    }
+  }
+  PB_CHECK(found && r.bytes >= delivered.bytes && r.bytes > 0,
+           "SlabLayout::outbox: no NCCL outbox for the region at offset " + std::to_string(delivered.offset));
+  return r;
 }
 
 SlabLayout model_slab_layout(const ModelShape& m, int cp, int64_t rows) {
@@ -123,6 +211,27 @@ std::vector<std::pair<std::string, Region>> SlabLayout::regions() const {
       out.push_back({"M" + tag, M[p]});
       out.push_back({"D" + tag, D[p]});
     }
+  // The staging, in placement order.
+  const auto add = [&](const std::string& name, const Region& r) {
+    if (r.bytes > 0) out.push_back({name, r});
+  };
+  add("bells_out", bells_out);
+  const auto per_peer = [&](const std::string& name, const std::vector<Region>& v) {
+    for (size_t p = 0; p < v.size(); ++p) add(name + "[" + std::to_string(p) + "]", v[p]);
+  };
+  per_peer("in_kv", in_kv);
+  per_peer("in_q", in_q);
+  for (int s = 0; s < 2; ++s)
+    for (size_t i = 0; i < out_o[s].size(); ++i) {
+      const std::string tag = "[" + std::to_string(s) + "][" + std::to_string(i) + "]";
+      add("out_o" + tag, out_o[s][i]);
+      add("out_lse" + tag, out_lse[s][i]);
+    }
+  for (size_t j = 0; j < in_M.size(); ++j) {
+    add("in_M[" + std::to_string(j) + "]", in_M[j]);
+    add("in_D[" + std::to_string(j) + "]", in_D[j]);
+  }
+  for (int p = 0; p < 2; ++p) add("out_halo[" + std::to_string(p) + "]", out_halo[p]);
   return out;
 }
 

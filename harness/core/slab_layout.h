@@ -15,6 +15,14 @@
 //     M[p], D[p] [kda_heads, d, d] f32   this rank's affine state package, read in place
 //                                        by every downstream rank's fold
 //
+// NCCL staging (with_nccl_staging), appended per rank after the regions
+// above, for the peers this rank reaches over NCCL (fabric.h): a copy of
+// each pulled window (kv, q) and package (M, D) lands in an inbox per sender;
+// what this rank delivers (returns, halo rows) waits in an outbox until its
+// send completes; bells_out holds the doorbell value each message carries.
+// The shared regions keep their offsets on every rank (IPC peers address
+// them); the staging differs per rank and no peer addresses it.
+//
 // Every region starts on a kAlign-byte boundary. Both return slabs hold all
 // (cp - 1) / 2 slots (docs/design.md's sizing) and alternate by the call's sequence
 // number (return_slab): a helper writing call seq's result only needs the
@@ -47,6 +55,9 @@ enum class Bell : int {
 };
 constexpr int kBellKinds = 8;
 const char* bell_name(Bell kind);
+// The message an acknowledgement answers: released -> window, consumed ->
+// returned, halo_read -> halo, state_read -> state.
+Bell acknowledged(Bell ack);
 
 // Doorbell index on the receiving rank for flags stored by `sender`.
 int doorbell_index(int cp, int sender, Bell kind);
@@ -80,11 +91,24 @@ struct SlabLayout {
   int64_t hidden = 0;                         // KDA regions present when > 0
   int kda_heads = 0, kda_dim = 0;
   std::array<Region, 2> halo, M, D;           // [parity]
+  int64_t shared_bytes = 0;                   // [0, shared_bytes): the regions every rank's slab shares
+  // NCCL staging of this rank (bytes 0 where the peer is not over NCCL):
+  Region bells_out;                                   // [cp * kBellKinds] u64
+  std::vector<Region> in_kv, in_q, in_M, in_D;        // [sender]
+  std::array<std::vector<Region>, 2> out_o, out_lse;  // [slab][slot]
+  std::array<Region, 2> out_halo;                     // [parity]
   int64_t total_bytes = 0;
 
   int n_doorbells() const { return cp * kBellKinds; }
-  // Every region in address order, with a name, for tests and printing.
+  // Every region in address order, with a name, for tests and printing
+  // (staging regions only where present).
   std::vector<std::pair<std::string, Region>> regions() const;
+  // Where a pulled region of `sender`'s slab (kv, q, M[p], D[p]) lands in this
+  // rank's slab over NCCL; throws when this layout has no such inbox.
+  Region inbox(int sender, const Region& pulled) const;
+  // Where this rank keeps what it delivers into a region of a peer's slab
+  // (halo[p], o[s][i], lse[s][i]) until its NCCL send completes.
+  Region outbox(const Region& delivered) const;
 };
 
 // Shapes default to the model's MLA: kv latent 512, rope 64, q/k head dim 192
@@ -94,6 +118,13 @@ SlabLayout slab_layout(int cp, int64_t seg, int heads, int kv_rank = 512, int ro
 // The same plus the KDA regions (halo rows, state packages).
 SlabLayout slab_layout_with_kda(int cp, int64_t seg, int heads, int kv_rank, int rope_dim, int qk_dim, int v_dim,
                                 int64_t hidden, int kda_heads, int kda_dim);
+
+// `shared` plus rank `rank`'s NCCL staging for the peers p with nccl_peer[p]
+// (size cp): inboxes for the windows it may read under either schedule (kv of
+// every k < rank, q of every owner it helps under the stripe) and, with KDA
+// regions, for the packages of every j < rank; outboxes for its returns to
+// the owners it helps and for the halo rows to rank + 1.
+SlabLayout with_nccl_staging(const SlabLayout& shared, int rank, const std::vector<bool>& nccl_peer);
 
 // The whole CP lane's slab for a model: MLA window and returns, KDA halo and packages.
 struct ModelShape;

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   try {
     PB_CUDA(cudaSetDevice(gang.local_rank() % devices));
     const int cp = gang.size();
-    pb::IpcFabric fab(gang, pb::slab_layout(cp, 16, 2), 2.0);
+    pb::Fabric fab(gang, pb::slab_layout(cp, 16, 2), 2.0);
     gang.barrier();
     if (gang.rank() == 1) {
       cudaStream_t stream;

@@ -25,7 +25,7 @@ uint32_t pattern(int sender, int round, size_t i) {
 
 TEST_CASE("every rank maps every peer's slab") {
   const Gang& gang = test_gang();
-  IpcFabric fab(gang, slab_layout(gang.size(), 64, 4), 30.0);
+  Fabric fab(gang, slab_layout(gang.size(), 64, 4), 30.0);
   CHECK(fab.peer_base(gang.rank()) == fab.own_base());
   for (int r = 0; r < gang.size(); ++r) {
     CHECK(fab.peer_base(r) != nullptr);
@@ -40,7 +40,7 @@ TEST_CASE("a ring of doorbells carries a pattern into the next rank's slab, regi
   const Gang& gang = test_gang();
   const int cp = gang.size(), me = gang.rank();
   const int next = (me + 1) % cp, prev = (me + cp - 1) % cp;
-  IpcFabric fab(gang, slab_layout(cp, 64, 4), 30.0);
+  Fabric fab(gang, slab_layout(cp, 64, 4), 30.0);
   const SlabLayout& L = fab.layout();
   std::vector<Region> regions = {L.kv, L.q};
   for (int s = 0; s < 2 && L.slots >= 1; ++s) {  // return slots exist from cp 3 on

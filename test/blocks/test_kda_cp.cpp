@@ -33,7 +33,7 @@ struct Out {
 };
 
 Out run_block(KdaBlock& block, const __nv_bfloat16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl,
-              const Blas& blas, IpcFabric* fab, const ModelShape& m) {
+              const Blas& blas, Fabric* fab, const ModelShape& m) {
   block.run(mixed, seq, cuts, tl, blas);
   if (fab) fab->drain();
   tl.collect();
@@ -75,7 +75,7 @@ void check_kda_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
     cp1 = {rows_of(a.block, mine.begin, mine.len, m.hidden), rows_of(a.core, mine.begin, mine.len, m.kda_inner())};
   }
 
-  IpcFabric fab(gang, model_slab_layout(m, cp, rows), 30.0);
+  Fabric fab(gang, model_slab_layout(m, cp, rows), 30.0);
   KdaBlock block(m, w, {me, cp, segs, rows, &fab});
   const Out off = run_block(block, local.get(), 0, none, tl, blas, &fab, m);
   const Out on = run_block(block, local.get(), 1, all, tl, blas, &fab, m);

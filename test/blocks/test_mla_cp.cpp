@@ -60,7 +60,7 @@ CutSet cuts_with(bool all, bool lse_merge) {
 
 // Runs the block once and returns its live output rows [T, hidden].
 Bits run_block(MlaBlock& block, const __nv_bfloat16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl,
-               const Blas& blas, IpcFabric* fab, int64_t hidden) {
+               const Blas& blas, Fabric* fab, int64_t hidden) {
   block.run(mixed, seq, cuts, tl, blas);
   if (fab) fab->drain();
   tl.collect();
@@ -98,7 +98,7 @@ void check_cp_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
     cp1_all.assign(b.begin() + mine.begin * m.hidden, b.begin() + (mine.begin + mine.len) * m.hidden);
   }
 
-  IpcFabric fab(gang, slab_layout(cp, rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()),
+  Fabric fab(gang, slab_layout(cp, rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()),
                                   int(m.v_head)),
                 30.0);
   MlaBlock block(m, w, {me, cp, segs, rows, &fab}, FmhaEngine::native);
