@@ -84,7 +84,7 @@ Gang::Gang(int* argc, char*** argv) {
   int len = 0;
   MPI_Get_processor_name(name, &len);
   host_.assign(name, len);
-  set_error_context("rank " + std::to_string(rank_) + "/" + std::to_string(size_) + " on " + host_);
+  set_error_context("rank " + std::to_string(rank_) + " on " + host_);  // the prefix of fail()'s message
 }
 
 Gang::~Gang() {

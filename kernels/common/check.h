@@ -7,8 +7,12 @@
 //
 // Library-specific twins (cuBLAS, cuDNN, NCCL, the driver API) live beside
 // their one user and throw through pb::throw_error the same way.
-// Messages carry file:line, the failing expression and the process context
-// (rank and host) that the driver sets once with pb::set_error_context().
+// A message states what failed (for CUDA calls, the failing expression); the
+// source file and line are added only with the environment variable PB_DEBUG
+// set (and not "0"). Errors carry no process prefix: whoever prints them adds
+// one (Gang::fail: "[rank r on host] error: ..."). Warnings are printed here,
+// prefixed with the process context that the driver sets once with
+// pb::set_error_context().
 #pragma once
 
 #include <stdexcept>
@@ -20,9 +24,12 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// "rank 3/8 on host gpu07", set by the MPI driver; empty in single-process tools.
+// "rank 3 on gpu07", set by the MPI driver; empty in single-process tools.
 void set_error_context(const std::string& context);
 const std::string& error_context();
+
+// Whether PB_DEBUG asks for source locations in messages.
+bool debug_messages();
 
 [[noreturn]] void throw_error(const char* file, int line, const std::string& what);
 void warn_error(const char* file, int line, const std::string& what);
