@@ -1,19 +1,23 @@
 // Comparing results files (compare.h has the modes and the regression rule).
 //
-// Reading order: run_compare and its three modes; print_comparison and the
-// report sections it prints; then the pure pieces (judge_regression,
-// family_times_us, compare_outputs) with their helpers.
+// Reading order: run_compare and its three modes; the gate's checks (what
+// can be judged); print_comparison and the report sections it prints; then
+// the pure pieces (judge_regression, family_times_us, compare_outputs,
+// parse_max_regression) with their helpers.
 #include "compare.h"
 
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "check.h"
+#include "model.h"
 #include "projection.h"
+#include "scenario.h"
 #include "stats.h"
 
 namespace pb {
@@ -37,18 +41,44 @@ std::string join(const std::vector<std::string>& items) {
   return text;
 }
 
+// What one rep of a file's spans covers: a `lane` file holds one MLA layer
+// (and no TTFT), every other kind the superstep.
+bool holds_one_layer(const RunResult& run) { return run.kind == "lane"; }
+std::string timed_scope(const RunResult& run) { return holds_one_layer(run) ? "MLA layer" : "superstep"; }
+
 int check_regressions(const CompareOptions& options, std::ostream& out);
 void compare_files(const CompareOptions& options, std::ostream& out);
 void compare_within_file(const CompareOptions& options, std::ostream& out);
 RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOptions& options, std::ostream& out);
 
-VariantPairs pair_variants(const RunResult& a, const RunResult& b, const CompareOptions& options);
+// The gate's bookkeeping: what it judged, what it did not and why.
+struct NotJudged {
+  std::string variant;
+  std::string why;
+  bool blocks = true;  // counts as "cannot judge" (exit 2); false: listed only
+};
+
+struct GateReport {
+  std::vector<std::string> file_problems;  // the files cannot be judged against each other
+  std::vector<std::pair<std::string, RegressionVerdict>> judged;
+  std::vector<NotJudged> not_judged;
+
+  bool any_regressed() const;
+  bool any_blocking() const;
+  int exit_code() const;
+};
+
+std::vector<std::string> file_problems(const RunResult& base, const RunResult& cand, const CompareOptions& options);
 std::vector<std::string> variants_to_judge(const RunResult& base, const RunResult& cand,
-                                           const CompareOptions& options);
+                                           const CompareOptions& options, GateReport* report);
+std::string cuts_difference(const VariantResult& base, const VariantResult& cand);
+void print_gate_summary(const GateReport& report, const CompareOptions& options, std::ostream& out);
+
+VariantPairs pair_variants(const RunResult& a, const RunResult& b, const CompareOptions& options);
 const VariantResult& require_variant(const RunResult& run, const std::string& file, const std::string& name);
 
 void print_heading(const Side& a, const Side& b, std::ostream& out);
-void print_family_tables(const VariantResult& a, const VariantResult& b, std::ostream& out);
+void print_family_tables(const Side& a, const Side& b, std::ostream& out);
 void print_ttft(const Side& a, const Side& b, std::ostream& out);
 void print_projections(const Side& a, const Side& b, std::ostream& out);
 void print_verdict(const RegressionVerdict& verdict, std::ostream& out);
@@ -60,6 +90,9 @@ int run_compare(const CompareOptions& options, std::ostream& out) {
   PB_CHECK(!options.file_a.empty(), "compare needs a results file");
   PB_CHECK(options.max_regression >= 0, fmt::format("max_regression {} is negative", options.max_regression));
   PB_CHECK(options.alpha > 0 && options.alpha < 1, fmt::format("alpha {} is outside (0, 1)", options.alpha));
+  PB_CHECK(options.only.empty() || !options.baseline_file.empty(),
+           "--only names the variants a regression check (--baseline) judges; to compare two variants give "
+           "--variants A,B");
   if (!options.baseline_file.empty()) return check_regressions(options, out);
   if (options.file_b.empty())
     compare_within_file(options, out);
@@ -72,25 +105,35 @@ namespace {
 
 // ---- the three modes ------------------------------------------------------------
 
-// (c) Every variant present in both files (or the named one), candidate
-// against baseline; 1 when any regressed.
+// (c) The gate: the files' problems, else each variant to judge, candidate
+// against baseline; then what was judged and what was not (compare.h).
 int check_regressions(const CompareOptions& options, std::ostream& out) {
   PB_CHECK(options.file_b.empty(), "a regression check judges one candidate file against the baseline, not two");
-  PB_CHECK(options.variant_b.empty() || options.variant_b == options.variant_a,
-           "a regression check judges one variant name, the same in both files: give one variant, not two");
+  PB_CHECK(options.variant_a.empty() && options.variant_b.empty(),
+           "a regression check names the variants to judge with --only a,b (each in both files), not --variants");
   const RunResult base = read_results(options.baseline_file);
   const RunResult cand = read_results(options.file_a);
-  std::vector<std::string> regressed;
-  const std::vector<std::string> names = variants_to_judge(base, cand, options);
-  for (const std::string& name : names) {
-    const Side a{"A (baseline)", options.baseline_file, &base, &require_variant(base, options.baseline_file, name)};
-    const Side b{"B (candidate)", options.file_a, &cand, &require_variant(cand, options.file_a, name)};
-    if (print_comparison(a, b, options, out).regressed) regressed.push_back(name);
+  GateReport report;
+  report.file_problems = file_problems(base, cand, options);
+  if (report.file_problems.empty()) {
+    for (const std::string& name : variants_to_judge(base, cand, options, &report)) {
+      const VariantResult& a = require_variant(base, options.baseline_file, name);
+      const VariantResult& b = require_variant(cand, options.file_a, name);
+      const std::string cuts = cuts_difference(a, b);
+      if (!cuts.empty()) {
+        report.not_judged.push_back({name, cuts});
+        continue;
+      }
+      const RegressionVerdict verdict = print_comparison(Side{"A (baseline)", options.baseline_file, &base, &a},
+                                                         Side{"B (candidate)", options.file_a, &cand, &b}, options, out);
+      if (verdict.judged)
+        report.judged.emplace_back(name, verdict);
+      else
+        report.not_judged.push_back({name, verdict.reason});
+    }
   }
-  out << fmt::format("\nregression check: {} of {} variants regressed (allowed +{:.1f}%, alpha {}){}{}\n",
-                     regressed.size(), names.size(), 100 * options.max_regression, options.alpha,
-                     regressed.empty() ? "" : ": ", join(regressed));
-  return regressed.empty() ? 0 : 1;
+  print_gate_summary(report, options, out);
+  return report.exit_code();
 }
 
 // (a) Two files.
@@ -102,9 +145,10 @@ void compare_files(const CompareOptions& options, std::ostream& out) {
                      Side{"B", options.file_b, &b, &require_variant(b, options.file_b, name_b)}, options, out);
 }
 
-// (c) One file, no variant names, a "baseline" variant among several: each
+// (b) One file, no variant names, a "baseline" variant among several: each
 // other variant's saving against it (the each-cut A/B), TTFT medians and the
-// superstep's span total on the deepest rank.
+// span total of the superstep (a lane file: of its MLA layer, no TTFT) on the
+// deepest rank.
 void print_savings(const RunResult& run, const std::string& file, std::ostream& out) {
   const VariantResult& base = require_variant(run, file, "baseline");
   const auto deep_total_ms = [](const VariantResult& v) {
@@ -120,6 +164,17 @@ void print_savings(const RunResult& run, const std::string& file, std::ostream& 
   };
   const auto ttft_median = [](const VariantResult& v) { return v.ttft_ms.empty() ? 0.0 : median(v.ttft_ms); };
   const double base_ttft = ttft_median(base), base_deep = deep_total_ms(base);
+  if (holds_one_layer(run)) {
+    out << fmt::format("savings against 'baseline' in {} (per MLA layer: the deep rank's spans, median over reps)\n",
+                       file);
+    out << fmt::format("  {:<14} {:>12} {:>12} {:>8}\n", "variant", "layer ms", "saving ms", "%");
+    for (const VariantResult& v : run.variants) {
+      const double d = deep_total_ms(v);
+      out << fmt::format("  {:<14} {:>12.3f} {:>12.3f} {:>7.1f}%\n", v.name, d, base_deep - d,
+                         base_deep > 0 ? 100.0 * (base_deep - d) / base_deep : 0.0);
+    }
+    return;
+  }
   out << fmt::format("savings against 'baseline' in {} (TTFT median over reps; spans: the deep rank's superstep)\n",
                      file);
   out << fmt::format("  {:<14} {:>12} {:>12} {:>8} {:>12} {:>12}\n", "variant", "TTFT ms", "saving ms", "%",
@@ -178,28 +233,213 @@ VariantPairs pair_variants(const RunResult& a, const RunResult& b, const Compare
   return {{a.variants.front().name, b.variants.front().name}};
 }
 
+// ---- the gate: what can be judged ---------------------------------------------------
+
+bool GateReport::any_regressed() const {
+  return std::any_of(judged.begin(), judged.end(), [](const auto& entry) { return entry.second.regressed; });
+}
+
+bool GateReport::any_blocking() const {
+  return !file_problems.empty() ||
+         std::any_of(not_judged.begin(), not_judged.end(), [](const NotJudged& entry) { return entry.blocks; });
+}
+
+int GateReport::exit_code() const {
+  if (any_regressed()) return kCompareRegressed;
+  return any_blocking() ? kCompareCannotJudge : kComparePass;
+}
+
+bool has_ttft_samples(const RunResult& run) {
+  return std::any_of(run.variants.begin(), run.variants.end(),
+                     [](const VariantResult& variant) { return !variant.ttft_ms.empty(); });
+}
+
+// Scenario::overrides as recorded: "--set k=v --set k2=v2 --cuts a,b".
+ScenarioOverrides overrides_from_text(const std::string& text) {
+  ScenarioOverrides overrides;
+  std::vector<std::pair<size_t, std::string>> marks;  // where each flag starts
+  for (const std::string flag : {"--set ", "--cuts "})
+    for (size_t at = text.find(flag); at != std::string::npos; at = text.find(flag, at + 1))
+      if (at == 0 || text[at - 1] == ' ') marks.emplace_back(at, flag);
+  std::sort(marks.begin(), marks.end());
+  for (size_t i = 0; i < marks.size(); ++i) {
+    const size_t begin = marks[i].first + marks[i].second.size();
+    const size_t end = i + 1 < marks.size() ? marks[i + 1].first - 1 : text.size();
+    const std::string value = text.substr(begin, end > begin ? end - begin : 0);
+    if (marks[i].second == "--set ")
+      overrides.sets.push_back(value);
+    else
+      overrides.cuts = value;
+  }
+  return overrides;
+}
+
+// The scenario a file recorded, with its overrides; false, with the problem,
+// when it has none or it no longer parses.
+bool recorded_scenario(const RunResult& run, const std::string& file, Scenario* scenario, std::string* problem) {
+  const auto yaml = run.text.find("scenario_yaml");
+  if (yaml == run.text.end()) {
+    *problem = fmt::format("'{}' records no scenario (a '{}' file)", file, run.kind);
+    return false;
+  }
+  const auto overrides = run.text.find("scenario_overrides");
+  try {
+    *scenario = parse_scenario(yaml->second, file + " (scenario_yaml)",
+                               overrides_from_text(overrides == run.text.end() ? "" : overrides->second));
+  } catch (const Error& error) {
+    *problem = fmt::format("cannot read the scenario recorded in '{}': {}", file, error.what());
+    return false;
+  }
+  return true;
+}
+
+template <typename T>
+void note_difference(const std::string& key, const T& base, const T& cand, std::vector<std::string>* out) {
+  if (!(base == cand)) out->push_back(fmt::format("{} {} vs {}", key, base, cand));
+}
+
+// "cp 1 vs 4; model.layers 93 vs 8": the identity keys that differ, baseline first.
+std::string identity_difference(const Scenario& base, const Scenario& cand) {
+  std::vector<std::string> differences;
+  note_difference("name", base.name, cand.name, &differences);
+  for (const ModelKey& key : model_keys())
+    note_difference(std::string("model.") + key.name, base.model.*key.member, cand.model.*key.member, &differences);
+  note_difference("cp", base.cp, cand.cp, &differences);
+  note_difference("context", base.context, cand.context, &differences);
+  note_difference("bucket", base.bucket, cand.bucket, &differences);
+  std::string text;
+  for (const std::string& difference : differences) text += (text.empty() ? "" : "; ") + difference;
+  return text;
+}
+
+std::vector<std::string> file_problems(const RunResult& base, const RunResult& cand, const CompareOptions& options) {
+  const std::string& base_file = options.baseline_file;
+  const std::string& cand_file = options.file_a;
+  std::vector<std::string> problems;
+  if (base.kind != cand.kind)
+    problems.push_back(fmt::format("the files hold different kinds: the baseline is a '{}' file, the candidate a "
+                                   "'{}' file",
+                                   base.kind, cand.kind));
+  for (const auto& [run, file, role] : {std::tuple{&base, &base_file, "baseline"}, {&cand, &cand_file, "candidate"}}) {
+    if (!run->complete)
+      problems.push_back(fmt::format("the {} '{}' is marked incomplete (a run cut short)", role, *file));
+    if (!has_ttft_samples(*run))
+      problems.push_back(fmt::format("the {} '{}' holds no TTFT samples (a '{}' file; the gate judges 'run' files)",
+                                     role, *file, run->kind));
+  }
+  Scenario base_scenario, cand_scenario;
+  std::string problem;
+  const bool base_read = recorded_scenario(base, base_file, &base_scenario, &problem);
+  if (!base_read) problems.push_back(problem);
+  const bool cand_read = recorded_scenario(cand, cand_file, &cand_scenario, &problem);
+  if (!cand_read) problems.push_back(problem);
+  if (base_read && cand_read) {
+    const std::string difference = identity_difference(base_scenario, cand_scenario);
+    if (!difference.empty()) problems.push_back("the scenarios differ (baseline vs candidate): " + difference);
+  }
+  return problems;
+}
+
+// The variants to judge, each in both files: the `only` list, else every
+// baseline variant. The others go to report->not_judged, with why.
 std::vector<std::string> variants_to_judge(const RunResult& base, const RunResult& cand,
-                                           const CompareOptions& options) {
-  if (!options.variant_a.empty()) return {options.variant_a};
+                                           const CompareOptions& options, GateReport* report) {
+  std::vector<std::string> wanted = options.only;
+  if (wanted.empty())
+    for (const VariantResult& variant : base.variants) wanted.push_back(variant.name);
   std::vector<std::string> names;
-  for (const VariantResult& variant : cand.variants)
-    if (base.find_variant(variant.name)) names.push_back(variant.name);
-  PB_CHECK(!names.empty(), fmt::format("no variant is in both the baseline '{}' ({}) and the candidate '{}' ({})",
-                                       options.baseline_file, variant_names(base), options.file_a,
-                                       variant_names(cand)));
+  for (const std::string& name : wanted) {
+    const bool in_base = base.find_variant(name) != nullptr, in_cand = cand.find_variant(name) != nullptr;
+    if (in_base && in_cand)
+      names.push_back(name);
+    else if (options.only.empty())
+      report->not_judged.push_back({name, "missing from the candidate"});
+    else
+      report->not_judged.push_back({name, !in_base && !in_cand ? "named by --only, in neither file"
+                                          : in_base            ? "named by --only, missing from the candidate"
+                                                               : "named by --only, missing from the baseline"});
+  }
+  for (const VariantResult& variant : cand.variants) {
+    if (std::find(wanted.begin(), wanted.end(), variant.name) != wanted.end()) continue;
+    report->not_judged.push_back(
+        {variant.name, options.only.empty() ? "not in the baseline (listed only)" : "not named by --only (listed only)",
+         /*blocks=*/false});
+  }
   return names;
+}
+
+// The names of the cuts that are on, from VariantResult::cuts ("land=on conv=off ...").
+std::set<std::string> cuts_on(const std::string& described) {
+  std::set<std::string> on;
+  size_t begin = 0;
+  while (begin < described.size()) {
+    size_t end = described.find(' ', begin);
+    if (end == std::string::npos) end = described.size();
+    const std::string item = described.substr(begin, end - begin);
+    const size_t equals = item.find('=');
+    if (equals != std::string::npos && item.substr(equals + 1) == "on") on.insert(item.substr(0, equals));
+    begin = end + 1;
+  }
+  return on;
+}
+
+// "" when both sides ran the same cuts (a cut one side does not name is off).
+std::string cuts_difference(const VariantResult& base, const VariantResult& cand) {
+  if (cuts_on(base.cuts) == cuts_on(cand.cuts)) return "";
+  return fmt::format("the cuts differ: baseline '{}', candidate '{}'", base.cuts, cand.cuts);
+}
+
+void print_gate_summary(const GateReport& report, const CompareOptions& options, std::ostream& out) {
+  out << fmt::format("\nregression check: candidate '{}' against baseline '{}' (allowed +{:.1f}%, alpha {})\n",
+                     options.file_a, options.baseline_file, 100 * options.max_regression, options.alpha);
+  if (!report.file_problems.empty()) {
+    out << "  cannot judge the files against each other:\n";
+    for (const std::string& problem : report.file_problems) out << "    " << problem << "\n";
+    out << "result: cannot judge (exit 2): no variant judged\n";
+    return;
+  }
+  size_t width = 8;
+  for (const auto& [name, verdict] : report.judged) width = std::max(width, name.size());
+  for (const NotJudged& entry : report.not_judged) width = std::max(width, entry.variant.size());
+  out << fmt::format("  judged: {}\n", report.judged.size());
+  std::vector<std::string> regressed;
+  for (const auto& [name, verdict] : report.judged) {
+    out << fmt::format("    {:<{}}  {:<9}  {}\n", name, width, verdict.regressed ? "REGRESSED" : "ok", verdict.reason);
+    if (verdict.regressed) regressed.push_back(name);
+  }
+  out << fmt::format("  not judged: {}\n", report.not_judged.size());
+  std::vector<std::string> blocking;
+  for (const NotJudged& entry : report.not_judged) {
+    out << fmt::format("    {:<{}}  {}\n", entry.variant, width, entry.why);
+    if (entry.blocks) blocking.push_back(entry.variant);
+  }
+  const std::string counts = fmt::format("{} of {} judged variants regressed", regressed.size(), report.judged.size());
+  const std::string unjudged =
+      fmt::format("{} variant(s) to judge could not be judged: {}{}", blocking.size(), join(blocking),
+                  options.only.empty() ? " (--only a,b names the variants to judge)" : "");
+  if (!regressed.empty())
+    out << fmt::format("result: REGRESSED (exit 1): {}: {}{}\n", counts, join(regressed),
+                       blocking.empty() ? "" : "; also, " + unjudged);
+  else if (!blocking.empty())
+    out << fmt::format("result: cannot judge (exit 2): {}; {}\n", unjudged, counts);
+  else
+    out << fmt::format("result: pass (exit 0): {}\n", counts);
 }
 
 // ---- one comparison: the report sections --------------------------------------------
 
 RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOptions& options, std::ostream& out) {
   print_heading(a, b, out);
-  print_family_tables(*a.variant, *b.variant, out);
-  print_ttft(a, b, out);
+  print_family_tables(a, b, out);
+  const bool one_layer = holds_one_layer(*a.run) || holds_one_layer(*b.run);
+  if (one_layer)
+    out << "\nno TTFT: a lane file holds one MLA layer\n";
+  else
+    print_ttft(a, b, out);
   print_projections(a, b, out);
   const RegressionVerdict verdict =
       judge_regression(a.variant->ttft_ms, b.variant->ttft_ms, options.max_regression, options.alpha);
-  print_verdict(verdict, out);
+  if (!one_layer) print_verdict(verdict, out);
   print_outputs(compare_outputs(a.variant->outputs, b.variant->outputs), a.variant->outputs,
                 b.variant->outputs, out);
   return verdict;
@@ -207,8 +447,11 @@ RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOp
 
 void print_side(const Side& side, std::ostream& out) {
   const bool complete = side.run->complete && side.variant->complete;
-  out << fmt::format("{}: {} [{}]  kind {}, {} TTFT samples{}\n", side.label, side.file, side.variant->name,
-                     side.run->kind, side.variant->ttft_ms.size(), complete ? "" : ", INCOMPLETE run");
+  const std::string holds = holds_one_layer(*side.run)
+                                ? std::string("one MLA layer")
+                                : fmt::format("{} TTFT samples", side.variant->ttft_ms.size());
+  out << fmt::format("{}: {} [{}]  kind {}, {}{}\n", side.label, side.file, side.variant->name, side.run->kind,
+                     holds, complete ? "" : ", INCOMPLETE run");
   if (!side.variant->cuts.empty()) out << fmt::format("   cuts: {}\n", side.variant->cuts);
 }
 
@@ -218,7 +461,7 @@ void print_heading(const Side& a, const Side& b, std::ostream& out) {
   print_side(b, out);
 }
 
-// -- per-family time per superstep, one table per rank --
+// -- per-family time per superstep (per MLA layer in lane files), one table per rank --
 
 std::set<int32_t> span_ranks(const VariantResult& a, const VariantResult& b) {
   std::set<int32_t> ranks;
@@ -277,7 +520,8 @@ void print_family_row(const FamilyRow& row, size_t width, const TimeUnit& unit, 
                      ratio_text(row.a_us, row.b_us));
 }
 
-void print_family_table(int32_t rank, const VariantResult& a, const VariantResult& b, std::ostream& out) {
+void print_family_table(int32_t rank, const VariantResult& a, const VariantResult& b, const std::string& scope,
+                        std::ostream& out) {
   const std::vector<FamilyRow> rows = family_rows(family_times_us(a, rank), family_times_us(b, rank));
   FamilyRow total{"total"};
   size_t width = total.family.size();
@@ -287,7 +531,7 @@ void print_family_table(int32_t rank, const VariantResult& a, const VariantResul
     width = std::max(width, row.family.size());
   }
   const TimeUnit unit = unit_for(std::max(total.a_us, total.b_us));
-  out << fmt::format("\nrank {}: time per superstep by family (A: {}, B: {}; median over reps)\n", rank,
+  out << fmt::format("\nrank {}: time per {} by family (A: {}, B: {}; median over reps)\n", rank, scope,
                      rep_description(a, rank), rep_description(b, rank));
   out << fmt::format("  {:<{}}  {:>12}  {:>12}  {:>12}  {:>7}\n", "family", width, fmt::format("A ({})", unit.name),
                      fmt::format("B ({})", unit.name), fmt::format("B-A ({})", unit.name), "B/A");
@@ -295,10 +539,12 @@ void print_family_table(int32_t rank, const VariantResult& a, const VariantResul
   print_family_row(total, width, unit, out);
 }
 
-void print_family_tables(const VariantResult& a, const VariantResult& b, std::ostream& out) {
-  const std::set<int32_t> ranks = span_ranks(a, b);
+void print_family_tables(const Side& a, const Side& b, std::ostream& out) {
+  const std::string scope_a = timed_scope(*a.run), scope_b = timed_scope(*b.run);
+  const std::string scope = scope_a == scope_b ? scope_a : fmt::format("{} (A) / {} (B)", scope_a, scope_b);
+  const std::set<int32_t> ranks = span_ranks(*a.variant, *b.variant);
   if (ranks.empty()) out << "\nno kernel spans recorded\n";
-  for (int32_t rank : ranks) print_family_table(rank, a, b, out);
+  for (int32_t rank : ranks) print_family_table(rank, *a.variant, *b.variant, scope, out);
 }
 
 // -- TTFT --
@@ -540,6 +786,20 @@ std::map<std::string, double> family_times_us(const VariantResult& variant, int3
     times[family] = median(samples);
   }
   return times;
+}
+
+double parse_max_regression(const std::string& text) {
+  const std::string grammar = fmt::format(
+      "--max-regression '{}': give a percent in [0, 100) such as 3% or 2.5%, or a fraction in [0, 1) such as 0.03",
+      text);
+  const bool percent = !text.empty() && text.back() == '%';
+  const std::string number = percent ? text.substr(0, text.size() - 1) : text;
+  const size_t digits = size_t(std::count_if(number.begin(), number.end(), [](char c) { return c >= '0' && c <= '9'; }));
+  const size_t points = size_t(std::count(number.begin(), number.end(), '.'));
+  PB_CHECK(digits > 0 && points <= 1 && digits + points == number.size(), grammar);
+  const double value = std::stod(number);
+  PB_CHECK(value < (percent ? 100.0 : 1.0), grammar);
+  return percent ? value / 100 : value;
 }
 
 OutputsVerdict compare_outputs(const Outputs& a, const Outputs& b) {

@@ -39,11 +39,28 @@
 //   (a) file_a vs file_b: same-named variants pairwise when the files share
 //       names (or variant_a / variant_b when given), else the first of each;
 //   (b) file_b empty: variant_a vs variant_b inside file_a;
-//   (c) baseline_file set: regression check of the candidate file_a against
-//       it, every variant present in both (or only variant_a when given;
-//       variant_b must then be empty or the same name).
-// Each comparison prints, per rank, the time per superstep of each kernel
-// family, TTFT min/median/max, the TTFT verdict and the outputs verdict.
+//   (c) baseline_file set: the regression gate, the candidate file_a against
+//       the baseline (below).
+// Each comparison prints, per rank, the time of each kernel family (per
+// superstep; per MLA layer for `lane` files, which hold one MLA layer and no
+// TTFT), TTFT min/median/max, the TTFT verdict and the outputs verdict.
+//
+// The regression gate (c) judges only what it can, and says so
+// -------------------------------------------------------------
+// The files cannot be judged against each other (exit 2) when:
+//   - they hold different kinds (run, lane, plan, a benchmark);
+//   - either is marked incomplete (root attribute complete = 0);
+//   - either holds no TTFT samples (a plan, a lane file);
+//   - their scenarios differ in identity: name, model shape, cp, context,
+//     bucket (read from the recorded scenario_yaml with its overrides).
+// The variants to judge are every baseline variant, or the `only` list. A
+// variant to judge that is missing from either file, whose cuts differ
+// between the files, or whose verdict is "not judged" (no TTFT samples on a
+// side) cannot be judged. Candidate variants outside that set are listed as
+// not judged, with why, and do not change the exit code.
+// Exit code: 1 when any judged variant regressed; else 2 when anything
+// above could not be judged; else 0. The report lists each judged variant
+// with its verdict and each variant not judged with the reason.
 #pragma once
 
 #include <cstdint>
@@ -61,14 +78,26 @@ struct CompareOptions {
   std::string file_a, file_b;
   std::string variant_a, variant_b;
   std::string baseline_file;       // set: regression mode, file_a is the candidate
+  std::vector<std::string> only;   // regression mode: the variants to judge; empty: every baseline variant
   double max_regression = 0.03;    // allowed TTFT slowdown, as a fraction
   double alpha = 0.05;             // significance level of the U test
 };
 
-// Returns 0 when OK, 1 when any judged variant regressed (regression mode
-// only). Throws pb::Error on unreadable files or unknown variants; the caller
-// turns that into exit code 2.
+// run_compare's exit codes.
+constexpr int kComparePass = 0;         // comparisons printed; the gate judged everything, nothing regressed
+constexpr int kCompareRegressed = 1;    // the gate: a judged variant regressed
+constexpr int kCompareCannotJudge = 2;  // the gate: something it was to judge could not be judged
+
+// Returns one of the codes above (1 and 2 in regression mode only). Throws
+// pb::Error on unreadable files, unknown variants or bad options; the caller
+// turns that into exit code 2 as well.
 int run_compare(const CompareOptions& options, std::ostream& out);
+
+// --max-regression as typed: a percent in [0, 100) ("3%", "2.5%") or a
+// fraction in [0, 1) ("0.03"), digits with at most one decimal point. Returns
+// the fraction; anything else (3, abc, -1%, 3%%, 1e-2) throws pb::Error
+// stating the grammar.
+double parse_max_regression(const std::string& text);
 
 // ---- the pieces, pure (no files) ----
 

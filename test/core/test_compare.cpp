@@ -1,5 +1,6 @@
 // Comparing results: the statistics, the regression decisions on synthetic
-// samples, and run_compare on files (report sections, modes, exit codes).
+// samples, and run_compare on files (report sections, modes, the gate's exit
+// codes and what it says it judged), and --max-regression's grammar.
 #include <doctest/doctest.h>
 #include <stdlib.h>
 
@@ -15,17 +16,13 @@
 #include "compare.h"
 #include "results.h"
 #include "stats.h"
+#include "synthetic_results.h"
 
 namespace {
 
-// Ten reps with median `center`, spread evenly over center ± 0.9 spread (fixed
-// order, no RNG).
-std::vector<double> reps_around(double center, double spread) {
-  const double offsets[] = {-0.9, 0.5, -0.3, 0.7, -0.5, 0.3, 0.9, -0.7, 0.1, -0.1};
-  std::vector<double> samples;
-  for (double offset : offsets) samples.push_back(center + spread * offset);
-  return samples;
-}
+using pb::test::make_outputs;
+using pb::test::reps_around;
+using pb::test::synthetic_run;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -186,23 +183,6 @@ TEST_CASE("family times: per-rep sums, median over reps; plans sum") {
   CHECK(pb::family_times_us(plan, 0).at("fmha") == doctest::Approx(61.0));
 }
 
-namespace {
-
-pb::Outputs make_outputs() {
-  pb::Outputs outputs;
-  outputs.ranks = 2;
-  outputs.layers = 4;
-  outputs.checksums = {11, 12, 13, 14, 21, 22, 23, 24};
-  outputs.sample_rows = 1;
-  outputs.sample_cols = 4;
-  outputs.hidden_samples = {1, 2, 3, 4, 5, 6, 7, 8};
-  outputs.last_logits = {0.1f, 3.0f, 0.2f};
-  outputs.first_token = 1;
-  return outputs;
-}
-
-}  // namespace
-
 TEST_CASE("outputs: bit-identical vs differing checksums") {
   const pb::Outputs a = make_outputs();
   pb::OutputsVerdict verdict = pb::compare_outputs(a, a);
@@ -239,33 +219,6 @@ struct TempDir {
   std::string file(const std::string& name) const { return (path / name).string(); }
 };
 
-// Two ranks, three families, ten reps; every time scaled by `scale`.
-pb::VariantResult synthetic_variant(const std::string& name, double scale) {
-  pb::VariantResult variant;
-  variant.name = name;
-  variant.cuts = name == "baseline" ? "land=off" : "land=on";
-  const std::vector<double> ttft = reps_around(100 * scale, 0.5);
-  for (int rep = 0; rep < 10; ++rep) {
-    for (int rank = 0; rank < 2; ++rank) {
-      variant.spans.push_back({rep, rank, 0, "gemm", "gemm.qkv", 500 * scale, 0, 0});
-      variant.spans.push_back({rep, rank, 0, "fmha", "fmha.dense", 300 * scale, 0, 0});
-      variant.spans.push_back({rep, rank, 0, "land", "land.q_band", 40 * scale, 0, 0});
-      variant.rank_reps.push_back({rep, rank, 900 * scale, 5, 1e9, 1e10});
-    }
-    variant.ttft_ms.push_back(ttft[size_t(rep)]);
-  }
-  variant.outputs = make_outputs();
-  return variant;
-}
-
-pb::RunResult synthetic_run(double scale) {
-  pb::RunResult run;
-  run.text["git_sha"] = "abc";
-  run.variants.push_back(synthetic_variant("baseline", scale));
-  run.variants.push_back(synthetic_variant("all", scale * 0.9));
-  return run;
-}
-
 }  // namespace
 
 TEST_CASE("run_compare: regression mode flags a slower candidate with exit code 1") {
@@ -286,24 +239,27 @@ TEST_CASE("run_compare: regression mode flags a slower candidate with exit code 
   CHECK(contains(text, "total"));
   CHECK(contains(text, "TTFT (ms)"));
   CHECK(contains(text, "REGRESSED"));
-  CHECK(contains(text, "2 of 2 variants regressed"));
+  CHECK(contains(text, "result: REGRESSED (exit 1): 2 of 2 judged variants regressed: baseline, all"));
   CHECK(text.find("\n  gemm ") < text.find("\n  fmha "));  // slowest family first
   CHECK(text.find("\n  fmha ") < text.find("\n  land "));
 
   options.file_a = dir.file("same.h5");
   std::ostringstream same_report;
   CHECK(pb::run_compare(options, same_report) == 0);
-  CHECK(contains(same_report.str(), "0 of 2 variants regressed"));
+  CHECK(contains(same_report.str(), "result: pass (exit 0): 0 of 2 judged variants regressed"));
   CHECK(contains(same_report.str(), "bit-identical"));
 
-  options.variant_a = "all";  // only the named variant
+  options.only = {"all"};  // only the named variant; the other is listed, not judged
   std::ostringstream one_report;
   CHECK(pb::run_compare(options, one_report) == 0);
-  CHECK(contains(one_report.str(), "0 of 1 variants regressed"));
+  CHECK(contains(one_report.str(), "  judged: 1\n    all "));
+  CHECK(contains(one_report.str(), "baseline  not named by --only (listed only)"));
+  CHECK(contains(one_report.str(), "0 of 1 judged variants regressed"));
 
-  options.variant_a = "nonexistent";
-  std::ostringstream unknown;
-  CHECK_THROWS_AS(pb::run_compare(options, unknown), pb::Error);
+  options.only.clear();
+  options.variant_a = "all";  // --variants is not the gate's
+  std::ostringstream variants;
+  CHECK_THROWS_AS(pb::run_compare(options, variants), pb::Error);
 }
 
 TEST_CASE("run_compare: two files pair same-named variants; one file compares two variants") {
@@ -373,4 +329,184 @@ TEST_CASE("run_compare: unreadable files are errors naming the file") {
   } catch (const pb::Error& error) {
     CHECK(contains(error.what(), "nope.h5"));
   }
+}
+
+// ---- the gate: what it judges, what it cannot (exit 2) ----
+
+namespace {
+
+// The gate's files (synthetic_results.h) in a temporary folder.
+struct GateFiles {
+  TempDir dir;
+  GateFiles() {
+    for (const auto& [name, run] : pb::test::gate_files()) pb::write_results(dir.file(name), run, false);
+  }
+  // run_compare --baseline base.h5 <candidate>: the exit code, the report in *text.
+  int judge(const std::string& candidate, std::string* text, const std::vector<std::string>& only = {},
+            const std::string& baseline = "base.h5") const {
+    pb::CompareOptions options;
+    options.baseline_file = dir.file(baseline);
+    options.file_a = dir.file(candidate);
+    options.only = only;
+    std::ostringstream report;
+    const int code = pb::run_compare(options, report);
+    *text = report.str();
+    return code;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("gate: pass, regressed, and overrides outside the identity") {
+  const GateFiles files;
+  std::string text;
+  CHECK(files.judge("same.h5", &text) == pb::kComparePass);
+  CHECK(contains(text, "  judged: 2\n"));
+  CHECK(contains(text, "  not judged: 0\n"));
+  CHECK(contains(text, "result: pass (exit 0)"));
+
+  CHECK(files.judge("slow.h5", &text) == pb::kCompareRegressed);
+  CHECK(contains(text, "REGRESSED  median +10.00% > allowed +3.00%"));
+
+  CHECK(files.judge("fewer-reps.h5", &text) == pb::kComparePass);  // reps, warmup: not the scenario's identity
+}
+
+TEST_CASE("gate: a candidate without TTFT samples cannot be judged (plan, lane)") {
+  const GateFiles files;
+  std::string text;
+  CHECK(files.judge("plan.h5", &text) == pb::kCompareCannotJudge);
+  CHECK(contains(text, "the files hold different kinds: the baseline is a 'run' file, the candidate a 'plan' file"));
+  CHECK(contains(text, "plan.h5' holds no TTFT samples (a 'plan' file; the gate judges 'run' files)"));
+  CHECK(contains(text, "result: cannot judge (exit 2): no variant judged"));
+  CHECK_FALSE(contains(text, "==="));  // nothing compared
+
+  CHECK(files.judge("lane.h5", &text) == pb::kCompareCannotJudge);
+  CHECK(contains(text, "the candidate a 'lane' file"));
+
+  CHECK(files.judge("plan.h5", &text, {}, "plan.h5") == pb::kCompareCannotJudge);  // same kind, still no TTFT
+  CHECK(contains(text, "the baseline '"));
+  CHECK_FALSE(contains(text, "different kinds"));
+}
+
+TEST_CASE("gate: a file marked incomplete cannot be judged, as candidate or as baseline") {
+  const GateFiles files;
+  std::string text;
+  CHECK(files.judge("incomplete.h5", &text) == pb::kCompareCannotJudge);
+  CHECK(contains(text, "the candidate '"));
+  CHECK(contains(text, "incomplete.h5' is marked incomplete (a run cut short)"));
+  CHECK(files.judge("same.h5", &text, {}, "incomplete.h5") == pb::kCompareCannotJudge);
+  CHECK(contains(text, "the baseline '"));
+}
+
+TEST_CASE("gate: scenarios that differ in identity cannot be judged") {
+  const GateFiles files;
+  std::string text;
+  CHECK(files.judge("other-scenario.h5", &text) == pb::kCompareCannotJudge);
+  CHECK(contains(text, "the scenarios differ (baseline vs candidate): model.layers 4 vs 3"));
+
+  pb::RunResult renamed = synthetic_run(1.0);  // name, cp, context and bucket through the recorded YAML
+  renamed.text["scenario_yaml"] = "name: renamed\nmodel: {preset: tiny}\ncp: 1\ncontext: 256\nbucket: 384\n";
+  pb::write_results(files.dir.file("renamed.h5"), renamed, false);
+  CHECK(files.judge("renamed.h5", &text) == pb::kCompareCannotJudge);
+  CHECK(contains(text, "name synthetic vs renamed; cp 2 vs 1; context 512 vs 256; bucket 256 vs 384"));
+
+  pb::RunResult unreadable = synthetic_run(1.0);
+  unreadable.text["scenario_yaml"] = "name: [";
+  pb::write_results(files.dir.file("unreadable.h5"), unreadable, false);
+  CHECK(files.judge("unreadable.h5", &text) == pb::kCompareCannotJudge);
+  CHECK(contains(text, "cannot read the scenario recorded in '"));
+
+  pb::RunResult none = synthetic_run(1.0);
+  none.text.erase("scenario_yaml");
+  pb::write_results(files.dir.file("none.h5"), none, false);
+  CHECK(files.judge("none.h5", &text) == pb::kCompareCannotJudge);
+  CHECK(contains(text, "none.h5' records no scenario (a 'run' file)"));
+}
+
+TEST_CASE("gate: a baseline variant missing from the candidate cannot be judged, unless --only leaves it out") {
+  const GateFiles files;
+  std::string text;
+  CHECK(files.judge("no-all.h5", &text) == pb::kCompareCannotJudge);
+  CHECK(contains(text, "  judged: 1\n    baseline  ok "));
+  CHECK(contains(text, "    all       missing from the candidate\n"));
+  CHECK(contains(text, "result: cannot judge (exit 2): 1 variant(s) to judge could not be judged: all (--only a,b "
+                       "names the variants to judge); 0 of 1 judged variants regressed"));
+
+  CHECK(files.judge("no-all.h5", &text, {"baseline"}) == pb::kComparePass);
+  CHECK(files.judge("no-all.h5", &text, {"baseline", "all"}) == pb::kCompareCannotJudge);
+  CHECK(contains(text, "all       named by --only, missing from the candidate"));
+  CHECK(files.judge("same.h5", &text, {"nope"}) == pb::kCompareCannotJudge);
+  CHECK(contains(text, "nope      named by --only, in neither file"));
+  CHECK(files.judge("base.h5", &text, {"all"}, "no-all.h5") == pb::kCompareCannotJudge);
+  CHECK(contains(text, "named by --only, missing from the baseline"));
+
+  // A candidate variant the baseline lacks is listed, and changes nothing.
+  CHECK(files.judge("same.h5", &text, {}, "no-all.h5") == pb::kComparePass);
+  CHECK(contains(text, "all       not in the baseline (listed only)"));
+}
+
+TEST_CASE("gate: a variant whose cuts differ is not judged; a regression still exits 1") {
+  const GateFiles files;
+  std::string text;
+  CHECK(files.judge("other-cuts.h5", &text) == pb::kCompareCannotJudge);
+  CHECK(contains(text, "all       the cuts differ: baseline 'land=on', candidate 'land=on conv=on'"));
+
+  pb::RunResult slow_no_all = synthetic_run(1.1);
+  slow_no_all.variants.pop_back();
+  pb::write_results(files.dir.file("slow-no-all.h5"), slow_no_all, false);
+  CHECK(files.judge("slow-no-all.h5", &text) == pb::kCompareRegressed);
+  CHECK(contains(text, "result: REGRESSED (exit 1): 1 of 1 judged variants regressed: baseline; also, 1 variant(s) "
+                       "to judge could not be judged: all"));
+}
+
+TEST_CASE("gate: --only belongs to the regression check") {
+  pb::CompareOptions options;
+  options.file_a = "a.h5";
+  options.only = {"all"};
+  std::ostringstream report;
+  CHECK_THROWS_WITH_AS(pb::run_compare(options, report), doctest::Contains("--only names the variants"), pb::Error);
+}
+
+TEST_CASE("--max-regression: a percent in [0, 100) or a fraction in [0, 1), nothing else") {
+  CHECK(pb::parse_max_regression("3%") == doctest::Approx(0.03));
+  CHECK(pb::parse_max_regression("0.03") == doctest::Approx(0.03));
+  CHECK(pb::parse_max_regression("2.5%") == doctest::Approx(0.025));
+  CHECK(pb::parse_max_regression(".5%") == doctest::Approx(0.005));
+  CHECK(pb::parse_max_regression("0") == 0);
+  CHECK(pb::parse_max_regression("0%") == 0);
+  CHECK(pb::parse_max_regression("99.9%") == doctest::Approx(0.999));
+  CHECK(pb::parse_max_regression("0.999") == doctest::Approx(0.999));
+  for (const char* refused : {"3", "1", "1.0", "100%", "abc", "-1%", "-0.03", "3%%", "%", "", ".", "1e-2", " 3%",
+                              "3 %", "0.0.3", "+3%", "3%x", "nan", "inf"}) {
+    CAPTURE(refused);
+    CHECK_THROWS_WITH_AS(pb::parse_max_regression(refused),
+                         doctest::Contains("give a percent in [0, 100) such as 3% or 2.5%, or a fraction in [0, 1) "
+                                           "such as 0.03"),
+                         pb::Error);
+  }
+}
+
+TEST_CASE("lane files: times per MLA layer, no TTFT") {
+  TempDir dir;
+  pb::write_results(dir.file("lane.h5"), pb::test::synthetic_without_ttft("lane"), false);
+  pb::CompareOptions options;
+  options.file_a = dir.file("lane.h5");
+  options.variant_a = "baseline";
+  options.variant_b = "all";
+  std::ostringstream pair;
+  CHECK(pb::run_compare(options, pair) == 0);
+  CHECK(contains(pair.str(), "kind lane, one MLA layer"));
+  CHECK(contains(pair.str(), "rank 0: time per MLA layer by family"));
+  CHECK(contains(pair.str(), "no TTFT: a lane file holds one MLA layer"));
+  CHECK_FALSE(contains(pair.str(), "TTFT (ms)"));
+  CHECK_FALSE(contains(pair.str(), "superstep"));
+
+  options.variant_a.clear();
+  options.variant_b.clear();
+  std::ostringstream savings;
+  CHECK(pb::run_compare(options, savings) == 0);
+  CHECK(contains(savings.str(), "(per MLA layer: the deep rank's spans, median over reps)"));
+  CHECK(contains(savings.str(), "layer ms"));
+  CHECK_FALSE(contains(savings.str(), "TTFT"));
+  CHECK_FALSE(contains(savings.str(), "superstep"));
 }
