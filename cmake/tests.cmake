@@ -73,6 +73,10 @@ target_link_libraries(rank_failure_probe PRIVATE pb_core)
 add_test(NAME mpi.rank_failure COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:rank_failure_probe>)
 set_tests_properties(mpi.rank_failure PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONMENT "${PB_MPI_ENV}"
   PASS_REGULAR_EXPRESSION "\\[rank 2 on [^]]+\\] error: planted failure on purpose")
+# PB_DEBUG=1: the same message with the source location after the one prefix.
+add_test(NAME mpi.rank_failure_debug COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:rank_failure_probe>)
+set_tests_properties(mpi.rank_failure_debug PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONMENT "${PB_MPI_ENV};PB_DEBUG=1"
+  PASS_REGULAR_EXPRESSION "\\[rank 2 on [^]]+\\] error: [^ ]*rank_failure_probe\\.cpp:[0-9]+: planted failure on purpose")
 
 # harness/blocks: the doorbell protocol replayed on the host; the MoE block on
 # one device; the IPC fabric and the MLA and KDA blocks across 4 ranks, which
@@ -296,3 +300,100 @@ add_test(NAME cpu.launch_dry_run_emulated
 set_tests_properties(cpu.launch_dry_run_emulated PROPERTIES LABELS cpu TIMEOUT 60
   ENVIRONMENT "PB_BUILD=${CMAKE_BINARY_DIR}"
   PASS_REGULAR_EXPRESSION "NCCL environment: NCCL_NVLS_ENABLE=0.*-np 4 .*prefill-bench run .*smoke-cp4.yaml --set emulate_hosts=2 --set fabric=auto")
+
+# ---- the command line: the regression gate's exits, one list grammar, --version, messages ----
+# Each case runs the real binary through test/commands/expect.sh <exit code>
+# <regex over the whole output> (anchored ^...$ where nothing else may print).
+# The gate's inputs: synthetic files (test/support/synthetic_results.h) written
+# by write_gate_files, and the committed results/h200 files.
+target_include_directories(test_compare PRIVATE test/support)
+add_executable(write_gate_files test/commands/write_gate_files.cpp)
+target_include_directories(write_gate_files PRIVATE test/support)
+target_link_libraries(write_gate_files PRIVATE pb_core)
+set(PB_GATE_DIR ${CMAKE_BINARY_DIR}/test-out/gate)
+add_test(NAME cli.gate_files COMMAND write_gate_files ${PB_GATE_DIR})
+set_tests_properties(cli.gate_files PROPERTIES LABELS cpu TIMEOUT 60 FIXTURES_SETUP gate_files)
+
+set(PB_EXPECT bash ${CMAKE_SOURCE_DIR}/test/commands/expect.sh)
+# pb_cli_test(<name> <exit code> <regex> <prefill-bench arguments...>): label cpu.
+function(pb_cli_test name code regex)
+  add_test(NAME cli.${name} COMMAND ${PB_EXPECT} ${code} ${regex} $<TARGET_FILE:prefill-bench> ${ARGN})
+  set_tests_properties(cli.${name} PROPERTIES LABELS cpu TIMEOUT 120 ENVIRONMENT "${PB_MPI_ENV}"
+    WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/test-out)
+endfunction()
+# pb_gate_test(<name> <exit code> <regex> <candidate> [compare options...]): the candidate against base.h5.
+function(pb_gate_test name code regex candidate)
+  pb_cli_test(gate_${name} ${code} ${regex} compare --baseline ${PB_GATE_DIR}/base.h5 ${PB_GATE_DIR}/${candidate}
+              ${ARGN})
+  set_tests_properties(cli.gate_${name} PROPERTIES FIXTURES_REQUIRED gate_files)
+endfunction()
+
+pb_gate_test(pass 0 "judged: 2.*not judged: 0.*result: pass \\(exit 0\\)" same.h5 --max-regression 3%)
+pb_gate_test(regressed 1 "result: REGRESSED \\(exit 1\\): 2 of 2 judged variants regressed" slow.h5)
+pb_gate_test(plan_candidate 2 "holds no TTFT samples \\(a 'plan' file.*result: cannot judge \\(exit 2\\)" plan.h5)
+pb_gate_test(lane_candidate 2 "different kinds: the baseline is a 'run' file, the candidate a 'lane' file" lane.h5)
+pb_gate_test(incomplete 2 "is marked incomplete.*result: cannot judge \\(exit 2\\)" incomplete.h5)
+pb_gate_test(other_scenario 2 "the scenarios differ \\(baseline vs candidate\\): model.layers 4 vs 3" other-scenario.h5)
+pb_gate_test(missing_variant 2 "all +missing from the candidate.*result: cannot judge \\(exit 2\\)" no-all.h5)
+pb_gate_test(only 0 "baseline +ok.*result: pass \\(exit 0\\)" no-all.h5 --only baseline)
+pb_gate_test(only_missing 2 "nope +named by --only, in neither file" same.h5 --only baseline,nope)
+pb_gate_test(other_cuts 2 "all +the cuts differ" other-cuts.h5)
+# The committed files: a candidate with 2 of the baseline's 8 variants cannot pass.
+pb_cli_test(gate_committed_missing 2 "land +missing from the candidate.*result: cannot judge \\(exit 2\\)"
+            compare --baseline ${CMAKE_SOURCE_DIR}/results/h200/cp1-16k-each-cut.h5
+            ${CMAKE_SOURCE_DIR}/results/h200/cp1-16k.h5)
+# --max-regression: accepted forms judge, refused forms state the grammar.
+set(pb_forms_ok "3%" "0.03" "2.5%" "0")
+set(pb_forms_refused "3" "abc" "-1%" "3%%" "100%" "1e-2")
+foreach(form_list ok refused)
+  set(i 0)
+  foreach(form ${pb_forms_${form_list}})
+    if(form_list STREQUAL "ok")
+      pb_gate_test(max_regression_ok_${i} 0 "result: pass \\(exit 0\\)" same.h5 --max-regression=${form})
+    else()
+      pb_gate_test(max_regression_refused_${i} 2
+        "^\\[rank 0 on [^]]+\\] error: --max-regression '[^']+': give a percent in \\[0, 100\\) such as 3% or 2.5%, or a fraction in \\[0, 1\\) such as 0.03$"
+        same.h5 --max-regression=${form})
+    endif()
+    math(EXPR i "${i} + 1")
+  endforeach()
+endforeach()
+
+# Lists are comma-separated: the parser splits them (each name is checked on its own) and the
+# command gets as far as looking for a GPU; an unknown name in a list is refused.
+pb_cli_test(comma_lists 3 "no CUDA device is visible"
+            fmha --tokens 4096,16384 --engine native,cudnn --mask dense,causal)
+pb_cli_test(comma_list_refused 2 "--engine: bogus not in \\{native,cudnn\\}" fmha --engine native,bogus)
+pb_cli_test(comma_families 3 "no CUDA device is visible" kernels --family land,conv,attnres)
+set_tests_properties(cli.comma_lists cli.comma_families PROPERTIES ENVIRONMENT "${PB_MPI_ENV};CUDA_VISIBLE_DEVICES=")
+# --version: version, git sha, build options.
+pb_cli_test(version 0
+  "^prefill-bench 0\\.[0-9]+\\.[0-9]+\ngit ([0-9a-f]+|unknown)( \\(dirty\\))?\nbuild: cuDNN FMHA (on|off), CUTLASS MoE GEMM (on|off), CUDA architectures [0-9a-z,]+, CUDA [0-9.]+$"
+  --version)
+# Help lists only what a command uses: ranks and verify write no file.
+pb_cli_test(help_ranks 0 "--set" ranks --help)
+pb_cli_test(help_verify 0 "--set" verify --help)
+set_tests_properties(cli.help_ranks cli.help_verify PROPERTIES FAIL_REGULAR_EXPRESSION "--overwrite|--output|--cuts")
+# -o to an existing file is refused before anything else is printed.
+pb_cli_test(plan_existing_output 2
+  "^\\[rank 0 on [^]]+\\] error: results file '[^']*cp1-16k.h5' already exists: pass --overwrite or choose another output$"
+  plan ${CMAKE_SOURCE_DIR}/scenarios/cp1-16k.yaml -o ${CMAKE_SOURCE_DIR}/results/h200/cp1-16k.h5)
+# One prefix, no source path; PB_DEBUG=1 adds the location.
+pb_cli_test(missing_scenario 2 "^\\[rank 0 on [^]]+\\] error: cannot read scenario file '/nonexistent/x.yaml'$"
+            plan /nonexistent/x.yaml)
+pb_cli_test(missing_scenario_debug 2
+  "^\\[rank 0 on [^]]+\\] error: [^ ]*cmd_plan\\.cpp:[0-9]+: cannot read scenario file '/nonexistent/x.yaml'$"
+  plan /nonexistent/x.yaml)
+set_tests_properties(cli.missing_scenario_debug PROPERTIES ENVIRONMENT "${PB_MPI_ENV};PB_DEBUG=1")
+# The scripts take their options in any position: --dry-run last, --set before the words.
+add_test(NAME cli.launch_dry_run_last
+  COMMAND ${PB_EXPECT} 0 "mpirun --hostfile [^ ]*hosts-2x4.txt -np 8 .*prefill-bench run [^ ]*cp8-128k.yaml --set reps=2"
+          bash ${CMAKE_SOURCE_DIR}/scripts/launch.sh --set reps=2 ${CMAKE_SOURCE_DIR}/test/data/hosts-2x4.txt
+          ${CMAKE_SOURCE_DIR}/scenarios/cp8-128k.yaml --dry-run)
+set_tests_properties(cli.launch_dry_run_last PROPERTIES LABELS cpu TIMEOUT 60
+  ENVIRONMENT "${PB_MPI_ENV};PB_BUILD=${CMAKE_BINARY_DIR}")
+add_test(NAME cli.regress_usage
+  COMMAND ${PB_EXPECT} 2 "^regress.sh: no baseline file '/nonexistent/base.h5'$"
+          bash ${CMAKE_SOURCE_DIR}/scripts/regress.sh --max-regression 3% ${CMAKE_SOURCE_DIR}/scenarios/cp1-16k.yaml
+          /nonexistent/base.h5)
+set_tests_properties(cli.regress_usage PROPERTIES LABELS cpu TIMEOUT 60)

@@ -3,11 +3,12 @@
 # hostfile (one line per host: "<host> slots=<GPUs on that host>"). Ranks fill
 # the hosts in file order; on each host local rank i drives GPU i.
 #
-#   scripts/launch.sh [--dry-run] [--emulate-hosts N] hosts.txt scenarios/cp8-128k.yaml [run options]
+#   scripts/launch.sh hosts.txt scenarios/cp8-128k.yaml [--dry-run] [--emulate-hosts N] [run options]
 #
-# The NCCL environment goes to every rank: NCCL_NVLS_ENABLE=0 always, and
-# NCCL_SOCKET_IFNAME / NCCL_IB_HCA / NCCL_DEBUG when set here (the interface and
-# HCAs of the hosts' fabric). --dry-run prints it and the mpirun command instead.
+# Options go in any position. The NCCL environment goes to every rank:
+# NCCL_NVLS_ENABLE=0 always, and NCCL_SOCKET_IFNAME / NCCL_IB_HCA / NCCL_DEBUG
+# when set here (the interface and HCAs of the hosts' fabric). --dry-run
+# prints it and the mpirun command instead.
 #
 # The CP lane's fabric (scenario key fabric, default auto) maps the ranks of a
 # host over CUDA IPC and crosses hosts over NCCL. --emulate-hosts N (scenario
@@ -16,25 +17,21 @@
 # it; add serialize_ranks=true with --set to time each rank alone).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-dry=0
-if [[ ${1:-} == --dry-run ]]; then
-  dry=1
-  shift
-fi
+usage="usage: scripts/launch.sh <hostfile> <scenario.yaml> [--dry-run] [--emulate-hosts N] [prefill-bench run options]"
+source "$here/args.sh"
+pb_script_args "$usage" "--dry-run --emulate-hosts=" 2 2 "$@"
+hostfile=${PB_WORDS[0]}
+scenario=${PB_WORDS[1]}
 emulate=()
-if [[ ${1:-} == --emulate-hosts ]]; then
-  emulate=(--set "emulate_hosts=${2:?--emulate-hosts needs a number of hosts}")
-  shift 2
-fi
-hostfile=${1:?usage: scripts/launch.sh [--dry-run] <hostfile> <scenario.yaml> [prefill-bench run options]}
-scenario=${2:?usage: scripts/launch.sh [--dry-run] <hostfile> <scenario.yaml> [prefill-bench run options]}
-shift 2
+[[ -n ${PB_FLAGS[--emulate-hosts]:-} ]] && emulate=(--set "emulate_hosts=${PB_FLAGS[--emulate-hosts]}")
+sets=("${emulate[@]}" "${PB_SET_ARGS[@]}")
+runs=("${emulate[@]}" "${PB_RUN_ARGS[@]}")
 [[ -r $hostfile ]] || { echo "launch.sh: cannot read hostfile '$hostfile'" >&2; exit 2; }
 
 source "$here/env.sh"
 bin=$PB_BUILD/prefill-bench
 [[ -x $bin ]] || { echo "launch.sh: $bin is not built (scripts/bench.sh or pb_build builds it)" >&2; exit 2; }
-ranks=$("$bin" ranks "$scenario" ${emulate[@]+"${emulate[@]}"} "$@")
+ranks=$("$bin" ranks "$scenario" "${sets[@]}")
 
 hosts=0
 slots=0
@@ -60,8 +57,8 @@ if ((hosts > 1)); then
   cmd+=(-x CUDA_MODULE_LOADING)
   env_text+=" CUDA_MODULE_LOADING=$CUDA_MODULE_LOADING"
 fi
-cmd+=("$bin" run "$scenario" ${emulate[@]+"${emulate[@]}"} "$@")
-if ((dry)); then
+cmd+=("$bin" run "$scenario" "${runs[@]}")
+if [[ -n ${PB_FLAGS[--dry-run]:-} ]]; then
   echo "NCCL environment: $env_text"
   echo "${cmd[*]}"
 else

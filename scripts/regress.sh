@@ -1,20 +1,37 @@
 #!/usr/bin/env bash
-# The regression check CI can run on a GPU machine: the scenario once more
+# The regression gate CI can run on a GPU machine: the scenario once more
 # (scripts/bench.sh: set-up, build, mpirun -np <cp> prefill-bench run), then
-# `prefill-bench compare --baseline` against a committed results file. Exit 0
-# when no variant's TTFT regressed past the threshold (median delta above it
-# and a one-sided Mann-Whitney U test, README "compare and the regression
-# check"), 1 when one did, other codes for failures.
-# Usage: scripts/regress.sh <scenario.yaml> <baseline.h5> [max regression, e.g. 3%] [run options...]
-#   scripts/regress.sh scenarios/cp1-16k.yaml results/h200/cp1-16k.h5 3%
+# `prefill-bench compare --baseline` against a committed results file.
+#   scripts/regress.sh <scenario.yaml> <baseline.h5> [--max-regression 3%] [--only a,b] [run options]
+#   scripts/regress.sh scenarios/cp1-16k.yaml results/h200/cp1-16k.h5 --max-regression 3%
+# Options go in any position; a third word is the max regression as well
+# (regress.sh s.yaml b.h5 3%). Exit codes are compare's (README "compare and
+# the regression check"): 0 every judged variant within the allowance, 1 a
+# variant's TTFT regressed, 2 cannot judge (files of different kinds or
+# scenarios, incomplete, a baseline variant missing) or an error. Before the
+# run, the baseline is judged against itself: a threshold compare refuses, or
+# a baseline the gate cannot judge, stops here (exit 2) rather than after it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-scenario=${1:?usage: scripts/regress.sh <scenario.yaml> <baseline.h5> [max regression] [run options]}
-baseline=${2:?baseline results file}
-threshold=${3:-3%}
-shift $(($# >= 3 ? 3 : $#))
+usage="usage: scripts/regress.sh <scenario.yaml> <baseline.h5> [--max-regression 3%] [--only a,b] [run options]"
+source "$here/args.sh"
+pb_script_args "$usage" "--max-regression= --only=" 2 3 "$@"
+scenario=${PB_WORDS[0]}
+baseline=${PB_WORDS[1]}
+threshold=${PB_FLAGS[--max-regression]:-${PB_WORDS[2]:-3%}}
+gate=(--max-regression "$threshold")
+[[ -n ${PB_FLAGS[--only]:-} ]] && gate+=(--only "${PB_FLAGS[--only]}")
 [[ -f $baseline ]] || { echo "regress.sh: no baseline file '$baseline'" >&2; exit 2; }
-out=$(mktemp -d)/candidate.h5
-bash "$here/bench.sh" "$scenario" --output "$out" "$@"
+
+bash "$here/setup.sh"
 source "$here/env.sh"
-"$PB_BUILD/prefill-bench" compare --baseline "$baseline" "$out" --max-regression "$threshold"
+pb_build prefill-bench
+bin=$PB_BUILD/prefill-bench
+if ! check=$("$bin" compare --baseline "$baseline" "$baseline" "${gate[@]}" 2>&1); then
+  grep -E "error|cannot judge|^    " <<<"$check" >&2 || true
+  echo "regress.sh: the baseline '$baseline' cannot serve as the gate with ${gate[*]}" >&2
+  exit 2
+fi
+out=$(mktemp -d)/candidate.h5
+bash "$here/bench.sh" "$scenario" --output "$out" "${PB_RUN_ARGS[@]}"
+"$bin" compare --baseline "$baseline" "$out" "${gate[@]}"

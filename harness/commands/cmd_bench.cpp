@@ -20,13 +20,14 @@ int run_bench_command(const Gang& gang, const char* kind, const std::string& com
                       const std::function<int(RunResult&)>& bench) {
   PB_CHECK(gang.size() == 1, std::string("prefill-bench ") + kind +
                                  " runs as one process on one GPU; start it without mpirun (or with -np 1)");
+  const std::string path = output_path(output, kind, "bench");
+  check_results_path(path, overwrite);  // before the long part
   const int device = select_gang_device(gang, kind);  // one process: it is rank 0
   if (device < 0) return 3;
   RunResult result;
   result.kind = kind;
   record_run_info(gang, command_line, result);
   record_devices(gang, device, result);
-  const std::string path = output_path(output, kind, "bench");
   const int failed_cases = bench(result);
   write_results(path, result, overwrite);
   std::printf("wrote %s\n", path.c_str());

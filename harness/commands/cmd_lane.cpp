@@ -73,6 +73,8 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   const std::string problem = world_size_problem(s, gang.size(), /*plan=*/false);
   PB_CHECK(problem.empty(), problem);
   const FabricPlan fabric = check_fabric(s, gang, "lane");  // before CUDA starts
+  const std::string path = output_path(args.output, s.name, "lane");
+  if (gang.is_root()) check_results_path(path, args.overwrite);  // before the device and the long part
   const int device = select_gang_device(gang, "lane");
   if (device < 0) return 3;
   const int me = gang.rank(), cp = s.cp;
@@ -82,8 +84,6 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   const FmhaEngine engine = fmha_engine_from_name(s.fmha);
   const bool serial = s.serialize_ranks;
 
-  const std::string path = output_path(args.output, s.name, "lane");
-  if (gang.is_root()) check_results_path(path, args.overwrite);  // before the long part
   RunResult result;
   result.kind = "lane";
   record_run_info(gang, args.command_line, result);

@@ -71,6 +71,8 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   const std::string problem = world_size_problem(s, gang.size(), /*plan=*/false);
   PB_CHECK(problem.empty(), problem);
   const FabricPlan fabric = check_fabric(s, gang, "run");  // before CUDA starts
+  const std::string path = output_path(args.output, s.name, "run");
+  if (gang.is_root()) check_results_path(path, args.overwrite);  // before the device and the long part
   const int device = select_gang_device(
       gang, "run",
       ", so the superstep cannot run here.\n  `prefill-bench plan " + args.path +
@@ -78,8 +80,6 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   if (device < 0) return 3;
   const int me = gang.rank(), cp = s.cp;
 
-  const std::string path = output_path(args.output, s.name, "run");
-  if (gang.is_root()) check_results_path(path, args.overwrite);  // before the long part
   RunResult result;
   result.kind = "run";
   record_run_info(gang, args.command_line, result);

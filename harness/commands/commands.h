@@ -17,6 +17,8 @@
 
 namespace pb {
 
+// The options of the scenario commands; each command registers the ones it
+// uses (main.cpp): plan, run, lane all; verify and ranks the scenario and --set.
 struct ScenarioArgs {
   std::string path;
   std::vector<std::string> sets;  // --set key=value
@@ -30,6 +32,11 @@ struct ScenarioArgs {
   std::string measured;           // --measured (plan): a run to check the calibrated plan against
   std::string command_line;
 };
+
+// `prefill-bench --version`: the version, the git sha (and whether the tree
+// was dirty), and the build options (cuDNN, CUTLASS, CUDA architectures and
+// toolkit), one per line.
+std::string version_text();
 
 // Rank 0 reads the file, every rank parses the same text with the same overrides.
 Scenario load_scenario_on_gang(const Gang& gang, const ScenarioArgs& args);

@@ -5,7 +5,8 @@
 //   prefill-bench run      scenario.yaml   measured superstep, HDF5 results
 //   prefill-bench lane     scenario.yaml   one MLA layer across the CP gang (FMHA loads, waits)
 //   prefill-bench compare  A.h5 [B.h5]     per-family A/B, TTFT, outputs verdict
-//   prefill-bench compare  --baseline B.h5 run.h5 --max-regression 3%
+//   prefill-bench compare  --baseline B.h5 run.h5 --max-regression 3% [--only a,b]
+//                                          the regression gate: exit 0 pass, 1 regressed, 2 cannot judge
 //   prefill-bench kernels                  the cut kernels' benchmark
 //   prefill-bench fmha                     the FMHA engines' benchmark
 //   prefill-bench kda                      the KDA core's benchmark
@@ -13,6 +14,11 @@
 //   prefill-bench verify   scenario.yaml   bit-identity / floor gates
 //   prefill-bench trace    run.h5          one rep as Chrome trace JSON (Perfetto)
 //   prefill-bench ranks    scenario.yaml   the scenario's rank count (scripts)
+//   prefill-bench --version                version, git sha, build options
+//
+// Lists are comma-separated: --engine native,cudnn, --tokens 4096,16384.
+// Errors print "[rank r on host] error: <what>" and exit 2 (compare's gate
+// also exits 2 when it cannot judge); PB_DEBUG=1 adds the source location.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -30,22 +36,24 @@ std::string joined_command_line(int argc, char** argv) {
   return s;
 }
 
-void add_scenario_options(CLI::App* sub, pb::ScenarioArgs& args) {
+// The scenario and its overrides; `cuts`: also --cuts (commands that run variants).
+void add_scenario_input(CLI::App* sub, pb::ScenarioArgs& args, bool cuts) {
   sub->add_option("scenario", args.path, "scenario YAML file")->required();
-  sub->add_option("--set", args.sets, "override a scenario key: key=value (model.layers=8)");
-  sub->add_option("--cuts", args.cuts, "run one cut set: all, none, seed, or a list like land,conv");
-  sub->add_option("--output,-o", args.output, "results file (default runs/<name>-<kind>-<time>.h5)");
-  sub->add_flag("--overwrite", args.overwrite, "replace an existing results file");
+  sub->add_option("--set", args.sets, "override a scenario key: key=value (model.layers=8); repeat for more")
+      ->allow_extra_args(false);
+  if (cuts) sub->add_option("--cuts", args.cuts, "run one cut set: all, none, seed, or a list like land,conv");
 }
 
-double parse_fraction(const std::string& text) {
-  std::string t = text;
-  bool percent = !t.empty() && t.back() == '%';
-  if (percent) t.pop_back();
-  size_t used = 0;
-  double v = std::stod(t, &used);
-  PB_CHECK(used == t.size() && v >= 0, "--max-regression: '" + text + "' is not a fraction like 3% or 0.03");
-  return percent ? v / 100 : v;
+void add_output_options(CLI::App* sub, std::string& output, bool& overwrite, const std::string& default_path) {
+  sub->add_option("--output,-o", output, "results file (default " + default_path + ")");
+  sub->add_flag("--overwrite", overwrite, "replace an existing results file");
+}
+
+// A comma-separated list (space-separated values are accepted too unless
+// the option turns off extra arguments, as compare's do before its files).
+template <typename T>
+CLI::Option* add_list(CLI::App* sub, const std::string& name, std::vector<T>& values, const std::string& help) {
+  return sub->add_option(name, values, help)->delimiter(',');
 }
 
 }  // namespace
@@ -54,40 +62,53 @@ int main(int argc, char** argv) {
   pb::Gang gang(&argc, &argv);
   CLI::App app{"prefill-bench: the K3 CP prefill superstep with switchable cuts"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", pb::version_text(), "print the version, git sha and build options");
+  app.footer("Lists are comma-separated (--engine native,cudnn). Errors exit 2.\n"
+             "Environment: PB_DEBUG=1 adds the source file and line to error messages.");
 
   pb::ScenarioArgs plan_args, run_args, lane_args, verify_args;
   CLI::App* plan = app.add_subcommand("plan", "analytic superstep per rank: launches, bytes, FLOPs, roofline");
-  add_scenario_options(plan, plan_args);
+  add_scenario_input(plan, plan_args, /*cuts=*/true);
   plan->add_option("--profile", plan_args.profile, "GPU profile for the roofline: h200, h100, gb300");
   plan->add_option("--ranks-per-gpu", plan_args.ranks_per_gpu,
                    "the memory budget's placement (default: cp with serialize_ranks, else 1)")
       ->check(CLI::PositiveNumber);
   plan->add_option("--link", plan_args.link, "fabric link: same-gpu, nvlink4, nvlink5, ib400 (default: the profile's)");
-  plan->add_option("--calibrate", plan_args.calibrate, "benchmark files, comma-separated: scale by measured fractions")
-      ->delimiter(',');
+  add_list(plan, "--calibrate", plan_args.calibrate, "benchmark files, a.h5,b.h5: scale by measured fractions");
   plan->add_option("--measured", plan_args.measured, "a run of this scenario to check the calibrated plan against");
+  add_output_options(plan, plan_args.output, plan_args.overwrite, "runs/<name>-plan-<time>.h5");
   CLI::App* run = app.add_subcommand("run", "measured superstep on the GPUs (one rank per GPU)");
-  add_scenario_options(run, run_args);
+  add_scenario_input(run, run_args, /*cuts=*/true);
+  add_output_options(run, run_args.output, run_args.overwrite, "runs/<name>-run-<time>.h5");
   CLI::App* verify = app.add_subcommand(
       "verify", "bit identity of cuts 1, 2, 4, 5, attnres per layer; stripe and CP-N vs CP-1 within the floor");
-  add_scenario_options(verify, verify_args);
+  add_scenario_input(verify, verify_args, /*cuts=*/false);
   CLI::App* lane = app.add_subcommand(
       "lane", "one MLA layer across the CP gang: per-rank FMHA time vs the schedule, waits, fabric bytes");
-  add_scenario_options(lane, lane_args);
+  add_scenario_input(lane, lane_args, /*cuts=*/true);
+  add_output_options(lane, lane_args.output, lane_args.overwrite, "runs/<name>-lane-<time>.h5");
 
   pb::ScenarioArgs ranks_args;
   CLI::App* ranks = app.add_subcommand("ranks", "print the scenario's rank count (cp), for launch scripts");
-  add_scenario_options(ranks, ranks_args);
+  add_scenario_input(ranks, ranks_args, /*cuts=*/false);
 
   pb::CompareOptions cmp;
-  std::vector<std::string> files;
-  std::string max_regression = "3%", variants;
+  std::vector<std::string> files, variants;
+  std::string max_regression = "3%";
   CLI::App* compare = app.add_subcommand("compare", "compare two results files, or two variants of one");
-  compare->add_option("files", files, "A.h5 [B.h5]")->required()->expected(1, 2);
-  compare->add_option("--baseline", cmp.baseline_file, "committed baseline: judge the run against it");
-  compare->add_option("--max-regression", max_regression, "TTFT regression threshold (default 3%)");
-  compare->add_option("--variants", variants, "A,B: compare two variants (inside one file)");
+  compare->add_option("files", files, "A.h5 [B.h5]; with --baseline: the candidate run.h5")->required()->expected(1, 2);
+  compare->add_option("--baseline", cmp.baseline_file, "regression gate: judge the candidate against this file");
+  compare->add_option("--max-regression", max_regression,
+                      "allowed TTFT slowdown: a percent in [0, 100) like 3% or a fraction in [0, 1) like 0.03 "
+                      "(default 3%)");
+  add_list(compare, "--only", cmp.only, "with --baseline: judge only these variants, a,b (each in both files)")
+      ->allow_extra_args(false);
+  add_list(compare, "--variants", variants, "A,B: compare two variants (inside one file, or A of file A with B of B)")
+      ->allow_extra_args(false);
   compare->add_option("--alpha", cmp.alpha, "significance level of the noise test (default 0.05)");
+  compare->footer("With --baseline, exit 0: every judged variant within the allowance; 1: a variant regressed;\n"
+                  "2: cannot judge (files of different kinds or scenarios, incomplete, no TTFT samples,\n"
+                  "a baseline variant missing from the candidate without --only) or an error.");
 
   pb::TraceArgs trace_args;
   CLI::App* trace = app.add_subcommand("trace", "one rep of a results file as Chrome trace JSON (Perfetto, chrome://tracing)");
@@ -101,32 +122,31 @@ int main(int argc, char** argv) {
 
   pb::KernelsBenchOptions kopt;
   CLI::App* kernels = app.add_subcommand("kernels", "baseline vs cut of the memory-bound cut kernels");
-  kernels->add_option("--family", kopt.families, "land, conv, lse_merge, elementwise, attnres (default: all)");
+  add_list(kernels, "--family", kopt.families, "a list of land, conv, lse_merge, elementwise, attnres (default: all)")
+      ->check(CLI::IsMember({"land", "conv", "lse_merge", "elementwise", "attnres"}));
   kernels->add_option("--rows", kopt.rows, "rows (the bucket; default 16896)");
   kernels->add_option("--reps", kopt.reps, "timed repetitions, median reported (default 30)");
   kernels->add_option("--warmup", kopt.warmup, "untimed repetitions first (default 3)");
-  kernels->add_option("--output,-o", kopt.output, "results file (default runs/kernels-bench-<time>.h5)");
-  kernels->add_flag("--overwrite", kopt.overwrite, "replace an existing results file");
+  add_output_options(kernels, kopt.output, kopt.overwrite, "runs/kernels-bench-<time>.h5");
 
   pb::FmhaBenchOptions fopt;
   CLI::App* fmha = app.add_subcommand("fmha", "the FMHA engines at the MLA shapes (96 heads, d 192/128)");
-  fmha->add_option("--tokens", fopt.tokens, "Tq = Tk values (default 4096 8192 16384)");
+  add_list(fmha, "--tokens", fopt.tokens, "Tq = Tk values (default 4096,8192,16384)");
   fmha->add_option("--heads", fopt.heads, "heads (default 96)");
-  fmha->add_option("--engine", fopt.engines, "native, cudnn (default: native, and cudnn when built with it)");
-  fmha->add_option("--mask", fopt.masks, "dense, causal (default: both)");
+  add_list(fmha, "--engine", fopt.engines, "native,cudnn (default: native, and cudnn when built with it)")
+      ->check(CLI::IsMember({"native", "cudnn"}));
+  add_list(fmha, "--mask", fopt.masks, "dense,causal (default: both)")->check(CLI::IsMember({"dense", "causal"}));
   fmha->add_option("--reps", fopt.reps, "timed repetitions, median reported (default 20)");
   fmha->add_option("--warmup", fopt.warmup, "untimed repetitions first (default 3)");
-  fmha->add_option("--output,-o", fopt.output, "results file (default runs/fmha-bench-<time>.h5)");
-  fmha->add_flag("--overwrite", fopt.overwrite, "replace an existing results file");
+  add_output_options(fmha, fopt.output, fopt.overwrite, "runs/fmha-bench-<time>.h5");
 
   pb::KdaBenchOptions dopt;
   CLI::App* kda = app.add_subcommand("kda", "the KDA core at K3 widths (96 heads, d 128, chunk 64)");
-  kda->add_option("--tokens", dopt.tokens, "segment lengths (default 4096 16384)");
+  add_list(kda, "--tokens", dopt.tokens, "segment lengths (default 4096,16384)");
   kda->add_option("--heads", dopt.heads, "heads (default 96)");
   kda->add_option("--reps", dopt.reps, "timed repetitions, median reported (default 20)");
   kda->add_option("--warmup", dopt.warmup, "untimed repetitions first (default 3)");
-  kda->add_option("--output,-o", dopt.output, "results file (default runs/kda-bench-<time>.h5)");
-  kda->add_flag("--overwrite", dopt.overwrite, "replace an existing results file");
+  add_output_options(kda, dopt.output, dopt.overwrite, "runs/kda-bench-<time>.h5");
   pb::MoeBenchOptions mopt;
   CLI::App* moe = app.add_subcommand("moe", "expert GEMMs (grouped vs loop), MoE block, dense FFN, first token at K3");
   moe->add_option("--tokens", mopt.tokens, "T, the segment's live rows (default 16384)");
@@ -135,8 +155,7 @@ int main(int argc, char** argv) {
   moe->add_option("--block-reps", mopt.block_reps, "block repetitions, per-launch medians (default 10)");
   moe->add_option("--warmup", mopt.warmup, "untimed expert GEMM repetitions first (default 3)");
   moe->add_option("--seed", mopt.seed, "synthetic weights, inputs and router (default 1234)");
-  moe->add_option("--output,-o", mopt.output, "results file (default runs/moe-bench-<time>.h5)");
-  moe->add_flag("--overwrite", mopt.overwrite, "replace an existing results file");
+  add_output_options(moe, mopt.output, mopt.overwrite, "runs/moe-bench-<time>.h5");
 
   try {
     app.parse(argc, argv);
@@ -187,12 +206,11 @@ int main(int argc, char** argv) {
     if (*compare) {
       cmp.file_a = files[0];
       if (files.size() > 1) cmp.file_b = files[1];
-      cmp.max_regression = parse_fraction(max_regression);
+      cmp.max_regression = pb::parse_max_regression(max_regression);
       if (!variants.empty()) {
-        auto comma = variants.find(',');
-        PB_CHECK(comma != std::string::npos, "--variants takes two names: A,B");
-        cmp.variant_a = variants.substr(0, comma);
-        cmp.variant_b = variants.substr(comma + 1);
+        PB_CHECK(variants.size() == 2, "--variants takes two names: A,B");
+        cmp.variant_a = variants[0];
+        cmp.variant_b = variants[1];
       }
       return pb::cmd_compare(gang, cmp);
     }
