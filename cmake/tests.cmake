@@ -306,7 +306,6 @@ set_tests_properties(cpu.launch_dry_run_emulated PROPERTIES LABELS cpu TIMEOUT 6
 # <regex over the whole output> (anchored ^...$ where nothing else may print).
 # The gate's inputs: synthetic files (test/support/synthetic_results.h) written
 # by write_gate_files, and the committed results/h200 files.
-target_include_directories(test_compare PRIVATE test/support)
 add_executable(write_gate_files test/commands/write_gate_files.cpp)
 target_include_directories(write_gate_files PRIVATE test/support)
 target_link_libraries(write_gate_files PRIVATE pb_core)

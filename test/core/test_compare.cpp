@@ -2,11 +2,9 @@
 // samples, and run_compare on files (report sections, modes, the gate's exit
 // codes and what it says it judged), and --max-regression's grammar.
 #include <doctest/doctest.h>
-#include <stdlib.h>
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <map>
 #include <sstream>
 #include <string>
@@ -17,12 +15,14 @@
 #include "results.h"
 #include "stats.h"
 #include "synthetic_results.h"
+#include "temp_dir.h"
 
 namespace {
 
 using pb::test::make_outputs;
 using pb::test::reps_around;
 using pb::test::synthetic_run;
+using pb::test::TempDir;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -205,21 +205,6 @@ TEST_CASE("outputs: bit-identical vs differing checksums") {
 }
 
 // ---- run_compare on files ----
-
-namespace {
-
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "pb-test-compare-XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-}  // namespace
 
 TEST_CASE("run_compare: regression mode flags a slower candidate with exit code 1") {
   TempDir dir;
