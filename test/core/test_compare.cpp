@@ -338,6 +338,11 @@ struct GateFiles {
     *text = report.str();
     return code;
   }
+  // Writes `run` as `name`, then judges it against base.h5.
+  int judge(const std::string& name, const pb::RunResult& run, std::string* text) const {
+    pb::write_results(dir.file(name), run, false);
+    return judge(name, text);
+  }
 };
 
 }  // namespace
@@ -391,20 +396,17 @@ TEST_CASE("gate: scenarios that differ in identity cannot be judged") {
 
   pb::RunResult renamed = synthetic_run(1.0);  // name, cp, context and bucket through the recorded YAML
   renamed.text["scenario_yaml"] = "name: renamed\nmodel: {preset: tiny}\ncp: 1\ncontext: 256\nbucket: 384\n";
-  pb::write_results(files.dir.file("renamed.h5"), renamed, false);
-  CHECK(files.judge("renamed.h5", &text) == pb::kCompareCannotJudge);
+  CHECK(files.judge("renamed.h5", renamed, &text) == pb::kCompareCannotJudge);
   CHECK(contains(text, "name synthetic vs renamed; cp 2 vs 1; context 512 vs 256; bucket 256 vs 384"));
 
   pb::RunResult unreadable = synthetic_run(1.0);
   unreadable.text["scenario_yaml"] = "name: [";
-  pb::write_results(files.dir.file("unreadable.h5"), unreadable, false);
-  CHECK(files.judge("unreadable.h5", &text) == pb::kCompareCannotJudge);
+  CHECK(files.judge("unreadable.h5", unreadable, &text) == pb::kCompareCannotJudge);
   CHECK(contains(text, "cannot read the scenario recorded in '"));
 
   pb::RunResult none = synthetic_run(1.0);
   none.text.erase("scenario_yaml");
-  pb::write_results(files.dir.file("none.h5"), none, false);
-  CHECK(files.judge("none.h5", &text) == pb::kCompareCannotJudge);
+  CHECK(files.judge("none.h5", none, &text) == pb::kCompareCannotJudge);
   CHECK(contains(text, "none.h5' records no scenario (a 'run' file)"));
 }
 
@@ -438,8 +440,7 @@ TEST_CASE("gate: a variant whose cuts differ is not judged; a regression still e
 
   pb::RunResult slow_no_all = synthetic_run(1.1);
   slow_no_all.variants.pop_back();
-  pb::write_results(files.dir.file("slow-no-all.h5"), slow_no_all, false);
-  CHECK(files.judge("slow-no-all.h5", &text) == pb::kCompareRegressed);
+  CHECK(files.judge("slow-no-all.h5", slow_no_all, &text) == pb::kCompareRegressed);
   CHECK(contains(text, "result: REGRESSED (exit 1): 1 of 1 judged variants regressed: baseline; also, 1 variant(s) "
                        "to judge could not be judged: all"));
 }
