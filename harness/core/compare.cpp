@@ -16,6 +16,7 @@
 
 #include "check.h"
 #include "model.h"
+#include "power_state.h"
 #include "projection.h"
 #include "scenario.h"
 #include "stats.h"
@@ -440,6 +441,10 @@ RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOp
   const RegressionVerdict verdict =
       judge_regression(a.variant->ttft_ms, b.variant->ttft_ms, options.max_regression, options.alpha);
   if (!one_layer) print_verdict(verdict, out);
+  for (const Side* side : {&a, &b}) {
+    const std::string notes = format_power_state(side->label, power_state_notes(*side->variant));
+    if (!notes.empty()) out << "\n" << notes;
+  }
   print_outputs(compare_outputs(a.variant->outputs, b.variant->outputs), a.variant->outputs,
                 b.variant->outputs, out);
   return verdict;

@@ -1,7 +1,11 @@
 // Reps run at a sagging clock or at the power cap (harness/core/power_state.h).
 #include <doctest/doctest.h>
 
+#include <sstream>
+
+#include "compare.h"
 #include "power_state.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -40,4 +44,27 @@ TEST_CASE("power state: files without clocks have nothing to say") {
   v.rank_reps = {pb::RankRep{}, pb::RankRep{}};  // NaN clocks
   CHECK(pb::power_state_notes(v).empty());
   CHECK(pb::format_power_state("x", {}).empty());
+}
+
+TEST_CASE("power state: compare prints the sagged reps of either side") {
+  pb::test::TempDir dir;
+  pb::RunResult run;
+  run.kind = "run";
+  pb::VariantResult v;
+  v.name = "all";
+  v.ttft_ms = {100.0, 130.0};
+  v.rank_reps = {rep(0, 0, 1980, 0.0), rep(1, 0, 1500, 0.8)};
+  run.variants.push_back(v);
+  const std::string a = dir.file("a.h5"), b = dir.file("b.h5");
+  pb::write_results(a, run, false);
+  run.variants[0].rank_reps = {rep(0, 0, 1980, 0.0), rep(1, 0, 1975, 0.0)};
+  pb::write_results(b, run, false);
+  pb::CompareOptions o;
+  o.file_a = a;
+  o.file_b = b;
+  std::ostringstream out;
+  pb::run_compare(o, out);
+  CHECK(out.str().find("GPU power state") != std::string::npos);
+  CHECK(out.str().find("rep 1 rank 0: SM clock median 1500 MHz (best rep 1980), sagged, at the power cap") !=
+        std::string::npos);
 }
