@@ -151,6 +151,10 @@ if(PB_PYTHON)
            ${CMAKE_SOURCE_DIR}/results/h200/shared-memory-cp4-4layers.h5 -o ${CMAKE_BINARY_DIR}/test-out/timeline.png
            --overwrite)
   set_tests_properties(cpu.plot_timeline PROPERTIES LABELS cpu TIMEOUT 120 PASS_REGULAR_EXPRESSION "wrote ")
+  # The README's commands that need no GPU, as written, and the outputs it quotes.
+  add_test(NAME cpu.readme_commands COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_readme.py
+           ${CMAKE_SOURCE_DIR}/README.md ${CMAKE_BINARY_DIR})
+  set_tests_properties(cpu.readme_commands PROPERTIES LABELS cpu TIMEOUT 600 ENVIRONMENT "${PB_MPI_ENV}")
   set(pb_plot_tests ${CMAKE_SOURCE_DIR}/test/scripts/test_plots.py)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${pb_plot_tests})
   execute_process(COMMAND ${PB_PYTHON} ${pb_plot_tests} --list OUTPUT_VARIABLE pb_plot_cases
