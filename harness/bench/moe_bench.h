@@ -1,5 +1,5 @@
 // `prefill-bench moe`: the MoE FFN, the dense FFN and the first token at K3
-// shapes on one GPU (issue 6), with the cuBLAS bf16 GEMM rate and the copy
+// shapes on one GPU, with the cuBLAS bf16 GEMM rate and the copy
 // rate measured in the same run as the ceilings.
 //
 //   expert GEMMs   T = 16384 tokens, top-16 of 224 experts through the skewed

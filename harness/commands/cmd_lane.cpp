@@ -1,4 +1,4 @@
-// `prefill-bench lane`: one MLA layer's attention across the CP gang (issue 7).
+// `prefill-bench lane`: one MLA layer's attention across the CP gang.
 // Every rank runs the MLA block (harness/blocks/mla_block.h) on its segment
 // over the IPC fabric, for each variant of the scenario, reps interleaved.
 // With serialize_ranks the ranks of one GPU take turns phase by phase, so each

@@ -1,5 +1,5 @@
 // The switchable cuts: the seed's five (docs/design.md §4) and AttnRes, the sixth
-// beyond the seed (issue 8). A scenario spells a cut set as `all`, `none`,
+// beyond the seed. A scenario spells a cut set as `all`, `none`,
 // `seed` (the five of the seed), a list of names, or a map name -> on/off.
 #pragma once
 

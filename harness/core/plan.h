@@ -1,6 +1,6 @@
 // `plan`: the analytic superstep. Every kernel launch of one superstep, per
 // rank, in launch order (docs/design.md §2.1 and §3), with its bytes, FLOPs and
-// roofline time on a GPU profile. The measured superstep (issue 9) emits the
+// roofline time on a GPU profile. The measured superstep emits the
 // same list as timed spans; the same cost model (cost.h) rates both.
 //
 // Families, the anatomy's columns:

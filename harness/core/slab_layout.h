@@ -1,4 +1,4 @@
-// The CP lane's per-rank slab (docs/design.md §3 "Fabric", issue 7 §2): one device
+// The CP lane's per-rank slab (docs/design.md §3 "Fabric"): one device
 // allocation per rank that its node-local peers map over CUDA IPC. A pure
 // function of the shapes, no CUDA.
 //

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device call for issue 6: build prefill-bench and the MoE / FFN / first
+# The device call for the MoE family: build prefill-bench and the MoE / FFN / first
 # token GPU tests, run the tests, then `prefill-bench moe`. Logs go to $OUT;
 # the short table comes last. About 3-5 minutes on one H200 (the K3 expert
 # weights, 15 GB, are allocated and filled once).

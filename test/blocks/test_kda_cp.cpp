@@ -1,4 +1,4 @@
-// The KDA block across the CP lane (issue 5): every rank of the job (-np 2 or
+// The KDA block across the CP lane: every rank of the job (-np 2 or
 // 4, ranks may share one GPU) runs the whole context alone as CP1, then its
 // segment as CP-N over the IPC fabric (conv halo rows, state packages folded
 // in place), and compares its rows:

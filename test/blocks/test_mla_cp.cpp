@@ -1,4 +1,4 @@
-// The MLA block across the CP lane (issue 7): every rank of the job (-np 2 or
+// The MLA block across the CP lane: every rank of the job (-np 2 or
 // 4, ranks may share one GPU) runs the whole context alone as CP1, then its
 // segment as CP-N over the IPC fabric, and compares its rows:
 //   - CP-N == CP1 within kMlaCpRelL2Floor, under the prefix schedule and under
