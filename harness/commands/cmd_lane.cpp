@@ -69,10 +69,9 @@ double median_of(std::vector<double> v) { return v.empty() ? 0.0 : median(v); }
 }  // namespace
 
 int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
-  const Scenario s = load_scenario_on_gang(gang, args);
-  const std::string problem = world_size_problem(s, gang.size(), /*plan=*/false);
-  PB_CHECK(problem.empty(), problem);
-  const FabricPlan fabric = check_fabric(s, gang, "lane");  // before CUDA starts
+  const GangScenario loaded = load_gang_scenario(gang, args, "lane");  // before CUDA starts
+  const Scenario& s = loaded.scenario;
+  const FabricPlan& fabric = loaded.fabric;
   const std::string path = output_path(args.output, s.name, "lane");
   if (gang.is_root()) check_results_path(path, args.overwrite);  // before the device and the long part
   const int device = select_gang_device(gang, "lane");

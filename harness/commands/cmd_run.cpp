@@ -67,10 +67,9 @@ double peak_device_bytes() {
 }  // namespace
 
 int cmd_run(const Gang& gang, const ScenarioArgs& args) {
-  const Scenario s = load_scenario_on_gang(gang, args);
-  const std::string problem = world_size_problem(s, gang.size(), /*plan=*/false);
-  PB_CHECK(problem.empty(), problem);
-  const FabricPlan fabric = check_fabric(s, gang, "run");  // before CUDA starts
+  const GangScenario loaded = load_gang_scenario(gang, args, "run");  // before CUDA starts
+  const Scenario& s = loaded.scenario;
+  const FabricPlan& fabric = loaded.fabric;
   const std::string path = output_path(args.output, s.name, "run");
   if (gang.is_root()) check_results_path(path, args.overwrite);  // before the device and the long part
   const int device = select_gang_device(

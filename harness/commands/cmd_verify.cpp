@@ -64,10 +64,9 @@ Outcome run_once(Superstep& step, const CutSet& cuts, Timeline& tl, const Turn& 
 }  // namespace
 
 int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
-  const Scenario s = load_scenario_on_gang(gang, args);
-  const std::string problem = world_size_problem(s, gang.size(), /*plan=*/false);
-  PB_CHECK(problem.empty(), problem);
-  const FabricPlan fabric = check_fabric(s, gang, "verify");  // before CUDA starts
+  const GangScenario loaded = load_gang_scenario(gang, args, "verify");  // before CUDA starts
+  const Scenario& s = loaded.scenario;
+  const FabricPlan& fabric = loaded.fabric;
   const int device = select_gang_device(gang, "verify");
   if (device < 0) return 3;
   const int me = gang.rank(), cp = s.cp;

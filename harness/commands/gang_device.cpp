@@ -21,6 +21,14 @@ FabricPlan check_fabric(const Scenario& s, const Gang& gang, const char* command
   return plan;
 }
 
+GangScenario load_gang_scenario(const Gang& gang, const ScenarioArgs& args, const char* command) {
+  GangScenario g{load_scenario_on_gang(gang, args), {}};
+  const std::string problem = world_size_problem(g.scenario, gang.size(), /*plan=*/false);
+  PB_CHECK(problem.empty(), problem);
+  g.fabric = check_fabric(g.scenario, gang, command);
+  return g;
+}
+
 int select_gang_device(const Gang& gang, const char* command, const std::string& more) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {

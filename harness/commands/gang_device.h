@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "commands.h"
 #include "fabric_plan.h"
 #include "gang.h"
 #include "results.h"
@@ -19,6 +20,15 @@ namespace pb {
 // NCCL_HOSTID for emulated hosts; CUDA_MODULE_LOADING=EAGER when unset and the
 // ranks run concurrently), so call it before any CUDA call. Collective over the gang.
 FabricPlan check_fabric(const Scenario& s, const Gang& gang, const char* command);
+
+// The scenario of a device command (run, lane, verify), before CUDA starts:
+// read on rank 0 and broadcast, the gang's size checked against it, its fabric
+// checked and prepared (check_fabric).
+struct GangScenario {
+  Scenario scenario;
+  FabricPlan fabric;
+};
+GangScenario load_gang_scenario(const Gang& gang, const ScenarioArgs& args, const char* command);
 
 // The device selected (cudaSetDevice done), or -1 when none is visible: rank 0
 // then has printed "prefill-bench <command>: no CUDA device is visible on
