@@ -59,7 +59,7 @@ foreach(family ${PB_KERNEL_FAMILIES})
 endforeach()
 
 # harness/core: pure host code.
-foreach(name test_compare test_plan test_projection test_results test_scenario test_schedule test_slab_layout test_trace test_power_state)
+foreach(name test_compare test_plan test_projection test_results test_scenario test_schedule test_slab_layout test_trace test_power_state test_wall_split)
   pb_cpu_test(test/core/${name}.cpp)
 endforeach()
 # The gang on 4 ranks.

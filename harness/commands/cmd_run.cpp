@@ -30,6 +30,7 @@
 #include "telemetry.h"
 #include "turns.h"
 #include "timing.h"
+#include "wall_split.h"
 
 namespace pb {
 
@@ -175,6 +176,10 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
                            doorbell_kind(cp, b.flag), b.value});
         if (l.kernel.rfind("fabric.wait", 0) == 0) rr.wait_us += l.ms * 1e3;
       }
+      if (WallSplit split; split_wall(spans, rr.wall_us, split)) {
+        rr.launch_gap_us = split.launch_gap_us;
+        rr.host_us = split.host_us;
+      }
       if (fab) add_fabric_stats(rr, before, fab->stats());
       // Every rank's spans and wall to rank 0; TTFT is the last rank's wall.
       const std::vector<std::string> span_parts = gang.gather(rep >= 0 ? pack_spans(spans) : std::string());
@@ -253,6 +258,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
                 "device memory in use %.1f GB (rank 0's GPU)\n",
                 v.name.c_str(), t.min, t.median, t.max, v.ttft_ms.size(), (long long)v.outputs.first_token,
                 peak_bytes / 1e9);
+    std::printf("%s", format_wall_split(v, s.serialize_ranks && cp > 1).c_str());
     // Each rank's spans were timed alone (serialized, or one rank): replay the gang as if each had its GPU.
     if ((s.serialize_ranks || cp == 1) && can_project(v)) {
       try {

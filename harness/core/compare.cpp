@@ -17,6 +17,7 @@
 #include "check.h"
 #include "model.h"
 #include "power_state.h"
+#include "wall_split.h"
 #include "projection.h"
 #include "scenario.h"
 #include "stats.h"
@@ -444,6 +445,11 @@ RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOp
   for (const Side* side : {&a, &b}) {
     const std::string notes = format_power_state(side->label, power_state_notes(*side->variant));
     if (!notes.empty()) out << "\n" << notes;
+    Scenario scenario;
+    std::string problem;
+    const bool serialized = recorded_scenario(*side->run, side->file, &scenario, &problem) && scenario.serialize_ranks;
+    const std::string split = format_wall_split(*side->variant, serialized);
+    if (!split.empty()) out << "\n" << side->label << ": " << split;
   }
   print_outputs(compare_outputs(a.variant->outputs, b.variant->outputs), a.variant->outputs,
                 b.variant->outputs, out);

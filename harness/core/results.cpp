@@ -426,7 +426,9 @@ CompoundType rank_rep_row_type(int schema_version = kSchemaVersion) {
         .add("nccl_bytes", HOFFSET(RankRep, nccl_bytes), H5T_NATIVE_DOUBLE)
         .add("ipc_wait_us", HOFFSET(RankRep, ipc_wait_us), H5T_NATIVE_DOUBLE)
         .add("nccl_wait_us", HOFFSET(RankRep, nccl_wait_us), H5T_NATIVE_DOUBLE)
-        .add("nccl_us", HOFFSET(RankRep, nccl_us), H5T_NATIVE_DOUBLE);
+        .add("nccl_us", HOFFSET(RankRep, nccl_us), H5T_NATIVE_DOUBLE)
+        .add("launch_gap_us", HOFFSET(RankRep, launch_gap_us), H5T_NATIVE_DOUBLE)
+        .add("host_us", HOFFSET(RankRep, host_us), H5T_NATIVE_DOUBLE);
   return type;
 }
 
@@ -816,7 +818,7 @@ VariantResult read_variant(const Node& variants, const std::string& name, int32_
   }
   variant.rank_reps = read_table<RankRep>(node, "rank_reps", rank_rep_row_type(schema_version));
   if (schema_version < 3)
-    for (RankRep& r : variant.rank_reps) r.sm_mhz = r.power_w = r.power_capped = kNoValue;
+    for (RankRep& r : variant.rank_reps) r.sm_mhz = r.power_w = r.power_capped = r.launch_gap_us = r.host_us = kNoValue;
   Dims dims;
   variant.ttft_ms = read_dataset<double>(node, "ttft_ms", H5T_NATIVE_DOUBLE, 1, &dims);
   variant.outputs = read_outputs(node);

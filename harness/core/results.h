@@ -99,6 +99,11 @@ struct RankRep {
   double ipc_wait_us = 0;
   double nccl_wait_us = 0;
   double nccl_us = 0;
+  // Where the wall went besides compute and waits (wall_split.h; NaN when the
+  // spans have no starts): GPU idle between its first and last span, and the
+  // host-side time outside them.
+  double launch_gap_us = kNoValue;
+  double host_us = kNoValue;
 };
 
 // One telemetry sample of a GPU (harness/blocks/telemetry.h).
