@@ -25,6 +25,7 @@
 #include "run_info.h"
 #include "stats.h"
 #include "timing.h"
+#include "telemetry.h"
 #include "turns.h"
 
 namespace pb {
@@ -88,6 +89,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   record_run_info(gang, args.command_line, result);
   record_scenario(s, result);
   record_devices(gang, device, result);
+  GpuTelemetry telemetry(device);
   record_fabric(fabric, result);
   result.text["engine_fmha"] = fmha_engine_name(engine);
 
@@ -129,6 +131,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
       tl.set_nvtx_label("rank " + std::to_string(me) + " " + s.variants[vi].name + " rep " + std::to_string(rep));
       gang.barrier();
       const auto t0 = std::chrono::steady_clock::now();
+      const double gpu_t0 = telemetry.now_ms();
       turn([&] { block.project(mixed.get(), seq, cuts, tl, blas); });
       turn([&] { block.attend(tl, blas); });
       turn([&] { block.finish(tl, blas); });
@@ -136,6 +139,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
       const std::vector<TimedLaunch> launches = tl.collect();
       const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       if (fab) fab->settle_transfers();  // sends still in flight, for the NCCL time
+      const std::vector<TelemetrySample> clocks = telemetry.between(gpu_t0, telemetry.now_ms());
       ++seq;
       const RankPlan& plan = plans[vi];
       const std::vector<Launch> want = plan_slice(plan, int32_t(layer), "rmsnorm.mla_in", launches.size());
@@ -157,6 +161,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
       if (fab) add_fabric_stats(rr, before, fab->stats());
       rr.wall_us = serial ? span_ms * 1e3 : wall_us;  // serialized: the rank's own work
       rr.peak_mem_bytes = double(total_b - free_b);   // device-wide when ranks share a GPU
+      summarize_clocks(clocks, rr);
       rank_reps[vi].push_back(rr);
       summary[vi].fmha_ms.push_back(fmha_ms);
       summary[vi].wait_ms.push_back(rr.wait_us / 1e3);
@@ -164,6 +169,8 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
     }
     if (gang.is_root()) std::fprintf(stderr, "lane: rep %d of %d done\n", rep + 1, s.reps);
   }
+
+  record_telemetry(gang, device, telemetry, result);
 
   // Gather and report: rank 0 prints per variant and rank the FMHA time
   // against pairs x pair_ms, and writes the file.
