@@ -194,13 +194,13 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
       const std::vector<RankRep> part = unpack_rank_reps(p);
       v.rank_reps.insert(v.rank_reps.end(), part.begin(), part.end());
     }
-    const Schedule sched = s.variants[vi].cuts[Cut::stripe] ? Schedule::stripe : Schedule::prefix;
+    const Schedule sched = attention_schedule(s.variants[vi].cuts, s.layout, s.cp);
     const std::string ranks = !serial ? "concurrent"
                               : s.turn_settle_ms > 0 ? "serialized (turns and pair after " +
                                                            std::to_string(s.turn_settle_ms) + " ms idle)"
                                                      : "serialized";
     std::printf("\nlane %s, variant %s (%s schedule), one MLA layer, %s ranks, pair = %.3f ms (%lld x %lld dense)\n",
-                s.name.c_str(), v.name.c_str(), sched == Schedule::stripe ? "stripe" : "prefix", ranks.c_str(),
+                s.name.c_str(), v.name.c_str(), schedule_name(sched), ranks.c_str(),
                 pair_ms, (long long)segs[0].len, (long long)segs[0].len);
     std::printf("%5s %7s %12s %12s %7s %10s %11s\n", "rank", "pairs", "predicted_ms", "fmha_ms", "ratio", "wait_ms",
                 "fabric_MB");

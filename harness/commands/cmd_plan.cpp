@@ -74,7 +74,7 @@ void record_costing(const GpuProfile& profile, const LinkProfile& link, RunResul
 PlanTableNotes cut_notes(const Scenario& s, const CutSet& cuts) {
   PlanTableNotes notes;
   const std::vector<CutEffect> effects = cut_effects(s, cuts);
-  for (const auto& e : effects) notes.family_marks[e.family] = e.mark();
+  notes.family_marks = cut_family_marks(effects);
   notes.lines = cut_effect_notes(effects);
   return notes;
 }
@@ -126,9 +126,10 @@ int cmd_plan(const Gang& gang, const ScenarioArgs& args) {
       v.spans.insert(v.spans.end(), spans.begin(), spans.end());
     }
     std::vector<double> pairs;
-    const Schedule sched = variant.cuts[Cut::stripe] ? Schedule::stripe : Schedule::prefix;
+    const Schedule sched = attention_schedule(variant.cuts, s.layout, s.cp);
     for (int r = 0; r < s.cp; ++r) pairs.push_back(rank_attention(sched, s.cp, r).load_pairs);
-    const std::string title = "plan " + s.name + ", variant " + v.name + " (" + v.cuts + ")";
+    const std::string title = "plan " + s.name + ", variant " + v.name + " (" + v.cuts + "), " +
+                              schedule_name(sched) + " schedule, layout " + layout_name(s.layout);
     std::printf("%s\n", format_plan_table(v.spans, s.cp, pairs, profile, title, cut_notes(s, variant.cuts)).c_str());
     if (!args.calibrate.empty()) {
       std::vector<RankCalibration> ranks;

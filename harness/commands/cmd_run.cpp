@@ -246,7 +246,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
     for (const Span& sp : v.spans)
       if (sp.rep == s.reps - 1) last.push_back(sp);
     std::vector<double> pairs;
-    const Schedule sched = s.variants[vi].cuts[Cut::stripe] ? Schedule::stripe : Schedule::prefix;
+    const Schedule sched = attention_schedule(s.variants[vi].cuts, s.layout, s.cp);
     for (int r = 0; r < cp; ++r) pairs.push_back(rank_attention(sched, cp, r).load_pairs);
     const Summary t = summarize(v.ttft_ms);
     std::printf("\n%s\n", format_plan_table(last, cp, pairs, profile,

@@ -66,11 +66,11 @@ std::string cut_partner(const std::string& variant) {
 
 std::string first_part(const std::string& kernel) { return kernel.substr(0, kernel.find('.')); }
 
-// The memory-bound cut whose kernels the family runs, if any (the stripe
-// reschedules fmha; it does not change a kernel).
+// The memory-bound cut whose kernels the family runs, if any (the stripe and
+// balance reschedule fmha; they do not change a kernel).
 bool family_cut(const std::string& family, Cut* out) {
   for (Cut c : kAllCuts)
-    if (c != Cut::stripe && cut_family(c) == family) {
+    if (c != Cut::stripe && c != Cut::balance && cut_family(c) == family) {
       *out = c;
       return true;
     }

@@ -81,6 +81,7 @@ const VariantResult& require_variant(const RunResult& run, const std::string& fi
 
 void print_heading(const Side& a, const Side& b, std::ostream& out);
 void print_family_tables(const Side& a, const Side& b, std::ostream& out);
+void print_wait_tables(const Side& a, const Side& b, std::ostream& out);
 void print_ttft(const Side& a, const Side& b, std::ostream& out);
 void print_projections(const Side& a, const Side& b, std::ostream& out);
 void print_verdict(const RegressionVerdict& verdict, std::ostream& out);
@@ -433,6 +434,7 @@ void print_gate_summary(const GateReport& report, const CompareOptions& options,
 RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOptions& options, std::ostream& out) {
   print_heading(a, b, out);
   print_family_tables(a, b, out);
+  print_wait_tables(a, b, out);
   const bool one_layer = holds_one_layer(*a.run) || holds_one_layer(*b.run);
   if (one_layer)
     out << "\nno TTFT: a lane file holds one MLA layer\n";
@@ -556,6 +558,37 @@ void print_family_tables(const Side& a, const Side& b, std::ostream& out) {
   const std::set<int32_t> ranks = span_ranks(*a.variant, *b.variant);
   if (ranks.empty()) out << "\nno kernel spans recorded\n";
   for (int32_t rank : ranks) print_family_table(rank, *a.variant, *b.variant, scope, out);
+}
+
+// -- waiting vs compute --
+
+std::string peer_label(int32_t peer) { return peer < 0 ? "  on several or unnamed" : fmt::format("  on rank {}", peer); }
+
+void print_wait_table(int32_t rank, const VariantResult& a, const VariantResult& b, const std::string& scope,
+                      std::ostream& out) {
+  const WaitSplit wa = wait_split_us(a, rank), wb = wait_split_us(b, rank);
+  std::vector<FamilyRow> rows = {{"waiting (fabric.wait*)", wa.wait_us, wb.wait_us}};
+  std::set<int32_t> peers;
+  for (const auto& [peer, us] : wa.wait_by_peer_us) peers.insert(peer);
+  for (const auto& [peer, us] : wb.wait_by_peer_us) peers.insert(peer);
+  for (int32_t peer : peers) {
+    const auto in_a = wa.wait_by_peer_us.find(peer), in_b = wb.wait_by_peer_us.find(peer);
+    rows.push_back({peer_label(peer), in_a == wa.wait_by_peer_us.end() ? 0.0 : in_a->second,
+                    in_b == wb.wait_by_peer_us.end() ? 0.0 : in_b->second});
+  }
+  rows.push_back({"compute", wa.compute_us, wb.compute_us});
+  size_t width = 0;
+  for (const FamilyRow& row : rows) width = std::max(width, row.family.size());
+  const TimeUnit unit = unit_for(std::max(wa.wait_us + wa.compute_us, wb.wait_us + wb.compute_us));
+  out << fmt::format("\nrank {}: waiting vs compute per {} (median over reps)\n", rank, scope);
+  out << fmt::format("  {:<{}}  {:>12}  {:>12}  {:>12}  {:>7}\n", "", width, fmt::format("A ({})", unit.name),
+                     fmt::format("B ({})", unit.name), fmt::format("B-A ({})", unit.name), "B/A");
+  for (const FamilyRow& row : rows) print_family_row(row, width, unit, out);
+}
+
+void print_wait_tables(const Side& a, const Side& b, std::ostream& out) {
+  const std::string scope = timed_scope(*a.run) == timed_scope(*b.run) ? timed_scope(*a.run) : "superstep or MLA layer";
+  for (int32_t rank : span_ranks(*a.variant, *b.variant)) print_wait_table(rank, *a.variant, *b.variant, scope, out);
 }
 
 // -- TTFT --
@@ -777,6 +810,20 @@ RegressionVerdict judge_regression(const std::vector<double>& base, const std::v
   return verdict;
 }
 
+namespace {
+
+// The median over `reps` of a per-rep sum (0 in a rep without any).
+double median_of_reps(const std::set<int32_t>& reps, const std::map<int32_t, double>& per_rep) {
+  std::vector<double> samples;
+  for (int32_t rep : reps) {
+    const auto found = per_rep.find(rep);
+    samples.push_back(found == per_rep.end() ? 0.0 : found->second);
+  }
+  return samples.empty() ? 0.0 : median(samples);
+}
+
+}  // namespace
+
 std::map<std::string, double> family_times_us(const VariantResult& variant, int32_t rank) {
   const bool measured = std::any_of(variant.spans.begin(), variant.spans.end(),
                                     [&](const Span& span) { return span.rank == rank && span.rep >= 0; });
@@ -788,15 +835,50 @@ std::map<std::string, double> family_times_us(const VariantResult& variant, int3
     per_family_per_rep[span.family][span.rep] += span.time_us;
   }
   std::map<std::string, double> times;
-  for (const auto& [family, per_rep] : per_family_per_rep) {
-    std::vector<double> samples;
-    for (int32_t rep : reps) {
-      const auto found = per_rep.find(rep);
-      samples.push_back(found == per_rep.end() ? 0.0 : found->second);
-    }
-    times[family] = median(samples);
-  }
+  for (const auto& [family, per_rep] : per_family_per_rep) times[family] = median_of_reps(reps, per_rep);
   return times;
+}
+
+namespace {
+
+bool is_wait_span(const Span& span) { return span.kernel.rfind("fabric.wait", 0) == 0; }
+
+// The peer a wait span waited on, from its recorded wait bells; -1 when they name several or none.
+std::map<int64_t, int32_t> wait_span_peers(const VariantResult& variant) {
+  std::map<int64_t, std::set<int32_t>> peers;
+  for (const BellOp& bell : variant.bells)
+    if (bell.op == BellOpKind::wait) peers[bell.span].insert(bell.peer);
+  std::map<int64_t, int32_t> one;
+  for (const auto& [span, set] : peers) one[span] = set.size() == 1 ? *set.begin() : -1;
+  return one;
+}
+
+}  // namespace
+
+WaitSplit wait_split_us(const VariantResult& variant, int32_t rank) {
+  const bool measured = std::any_of(variant.spans.begin(), variant.spans.end(),
+                                    [&](const Span& span) { return span.rank == rank && span.rep >= 0; });
+  const std::map<int64_t, int32_t> peers = wait_span_peers(variant);
+  std::set<int32_t> reps;
+  std::map<int32_t, double> wait, compute;                    // per rep
+  std::map<int32_t, std::map<int32_t, double>> by_peer;       // peer -> rep -> us
+  for (size_t i = 0; i < variant.spans.size(); ++i) {
+    const Span& span = variant.spans[i];
+    if (span.rank != rank || (span.rep >= 0) != measured) continue;
+    reps.insert(span.rep);
+    if (!is_wait_span(span)) {
+      compute[span.rep] += span.time_us;
+      continue;
+    }
+    wait[span.rep] += span.time_us;
+    const auto peer = peers.find(int64_t(i));
+    by_peer[peer == peers.end() ? -1 : peer->second][span.rep] += span.time_us;
+  }
+  WaitSplit split;
+  split.wait_us = median_of_reps(reps, wait);
+  split.compute_us = median_of_reps(reps, compute);
+  for (const auto& [peer, per_rep] : by_peer) split.wait_by_peer_us[peer] = median_of_reps(reps, per_rep);
+  return split;
 }
 
 double parse_max_regression(const std::string& text) {

@@ -43,7 +43,8 @@
 //       the baseline (below).
 // Each comparison prints, per rank, the time of each kernel family (per
 // superstep; per MLA layer for `lane` files, which hold one MLA layer and no
-// TTFT), TTFT min/median/max, the TTFT verdict and the outputs verdict.
+// TTFT) and the same time split into waiting (by peer) and compute,
+// TTFT min/median/max, the TTFT verdict and the outputs verdict.
 //
 // The regression gate (c) judges only what it can, and says so
 // -------------------------------------------------------------
@@ -118,6 +119,18 @@ RegressionVerdict judge_regression(const std::vector<double>& base, const std::v
 // each family's spans summed within a rep (0 in a rep without them), then the
 // median over reps. Plans (only rep -1 spans): the plan's sum.
 std::map<std::string, double> family_times_us(const VariantResult& variant, int32_t rank);
+
+// One rank's time per superstep split into waiting and the rest, µs, each the
+// median over reps of its per-rep sum (plans: the sum). Waiting: the spans of
+// kernels named "fabric.wait*" (doorbells and transfers the rank waited on);
+// compute: every other span. By peer: a wait span whose recorded bells
+// (VariantResult::bells, op wait) name one peer counts for that peer; one
+// naming several peers, or none (plans, files without bells), counts under -1.
+struct WaitSplit {
+  double wait_us = 0, compute_us = 0;
+  std::map<int32_t, double> wait_by_peer_us;
+};
+WaitSplit wait_split_us(const VariantResult& variant, int32_t rank);
 
 struct RankChecksums {
   int32_t rank = 0;

@@ -151,6 +151,11 @@ Cost kda_fold(int64_t upstream, int64_t heads, int64_t d) {
   return {package * 2 + steps * package * 4, steps * heads * 2.0 * d * d * d, Unit::fp32};
 }
 
+Cost kda_fold_more(int64_t more, int64_t heads, int64_t d) {
+  const double package = double(heads) * d * d * kF32;
+  return {double(more) * package * 4, double(more) * heads * 2.0 * d * d * d, Unit::fp32};
+}
+
 Cost attnres_scores(int64_t rows, int64_t hidden, int64_t candidates) {
   double n = double(rows) * hidden * candidates;
   return memory(n * kBf16 + hidden * kF32 + double(rows) * candidates * kF32, n * 4);

@@ -60,6 +60,9 @@ Cost kda_walk(int64_t tokens, int64_t heads, int64_t d, int64_t chunk);
 Cost kda_package_walk(int64_t tokens, int64_t heads, int64_t d, int64_t chunk);
 // Rank r's fold of r upstream packages: S = D_0; r - 1 batched [d, d] x [d, d] GEMMs + adds.
 Cost kda_fold(int64_t upstream, int64_t heads, int64_t d);
+// A fold continued from a state already folded: `more` packages, one batched
+// [d, d] x [d, d] GEMM + add each (S = S·M + D; S read and written, M and D read).
+Cost kda_fold_more(int64_t more, int64_t heads, int64_t d);
 // AttnRes: scores read nb+1 candidates, mix reads them again.
 Cost attnres_scores(int64_t rows, int64_t hidden, int64_t candidates);
 Cost attnres_mix(int64_t rows, int64_t hidden, int64_t candidates);

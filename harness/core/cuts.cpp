@@ -10,6 +10,7 @@ const char* cut_name(Cut c) {
     case Cut::lse_merge: return "lse_merge";
     case Cut::elementwise: return "elementwise";
     case Cut::attnres: return "attnres";
+    case Cut::balance: return "balance";
   }
   return "?";
 }
@@ -30,6 +31,14 @@ std::string allowed_cut_names() {
   return s;
 }
 
+bool cut_requires(Cut c, Cut* prerequisite) {
+  if (c != Cut::balance) return false;
+  *prerequisite = Cut::stripe;
+  return true;
+}
+
+bool seed_cut(Cut c) { return c != Cut::attnres && c != Cut::balance; }
+
 CutSet CutSet::all() {
   CutSet s;
   s.on.fill(true);
@@ -37,9 +46,29 @@ CutSet CutSet::all() {
 }
 
 CutSet CutSet::seed() {
-  CutSet s = all();
-  s.set(Cut::attnres, false);
+  CutSet s;
+  for (Cut c : kAllCuts) s.set(c, seed_cut(c));
   return s;
+}
+
+CutSet CutSet::without(Cut c) const {
+  CutSet s = *this;
+  s.set(c, false);
+  for (Cut d : kAllCuts) {
+    Cut needs;
+    if (cut_requires(d, &needs) && needs == c) s = s.without(d);
+  }
+  return s;
+}
+
+std::string CutSet::problem() const {
+  for (Cut c : kAllCuts) {
+    Cut needs;
+    if ((*this)[c] && cut_requires(c, &needs) && !(*this)[needs])
+      return std::string("cut ") + cut_name(c) + " refines cut " + cut_name(needs) + " and needs it on; turn " +
+             cut_name(needs) + " on too, or " + cut_name(c) + " off";
+  }
+  return "";
 }
 
 std::string CutSet::describe() const {

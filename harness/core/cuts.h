@@ -1,6 +1,8 @@
-// The switchable cuts: the seed's five (docs/design.md §4) and AttnRes, the sixth
-// beyond the seed. A scenario spells a cut set as `all`, `none`,
-// `seed` (the five of the seed), a list of names, or a map name -> on/off.
+// The switchable cuts: the seed's five (docs/design.md §4) and two beyond the
+// seed: AttnRes (the sixth) and balance (the seventh, docs/design.md §3; it
+// refines the stripe, so it needs the stripe on). A scenario spells a cut set
+// as `all`, `none`, `seed` (the five of the seed), a list of names, or a map
+// name -> on/off.
 #pragma once
 
 #include <array>
@@ -9,15 +11,19 @@
 
 namespace pb {
 
-enum class Cut { land, conv, stripe, lse_merge, elementwise, attnres };
-constexpr int kCutCount = 6;
-constexpr std::array<Cut, kCutCount> kAllCuts = {Cut::land,      Cut::conv,        Cut::stripe,
-                                                 Cut::lse_merge, Cut::elementwise, Cut::attnres};
+enum class Cut { land, conv, stripe, lse_merge, elementwise, attnres, balance };
+constexpr int kCutCount = 7;
+constexpr std::array<Cut, kCutCount> kAllCuts = {Cut::land,        Cut::conv,    Cut::stripe, Cut::lse_merge,
+                                                 Cut::elementwise, Cut::attnres, Cut::balance};
 
 const char* cut_name(Cut c);
 // nullptr-safe lookup; returns false for an unknown name.
 bool cut_from_name(const std::string& name, Cut* out);
-std::string allowed_cut_names();  // "land, conv, stripe, lse_merge, elementwise, attnres"
+std::string allowed_cut_names();  // "land, conv, stripe, lse_merge, elementwise, attnres, balance"
+// The cut that `c` refines and needs on (balance: the stripe); false when none.
+bool cut_requires(Cut c, Cut* prerequisite);
+// Whether the cut is one of the seed's five.
+bool seed_cut(Cut c);
 
 struct CutSet {
   std::array<bool, kCutCount> on{};
@@ -28,7 +34,11 @@ struct CutSet {
 
   static CutSet none() { return {}; }
   static CutSet all();
-  static CutSet seed();  // the five cuts of the seed PR, AttnRes off
+  static CutSet seed();  // the five cuts of the seed PR
+  // This set with `c` off, and every cut that requires c off too.
+  CutSet without(Cut c) const;
+  // "" when every cut that is on has its prerequisite on; else the sentence.
+  std::string problem() const;
   // "land=on conv=off ..." in kAllCuts order
   std::string describe() const;
   // "none", "all", or the names of the cuts that are on joined by '+'

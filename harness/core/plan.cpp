@@ -15,23 +15,24 @@ namespace {
 class RankPlanner {
  public:
   RankPlanner(const Scenario& s, const CutSet& cuts, int rank)
-      : s_(s), m_(s.model), cuts_(cuts), rank_(rank), cp_(s.cp),
-        segs_(contiguous_segments(s.context, s.cp)), b_(s.bucket), t_(segs_[rank].len) {}
+      : s_(s), m_(s.model), cuts_(cuts), rank_(rank), cp_(s.cp), sched_(attention_schedule(cuts, s.layout, s.cp)),
+        rows_(rank_rows(s.layout, s.context, s.cp)), pieces_(kda_pieces(s.layout, s.cp, rank)), b_(s.bucket),
+        t_(rows_[size_t(rank)]) {}
 
   RankPlan build() {
     RankPlan plan;
     plan.rank = rank_;
-    plan.segment = segs_[rank_];
+    plan.tokens = rank_tokens(s_.layout, s_.context, cp_, rank_);
     embedding();
     for (int64_t layer = 0; layer < m_.layers; ++layer) one_layer(layer);
     if (rank_ == cp_ - 1) first_token();
     plan.launches = std::move(out_);
-    plan.fmha_pairs = rank_attention(schedule(), cp_, rank_).load_pairs;
+    plan.fmha_pairs = rank_attention(sched_, cp_, rank_).load_pairs;
     return plan;
   }
 
  private:
-  Schedule schedule() const { return cuts_[Cut::stripe] ? Schedule::stripe : Schedule::prefix; }
+  int64_t piece_rows(const KdaPiece& piece) const { return part_rows(t_, piece.parts).len(); }
 
   void add(const char* family, const std::string& kernel, const Cost& c, double fabric_bytes = 0) {
     out_.push_back({int32_t(layer_), family, kernel, c, fabric_bytes});
@@ -107,16 +108,18 @@ class RankPlanner {
     gemm_land("kda_o", b_, h, inner);
   }
 
-  // The conv carry from the upstream rank's last 3 normed rows, through the
-  // q/k/v bands at 4 rows; halo slots alternate by KDA call parity.
+  // The conv carries: each piece's 3 rows before it come from the piece that
+  // ends there (the upstream rank's last 3 normed rows, through the q/k/v
+  // bands at 4 rows; schedule.h kda_pieces); halo slots alternate by KDA call parity.
   void conv_halo() {
-    if (cp_ == 1) return;
     const int64_t halo_bytes = 3 * m_.hidden * 2;
-    if (rank_ < cp_ - 1) {
-      fabric("wait_halo_free", 0);
-      add("fabric", "fabric.publish_halo", cost::copy(double(halo_bytes)), double(halo_bytes));
-    }
-    if (rank_ > 0) {
+    for (const KdaPiece& piece : pieces_)
+      for (size_t send = 0; send < piece.halo_readers.size(); ++send) {
+        fabric("wait_halo_free", 0);
+        add("fabric", "fabric.publish_halo", cost::copy(double(halo_bytes)), double(halo_bytes));
+      }
+    for (const KdaPiece& piece : pieces_) {
+      if (piece.halo.rank < 0 || piece.halo.rank == rank_) continue;
       fabric("wait_halo", halo_bytes);
       gemm("halo_qkv", 4, 3 * m_.kda_inner(), m_.hidden);
       for (const char* stream : {"q", "k", "v"}) land(std::string("halo_") + stream, 4, m_.kda_inner());
@@ -124,45 +127,60 @@ class RankPlanner {
     }
   }
 
-  // Cut 2: one fused launch, or the retired path (land, window copies, batched
-  // decode conv, carry copy).
+  // Cut 2: one fused launch per piece, or the retired path (land, window
+  // copies, batched decode conv, carry copy).
   void conv_path(const std::string& stream) {
+    for (const KdaPiece& piece : pieces_) conv_piece(stream, piece_rows(piece));
+  }
+
+  void conv_piece(const std::string& stream, int64_t rows) {
     const int64_t inner = m_.kda_inner();
     if (cuts_[Cut::conv]) {
-      add("conv", "conv.chunk_" + stream, cost::conv_cut(t_, inner));
+      add("conv", "conv.chunk_" + stream, cost::conv_cut(rows, inner));
       return;
     }
-    add("conv", "conv.land_" + stream, cost::land(t_, 1, inner));
-    // windows [t + 1, 3, inner]: per slot, one 2D copy from the carry and one
+    add("conv", "conv.land_" + stream, cost::land(rows, 1, inner));
+    // windows [rows + 1, 3, inner]: per slot, one 2D copy from the carry and one
     // from the landed rows (conv_silu_chunk.cu), each skipped when empty.
-    const int64_t window_rows = t_ + 1;
+    const int64_t window_rows = rows + 1;
     for (int slot = 0; slot < 3; ++slot) {
       const int64_t from_carry = std::min<int64_t>(3 - slot, window_rows);
       add("conv", "conv.window_copy", cost::copy(double(from_carry) * inner * 2));
       if (window_rows > from_carry)
         add("conv", "conv.window_copy", cost::copy(double(window_rows - from_carry) * inner * 2));
     }
-    add("conv", "conv.decode_" + stream, cost::conv_decode(t_, inner));
+    add("conv", "conv.decode_" + stream, cost::conv_decode(rows, inner));
     add("conv", "conv.carry_copy", cost::copy(3.0 * inner * 2));
   }
 
-  // Prepare (state-independent), the package for downstream ranks, the fold
-  // of the upstream packages (read in place), then the walk from S_in.
+  // Per piece the state-independent prepare; the packages other ranks (or a
+  // later piece) fold; then per piece the fold of the packages before it
+  // (read in place; a later piece continues its earlier piece's fold) and the
+  // walk from that S_in (schedule.h kda_pieces).
   void kda_core() {
     const int64_t heads = m_.kda_heads, d = m_.kda_head_dim, c = m_.kda_chunk;
     const double package_bytes = 2.0 * heads * d * d * 4;
-    add("kda", "kda.prepare", cost::kda_prepare(t_, heads, d, c));
-    if (rank_ < cp_ - 1) {
-      fabric("wait_state_free", 0);
-      add("kda", "kda.package", cost::kda_package_walk(t_, heads, d, c));
-      fabric("publish_state", 0);
+    for (const KdaPiece& piece : pieces_) add("kda", "kda.prepare", cost::kda_prepare(piece_rows(piece), heads, d, c));
+    for (const KdaPiece& piece : pieces_) {
+      if (!piece.package) continue;
+      const bool published = !piece.package_readers.empty();
+      if (published) fabric("wait_state_free", 0);
+      add("kda", "kda.package", cost::kda_package_walk(piece_rows(piece), heads, d, c));
+      if (published) fabric("publish_state", 0);
     }
-    if (rank_ > 0) {
-      fabric("wait_state", package_bytes * rank_);
-      add("kda", "kda.fold", cost::kda_fold(rank_, heads, d));
-      fabric("release_state", 0);
+    size_t folded = 0;  // the previous piece's fold, which this one continues
+    for (const KdaPiece& piece : pieces_) {
+      PB_CHECK(piece.fold.size() >= folded, "plan: a later piece's fold does not extend the earlier one's");
+      int foreign = 0;
+      for (size_t i = folded; i < piece.fold.size(); ++i) foreign += piece.fold[i].rank != rank_;
+      if (foreign > 0) fabric("wait_state", package_bytes * foreign);
+      const int64_t more = int64_t(piece.fold.size() - folded);
+      if (more > 0)
+        add("kda", "kda.fold", folded == 0 ? cost::kda_fold(more, heads, d) : cost::kda_fold_more(more, heads, d));
+      if (foreign > 0) fabric("release_state", 0);
+      add("kda", "kda.forward", cost::kda_walk(piece_rows(piece), heads, d, c));
+      folded = piece.fold.size();
     }
-    add("kda", "kda.forward", cost::kda_walk(t_, heads, d, c));
   }
 
   // ---- MLA mixer (DESIGN §2.1 steps 1-6, §3) ----
@@ -173,8 +191,9 @@ class RankPlanner {
     land("q_a", b_, m_.q_lora);
     rmsnorm("q_a", b_, m_.q_lora);
     // The window (kv, q) is written in place in this rank's slab: first wait
-    // until the last call's readers (under either schedule) released it.
-    const bool published = !window_readers_any(cp_, rank_).empty();
+    // until the last call's readers (under every schedule of the protocol) released it.
+    const std::vector<Schedule> protocol = protocol_schedules(sched_);
+    const bool published = !window_readers_any(protocol, cp_, rank_).empty();
     if (published) fabric("wait_released", 0);
     land("kv_a", b_, m_.kv_lora + m_.qk_rope);
     land("mla_gate", b_, heads * m_.v_head);
@@ -183,34 +202,33 @@ class RankPlanner {
     if (published) fabric("publish_window", 0);
     // Keys are expanded right before the first window that uses them (one
     // buffer for the own segment, one reused for foreign segments).
-    const RankAttention attention = rank_attention(schedule(), cp_, rank_);
+    const RankAttention attention = rank_attention(sched_, cp_, rank_);
     std::vector<bool> expanded(cp_, false);
-    bool first_merge = true;
     for (const auto& step : attention.steps) {
       if (step.is_merge) {
-        merge(step.merge, first_merge);
-        first_merge = false;
+        merge(step.merge);
         continue;
       }
-      if (!expanded[step.window.k]) expand_keys(step.window.k);
+      if (!expanded[step.window.k]) expand_keys(step.window.k, key_parts(attention, step.window.k));
       expanded[step.window.k] = true;
       fmha(step.window);
     }
-    if (!windows_read_any(cp_, rank_).empty()) fabric("release_window", 0);
+    if (!windows_read_any(protocol, cp_, rank_).empty()) fabric("release_window", 0);
     add("o_finalize", "o_finalize", cost::o_finalize(t_, heads, m_.v_head));
     elementwise("mul_sigmoid", b_ * heads * m_.v_head, 2, 6);
     gemm_land("mla_o", b_, h, heads * m_.v_head);
   }
 
-  void expand_keys(int k) {
-    const int64_t tk = segs_[k].len;
+  void expand_keys(int k, Parts parts) {
+    const int64_t tk = part_rows(rows_[size_t(k)], parts).len();
     if (k != rank_) fabric("wait_window", double(tk) * (m_.kv_lora + m_.qk_rope) * 2);  // kv read in place
     add("gemm", "gemm.kv_b", cost::gemm(tk, m_.heads * (m_.qk_nope + m_.v_head), m_.kv_lora, 1, true));
     add("mla", "mla.expand_k", cost::expand_k(tk, m_.heads, m_.qk_nope, m_.qk_rope));
   }
 
   void fmha(const FmhaWindow& w) {
-    const int64_t tq = segs_[w.q].len, tk = segs_[w.k].len;
+    const WindowShape shape = window_shape(w, rows_);
+    const int64_t tq = shape.tq(), tk = shape.tk();
     const bool helped = w.q != rank_;
     if (helped) fabric("wait_queries", double(tq) * m_.heads * m_.d_qk() * 2);
     const char* kind = w.causal ? "fmha.causal" : helped ? "fmha.helped" : "fmha.dense";
@@ -219,10 +237,11 @@ class RankPlanner {
       fabric("publish_return", double(tq) * m_.heads * m_.v_head * 2 + double(m_.heads) * tq * 4);
   }
 
-  // The call's first merge initializes the accumulator (harness/blocks/mla_block.cu).
-  void merge(const MergeStep& step, bool reset) {
+  // A merge into the accumulator rows of step.rows; the first into them initializes them.
+  void merge(const MergeStep& step) {
+    const int64_t rows = part_rows(t_, step.rows).len();
     if (step.slot >= 0) fabric("wait_return", 0);
-    add("lse_merge", "lse_merge", cost::lse_merge(t_, m_.heads, m_.v_head, reset));
+    add("lse_merge", "lse_merge", cost::lse_merge(rows, m_.heads, m_.v_head, step.reset));
     if (step.slot >= 0) fabric("release_return", 0);
   }
 
@@ -280,7 +299,9 @@ class RankPlanner {
   const ModelShape& m_;
   CutSet cuts_;
   int rank_, cp_;
-  std::vector<Segment> segs_;
+  Schedule sched_;
+  std::vector<int64_t> rows_;     // every rank's rows
+  std::vector<KdaPiece> pieces_;  // this rank's KDA pieces
   int64_t b_, t_;
   int64_t layer_ = -1;
   std::vector<Launch> out_;
@@ -316,11 +337,25 @@ std::vector<Span> plan_spans(const RankPlan& plan, const GpuProfile& profile) {
   return plan_spans(plan, profile, link_profile(profile.link));
 }
 
-std::string cut_family(Cut c) { return c == Cut::stripe ? "fmha" : cut_name(c); }
+namespace {
+
+bool fmha_cut(Cut c) { return c == Cut::stripe || c == Cut::balance; }
+
+// Why an FMHA cut leaves the FLOPs where they are in this scenario.
+std::string unchanged_fmha(const Scenario& s, Cut c) {
+  if (s.layout == Layout::zigzag) return "no change under zigzag";
+  if (s.cp == 1) return "no change at cp 1";
+  if (c == Cut::balance && s.cp % 2 == 1) return "no change at odd cp";
+  return "no change";
+}
+
+}  // namespace
+
+std::string cut_family(Cut c) { return fmha_cut(c) ? "fmha" : cut_name(c); }
 
 std::string CutEffect::mark() const {
-  if (cut == Cut::stripe) {
-    if (deep_flops_on == deep_flops_off) return "no change at cp 1";
+  if (fmha_cut(cut)) {
+    if (deep_flops_on == deep_flops_off) return unchanged;
     return fmt::format("deep rank {:+.0f}% FLOPs", 100 * (deep_flops_on / deep_flops_off - 1));
   }
   if (same_bytes()) return "same bytes [1]";
@@ -331,14 +366,16 @@ std::vector<CutEffect> cut_effects(const Scenario& s, const CutSet& cuts) {
   std::vector<CutEffect> effects;
   for (Cut c : kAllCuts) {
     if (!cuts[c]) continue;
-    CutSet off = cuts;
-    off.set(c, false);
+    CutSet on = cuts.without(c);  // the cuts refining c off on both sides
+    on.set(c, true);
+    const CutSet off = on.without(c);
     CutEffect e;
     e.cut = c;
     e.family = cut_family(c);
+    e.unchanged = unchanged_fmha(s, c);
     for (int r = 0; r < s.cp; ++r) {
       double flops_on = 0, flops_off = 0;
-      for (const auto& l : plan_rank(s, cuts, r).launches)
+      for (const auto& l : plan_rank(s, on, r).launches)
         if (l.family == e.family) e.bytes_on += l.cost.bytes, flops_on += l.cost.flops;
       for (const auto& l : plan_rank(s, off, r).launches)
         if (l.family == e.family) e.bytes_off += l.cost.bytes, flops_off += l.cost.flops;
@@ -353,7 +390,7 @@ std::vector<CutEffect> cut_effects(const Scenario& s, const CutSet& cuts) {
 std::vector<std::string> cut_effect_notes(const std::vector<CutEffect>& effects) {
   bool same = false, fewer = false;
   for (const auto& e : effects) {
-    if (e.cut == Cut::stripe) continue;
+    if (fmha_cut(e.cut)) continue;
     (e.same_bytes() ? same : fewer) = true;
   }
   std::vector<std::string> notes;
@@ -364,6 +401,18 @@ std::vector<std::string> cut_effect_notes(const std::vector<CutEffect>& effects)
     notes.push_back("[2] the roofline counts the bytes the cut saves, not its efficiency gain; `plan --calibrate` "
                     "applies both.");
   return notes;
+}
+
+std::map<std::string, std::string> cut_family_marks(const std::vector<CutEffect>& effects) {
+  std::map<std::string, int> governing;
+  for (const auto& e : effects) ++governing[e.family];
+  std::map<std::string, std::string> marks;
+  for (const auto& e : effects) {
+    const std::string mark = governing[e.family] > 1 ? std::string(cut_name(e.cut)) + " " + e.mark() : e.mark();
+    std::string& joined = marks[e.family];
+    joined += (joined.empty() ? "" : "; ") + mark;
+  }
+  return marks;
 }
 
 std::string format_plan_table(const std::vector<Span>& spans, int cp, const std::vector<double>& fmha_pairs,

@@ -36,7 +36,7 @@ struct Launch {
 
 struct RankPlan {
   int rank = 0;
-  Segment segment;
+  std::vector<Segment> tokens;  // the token ranges it holds, in local row order (schedule.h rank_tokens)
   std::vector<Launch> launches;
   double fmha_pairs = 0;  // per MLA layer
 };
@@ -53,23 +53,30 @@ std::vector<Span> plan_spans(const RankPlan& plan, const GpuProfile& profile, co
 std::vector<Span> plan_spans(const RankPlan& plan, const GpuProfile& profile);
 
 // The family whose launches a cut replaces or reschedules: land, conv,
-// lse_merge, elementwise and attnres their own; stripe: fmha.
+// lse_merge, elementwise and attnres their own; stripe and balance: fmha.
 std::string cut_family(Cut c);
 
 // What the roofline sees of one cut that is on: the governed family over the
-// whole gang (bytes, and the deepest rank's FLOPs for the stripe), planned with
-// the variant's cuts and again with this one cut off.
+// whole gang (bytes, and the deepest rank's FLOPs for the FMHA cuts), planned
+// with the variant's cuts and again with this one cut off. Cuts that refine
+// this one are off on both sides (the stripe's effect is prefix -> stripe,
+// balance's stripe -> balance).
 struct CutEffect {
   Cut cut = Cut::land;
   std::string family;
   double bytes_off = 0, bytes_on = 0;
   double deep_flops_off = 0, deep_flops_on = 0;  // max over ranks of the family's FLOPs
+  std::string unchanged = "no change";            // the FMHA cuts' mark when the FLOPs do not move, with why
   bool same_bytes() const { return bytes_on == bytes_off; }
-  // The table's "cut" column: "same bytes [1]", "-79% bytes [2]", "deep rank -40% FLOPs", "no change at cp 1".
+  // The table's "cut" column: "same bytes [1]", "-79% bytes [2]", "deep rank -40% FLOPs", or for the FMHA
+  // cuts `unchanged` ("no change at cp 1", "no change at odd cp", "no change under zigzag").
   std::string mark() const;
 };
 // One entry per cut that is on in `cuts`, in kAllCuts order.
 std::vector<CutEffect> cut_effects(const Scenario& s, const CutSet& cuts);
+// The table's mark per family: the effects' marks, joined with "; " and each
+// named by its cut where several cuts govern one family (stripe and balance).
+std::map<std::string, std::string> cut_family_marks(const std::vector<CutEffect>& effects);
 // The footnotes the marks refer to, for the effects present.
 std::vector<std::string> cut_effect_notes(const std::vector<CutEffect>& effects);
 

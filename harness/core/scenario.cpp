@@ -23,7 +23,7 @@ std::string join(const std::vector<std::string>& items) {
 const std::vector<std::string> kTopKeys = {
     "name", "model", "cp", "context", "bucket", "split_k", "fabric", "emulate_hosts", "fmha", "moe_gemm",
     "gpu_profile", "serialize_ranks", "share_memory", "turn_settle_ms", "helped_in_place", "wait_timeout_s", "nvtx",
-    "cuts",
+    "layout", "cuts",
     "variants", "warmup", "reps", "seed", "output", "debug"};
 const std::vector<std::string> kDebugKeys = {"delay_family", "delay_us", "poison_arena"};
 const std::vector<std::string> kVariantKeys = {"name", "cuts"};
@@ -151,7 +151,17 @@ bool named_cut_set(const std::string& word, CutSet* out) {
   return true;
 }
 
+CutSet parse_cut_spelling(const Locator& at, const YAML::Node& node, const std::string& path);
+
+// A cut set as the scenario spells it, whose cuts have their prerequisites on.
 CutSet parse_cuts(const Locator& at, const YAML::Node& node, const std::string& path) {
+  const CutSet set = parse_cut_spelling(at, node, path);
+  const std::string problem = set.problem();
+  if (!problem.empty()) at.fail(node, path, problem);
+  return set;
+}
+
+CutSet parse_cut_spelling(const Locator& at, const YAML::Node& node, const std::string& path) {
   const std::string allowed = "all, none, seed, a list of cut names, or a map cut: on|off; cut names: " +
                               allowed_cut_names();
   CutSet set;
@@ -194,6 +204,8 @@ std::vector<VariantSpec> each_cut_variants() {
   for (Cut c : kAllCuts) {
     CutSet one;
     one.set(c, true);
+    Cut needs;
+    if (cut_requires(c, &needs)) one.set(needs, true);  // a refinement runs on what it refines
     v.push_back({cut_name(c), one});
   }
   return v;
@@ -294,6 +306,8 @@ CutSet parse_cut_list(const std::string& list, const std::string& where) {
                   allowed_cut_names());
     set.set(c, true);
   }
+  const std::string problem = set.problem();
+  if (!problem.empty()) throw Error(where + ": " + problem);
   return set;
 }
 
@@ -359,6 +373,15 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
               std::to_string(s.emulate_hosts) + " emulated hosts with fabric ipc: CUDA IPC does not cross hosts; "
               "allowed with emulated hosts: fabric nccl or auto" + at.origin("fabric"));
   }
+  if (root["layout"]) {
+    const std::string name = get_choice(at, root["layout"], "layout", layout_names());
+    layout_from_name(name, &s.layout);
+  }
+  if (s.layout == Layout::zigzag && s.context % (2 * s.cp) != 0)
+    at.fail(root["layout"], "layout",
+            "zigzag cuts the context in 2*cp = " + std::to_string(2 * s.cp) + " equal chunks, but context " +
+                std::to_string(s.context) + " is not divisible by it; allowed: a context divisible by 2*cp, or "
+                "layout contiguous" + at.origin("cp") + at.origin("context"));
   if (root["fmha"]) s.fmha = get_choice(at, root["fmha"], "fmha", fmha_engine_names());
   if (root["moe_gemm"]) s.moe_gemm = get_choice(at, root["moe_gemm"], "moe_gemm", moe_gemm_engine_names());
   if (root["gpu_profile"]) s.gpu_profile = get_choice(at, root["gpu_profile"], "gpu_profile", gpu_profile_names());
@@ -405,6 +428,30 @@ Scenario load_scenario(const std::string& path, const ScenarioOverrides& overrid
   std::stringstream buf;
   buf << in.rdbuf();
   return parse_scenario(buf.str(), path, overrides);
+}
+
+std::string device_run_problem(const Scenario& s, const std::vector<CutSet>& cut_sets, const std::string& command) {
+  const std::string not_yet = "built in the plan; the device blocks do not run it yet";
+  if (s.layout == Layout::zigzag)
+    return s.source + ": layout: zigzag is " + not_yet + " (`prefill-bench plan` shows it); allowed for " + command +
+           ": layout contiguous";
+  for (const CutSet& cuts : cut_sets) {
+    const Schedule sched = attention_schedule(cuts, s.layout, s.cp);
+    if (sched == Schedule::prefix || sched == Schedule::stripe) continue;
+    std::string name = cuts.short_name();
+    for (auto v = s.variants.rbegin(); v != s.variants.rend(); ++v)  // the first variant of this cut set
+      if (v->cuts == cuts) name = v->name;
+    return s.source + ": cut set '" + name + "' turns on balance at cp " + std::to_string(s.cp) + ": the " +
+           schedule_name(sched) + " schedule is " + not_yet + " (`prefill-bench plan` shows it); for " + command +
+           " leave balance off (e.g. --cuts seed, or list the cuts without balance)";
+  }
+  return "";
+}
+
+std::string device_run_problem(const Scenario& s, const std::string& command) {
+  std::vector<CutSet> sets;
+  for (const VariantSpec& v : s.variants) sets.push_back(v.cuts);
+  return device_run_problem(s, sets, command);
 }
 
 std::string world_size_problem(const Scenario& s, int world_size, bool plan) {

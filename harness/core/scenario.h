@@ -16,6 +16,7 @@
 //   helped_in_place: false                 # cut 3's helped windows read/write the peer's slab in place
 //   wait_timeout_s: 300                    # a doorbell wait past this fails the gang
 //   nvtx: true                             # every span an NVTX range (nsys shows the superstep by name)
+//   layout: contiguous                     # contiguous | zigzag (2·cp chunks; context divisible by 2·cp)
 //   cuts: all                              # all | none | seed | [land, conv] | {land: on}
 //   variants: each-cut                     # or [{name: a, cuts: none}, ...]
 //   warmup: 1
@@ -38,6 +39,7 @@
 
 #include "cuts.h"
 #include "model.h"
+#include "schedule.h"
 
 namespace pb {
 
@@ -82,6 +84,7 @@ struct Scenario {
   bool helped_in_place = false;  // mla_block.h MlaLane::helped_in_place
   double wait_timeout_s = 0;     // a doorbell wait's deadline; 0: the command's default
   bool nvtx = true;              // timeline.h: every span an NVTX range
+  Layout layout = Layout::contiguous;  // schedule.h: where the tokens lie
   std::vector<VariantSpec> variants;  // at least one
   int warmup = 1;
   int reps = 5;
@@ -102,8 +105,17 @@ Scenario load_scenario(const std::string& path, const ScenarioOverrides& overrid
 // also accepts a single process computing every rank.
 std::string world_size_problem(const Scenario& s, int world_size, bool plan);
 
+// "" when the device blocks run what the plan says for every cut set (and the
+// layout); else the message naming what is built in the plan only (balance
+// where it moves windows, layout zigzag). run, lane and verify refuse such
+// scenarios; `command` names the refusing command in the message.
+std::string device_run_problem(const Scenario& s, const std::vector<CutSet>& cut_sets, const std::string& command);
+// The same over the scenario's variants.
+std::string device_run_problem(const Scenario& s, const std::string& command);
+
 // Parses a cut list as the CLI spells it: "all", "none", "seed", "land,conv".
-// Throws pb::Error naming the bad entry and the allowed names.
+// Throws pb::Error naming the bad entry and the allowed names, or a cut whose
+// prerequisite is off.
 CutSet parse_cut_list(const std::string& list, const std::string& where);
 
 std::vector<std::string> fabric_names();

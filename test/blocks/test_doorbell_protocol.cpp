@@ -5,7 +5,9 @@
 // mirrors those two: change it with them.
 //
 // Checked for cp 1..8 over call sequences that switch schedules the way
-// `verify` (prefix runs, then stripe runs) and `run` (variants interleaved) do:
+// `verify` (prefix runs, then stripe runs) and `run` (variants interleaved) do,
+// and, ahead of the blocks, for the protocol balance (cut 7) and zigzag will
+// take (schedule.h protocol_schedules):
 //   - serialized turns (serialize_ranks): when a rank's turn runs, each of its
 //     waits already holds (a wait on a later turn is a hang);
 //   - concurrent ranks, many random interleavings of the ranks' streams: no
@@ -13,6 +15,7 @@
 //     overwritten before its readers are done, nothing read before written).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -53,10 +56,28 @@ Op ring_op(int me, int target, Bell b, uint64_t v) { return {OpKind::ring, targe
 Op write_op(BufKey k, int64_t seq, const std::string& what) { return {OpKind::write, 0, 0, Bell::window, 0, k, seq, what}; }
 Op read_op(BufKey k, int64_t seq, const std::string& what) { return {OpKind::read, 0, 0, Bell::window, 0, k, seq, what}; }
 
+// The schedules whose doorbell sets every call honours: the blocks' today.
+const std::vector<Schedule> kDeviceProtocol = {Schedule::prefix, Schedule::stripe};
+
+// The helpers of `me` under any schedule of the protocol that this call's schedule does not merge.
+std::vector<int> unmerged_helpers(const std::vector<Schedule>& protocol, Schedule sched, int cp, int me) {
+  std::vector<int> out;
+  const std::vector<int> merged = helpers_of(sched, cp, me);
+  for (int k = 0; k < cp; ++k) {
+    bool any = false;
+    for (Schedule s : protocol) {
+      const std::vector<int> hs = helpers_of(s, cp, me);
+      any = any || std::find(hs.begin(), hs.end(), k) != hs.end();
+    }
+    if (any && std::find(merged.begin(), merged.end(), k) == merged.end()) out.push_back(k);
+  }
+  return out;
+}
+
 // ---- MlaBlock ----
 // project: wait until last call's readers released the window, write it, publish it.
-void mla_project(Ops& ops, int cp, int me, int64_t seq) {
-  const std::vector<int> readers = window_readers_any(cp, me);
+void mla_project(Ops& ops, int cp, int me, int64_t seq, const std::vector<Schedule>& protocol) {
+  const std::vector<int> readers = window_readers_any(protocol, cp, me);
   for (int r : readers) ops.push_back(wait_op(me, r, Bell::released, doorbell_value_done(seq, 1), "released"));
   ops.push_back(write_op({Buf::window, me, 0, 0}, seq, "window"));
   for (int r : readers) ops.push_back(ring_op(me, r, Bell::window, doorbell_value(seq, 0)));
@@ -65,7 +86,8 @@ void mla_project(Ops& ops, int cp, int me, int64_t seq) {
 // attend: the schedule's steps; then release every window possibly read and, in
 // a prefix call, acknowledge the stripe's return slots (ack_unmerged = false
 // drops that acknowledgement: the protocol before it was added).
-void mla_attend(Ops& ops, int cp, int me, int64_t seq, Schedule sched, bool ack_unmerged) {
+void mla_attend(Ops& ops, int cp, int me, int64_t seq, Schedule sched, bool ack_unmerged,
+                const std::vector<Schedule>& protocol) {
   const RankAttention a = rank_attention(sched, cp, me);
   const int slab = return_slab(seq);
   std::vector<bool> expanded(size_t(cp), false);
@@ -94,9 +116,10 @@ void mla_attend(Ops& ops, int cp, int me, int64_t seq, Schedule sched, bool ack_
       ops.push_back(ring_op(me, w.q, Bell::returned, doorbell_value(seq, w.slot)));
     }
   }
-  for (int k : windows_read_any(cp, me)) ops.push_back(ring_op(me, k, Bell::released, doorbell_value(seq, 0)));
-  if (ack_unmerged && sched != Schedule::stripe)
-    for (int k : stripe_helpers(cp, me)) ops.push_back(ring_op(me, k, Bell::consumed, doorbell_value(seq, 0)));
+  for (int k : windows_read_any(protocol, cp, me)) ops.push_back(ring_op(me, k, Bell::released, doorbell_value(seq, 0)));
+  if (ack_unmerged)  // under the blocks' protocol: the stripe's helpers, in a prefix call
+    for (int k : unmerged_helpers(protocol, sched, cp, me))
+      ops.push_back(ring_op(me, k, Bell::consumed, doorbell_value(seq, 0)));
 }
 
 // ---- KdaBlock ----
@@ -139,7 +162,8 @@ struct Call {
 
 // ops[rank][phase] over the whole sequence: phase 2i = layer i's projection
 // turn, 2i + 1 = its attention / recurrence turn (the output turn has no bells).
-std::vector<std::vector<Ops>> build(int cp, const std::vector<Call>& calls, bool ack_unmerged) {
+std::vector<std::vector<Ops>> build(int cp, const std::vector<Call>& calls, bool ack_unmerged,
+                                     const std::vector<Schedule>& protocol = kDeviceProtocol) {
   std::vector<std::vector<Ops>> ops(size_t(cp), std::vector<Ops>(2 * calls.size()));
   int64_t mla_seq = 0, kda_seq = 0;
   for (size_t i = 0; i < calls.size(); ++i) {
@@ -147,8 +171,8 @@ std::vector<std::vector<Ops>> build(int cp, const std::vector<Call>& calls, bool
     for (int r = 0; r < cp; ++r) {
       if (cp == 1) continue;  // no fabric at cp 1
       if (c.mla) {
-        mla_project(ops[size_t(r)][2 * i], cp, r, mla_seq);
-        mla_attend(ops[size_t(r)][2 * i + 1], cp, r, mla_seq, c.sched, ack_unmerged);
+        mla_project(ops[size_t(r)][2 * i], cp, r, mla_seq, protocol);
+        mla_attend(ops[size_t(r)][2 * i + 1], cp, r, mla_seq, c.sched, ack_unmerged, protocol);
       } else {
         kda_project(ops[size_t(r)][2 * i], cp, r, kda_seq);
         kda_recur(ops[size_t(r)][2 * i + 1], cp, r, kda_seq);
@@ -259,18 +283,21 @@ std::vector<Call> run_order(int layers) {
   return calls;
 }
 
-std::vector<Call> random_order(int n, uint32_t seed) {
+std::vector<Call> random_order(int n, uint32_t seed, const std::vector<Schedule>& schedules = kDeviceProtocol) {
   std::mt19937 rng(seed);
   std::vector<Call> calls;
-  for (int i = 0; i < n; ++i)
-    calls.push_back({rng() % 2 == 0, rng() % 2 == 0 ? Schedule::prefix : Schedule::stripe});
+  for (int i = 0; i < n; ++i) {
+    const bool mla = rng() % 2 == 0;
+    calls.push_back({mla, schedules[rng() % schedules.size()]});
+  }
   return calls;
 }
 
-void check_all(int cp, const std::vector<Call>& calls, const char* order) {
+void check_all(int cp, const std::vector<Call>& calls, const char* order,
+               const std::vector<Schedule>& protocol = kDeviceProtocol) {
   CAPTURE(cp);
   CAPTURE(order);
-  const auto ops = build(cp, calls, true);
+  const auto ops = build(cp, calls, true, protocol);
   CHECK(run_serialized(cp, ops) == "");
   for (uint32_t seed = 1; seed <= 20; ++seed) {
     CAPTURE(seed);
@@ -285,6 +312,37 @@ TEST_CASE("the lane's doorbells never hang and never expose a stale buffer, cp 1
     check_all(cp, verify_order(6), "verify");
     check_all(cp, run_order(5), "run");
     check_all(cp, random_order(40, 7u * uint32_t(cp)), "random");
+  }
+}
+
+TEST_CASE("balance's and zigzag's protocols never hang and never expose a stale buffer, cp 1..8") {
+  const std::vector<Schedule> contiguous = protocol_schedules(Schedule::balance);
+  for (int cp = 1; cp <= 8; ++cp) {
+    std::vector<Call> interleaved;  // run: baseline, stripe, balance variants interleaved
+    for (int rep = 0; rep < 3; ++rep)
+      for (Schedule s : contiguous) append_superstep(interleaved, 5, s);
+    check_all(cp, interleaved, "run: prefix, stripe, balance", contiguous);
+    check_all(cp, random_order(40, 11u * uint32_t(cp), contiguous), "random over the three", contiguous);
+    std::vector<Call> zigzag;
+    for (int rep = 0; rep < 3; ++rep) append_superstep(zigzag, 5, Schedule::zigzag);
+    check_all(cp, zigzag, "zigzag", protocol_schedules(Schedule::zigzag));
+  }
+}
+
+TEST_CASE("with balance, a stripe call must acknowledge the balance slot too, else run hangs at even cp") {
+  // the acknowledgement rule of the blocks' protocol (the stripe's helpers, in non-stripe calls) is not enough
+  const std::vector<Schedule> contiguous = protocol_schedules(Schedule::balance);
+  for (int cp : {2, 4}) {
+    CAPTURE(cp);
+    std::vector<Call> calls;
+    for (int i = 0; i < 3; ++i) append_superstep(calls, 4, Schedule::stripe);
+    append_superstep(calls, 4, Schedule::balance);
+    const auto good = build(cp, calls, true, contiguous);
+    CHECK(run_serialized(cp, good) == "");
+    const auto none = build(cp, calls, false, contiguous);
+    const std::string e = run_serialized(cp, none);
+    CHECK(e.find("stuck") != std::string::npos);
+    CHECK(e.find("consumed") != std::string::npos);
   }
 }
 

@@ -183,6 +183,37 @@ TEST_CASE("family times: per-rep sums, median over reps; plans sum") {
   CHECK(pb::family_times_us(plan, 0).at("fmha") == doctest::Approx(61.0));
 }
 
+TEST_CASE("waiting vs compute: fabric.wait* spans by the peer their bells name, the rest compute") {
+  pb::VariantResult v;
+  for (int rep = 0; rep < 3; ++rep) {
+    const int64_t first = int64_t(v.spans.size());
+    v.spans.push_back({rep, 1, 0, "fabric", "fabric.wait_window", 5.0 + rep, 0, 0});   // on rank 0
+    v.spans.push_back({rep, 1, 0, "fmha", "fmha.dense", 40.0, 0, 0});
+    v.spans.push_back({rep, 1, 0, "fabric", "fabric.wait_released", 2.0, 0, 0});        // on ranks 2 and 3
+    v.spans.push_back({rep, 1, 0, "fabric", "fabric.publish_window", 1.0, 0, 0});       // a ring: compute
+    v.spans.push_back({rep, 0, 0, "fabric", "fabric.wait_return", 100.0, 0, 0});        // another rank
+    v.bells.push_back({rep, 1, first, pb::BellOpKind::wait, 0, 0, "window", 4096});
+    v.bells.push_back({rep, 1, first + 2, pb::BellOpKind::wait, 2, 0, "released", 0});
+    v.bells.push_back({rep, 1, first + 2, pb::BellOpKind::wait, 3, 0, "released", 0});
+    v.bells.push_back({rep, 1, first + 3, pb::BellOpKind::ring, 0, 0, "window", 4096});
+  }
+  v.spans.push_back({2, 1, 0, "fabric", "fabric.wait_halo", 9.0, 0, 0});  // rep 2 only, no bells: 0, 0, 9
+  const pb::WaitSplit split = pb::wait_split_us(v, 1);
+  CHECK(split.wait_us == doctest::Approx(8.0));  // 7, 8, 20
+  CHECK(split.compute_us == doctest::Approx(41.0));
+  REQUIRE(split.wait_by_peer_us.size() == 2);
+  CHECK(split.wait_by_peer_us.at(0) == doctest::Approx(6.0));
+  CHECK(split.wait_by_peer_us.at(-1) == doctest::Approx(2.0));  // several peers, or none named: 2, 2, 11
+  CHECK(pb::wait_split_us(v, 0).wait_us == doctest::Approx(100.0));
+  // a plan: its fabric waits, no bells
+  pb::VariantResult plan;
+  plan.spans.push_back({-1, 0, 3, "fabric", "fabric.wait_window", 3.0, 0, 0});
+  plan.spans.push_back({-1, 0, 3, "gemm", "gemm.kv_b", 4.0, 0, 0});
+  CHECK(pb::wait_split_us(plan, 0).wait_us == doctest::Approx(3.0));
+  CHECK(pb::wait_split_us(plan, 0).compute_us == doctest::Approx(4.0));
+  CHECK(pb::wait_split_us(plan, 0).wait_by_peer_us.at(-1) == doctest::Approx(3.0));
+}
+
 TEST_CASE("outputs: bit-identical vs differing checksums") {
   const pb::Outputs a = make_outputs();
   pb::OutputsVerdict verdict = pb::compare_outputs(a, a);

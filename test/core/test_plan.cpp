@@ -251,7 +251,7 @@ int transfers(const std::vector<Span>& spans) {
 
 TEST_CASE("the fabric costs its bytes over the link: cp8 128k, rank 0 of the stripe, 72.9 GB") {
   Scenario s = k3(8, 131072);
-  const RankPlan p = plan_rank(s, CutSet::all(), 0);
+  const RankPlan p = plan_rank(s, CutSet::all().without(Cut::balance), 0);
   for (const char* name : {"same-gpu", "nvlink4", "nvlink5", "ib400"}) {
     INFO("link " << name);
     const LinkProfile link = link_profile(name);
@@ -288,7 +288,7 @@ TEST_CASE("each GPU profile's natural link; an unknown link names the allowed on
 TEST_CASE("a cut that moves the same bytes is marked: land, lse_merge, elementwise; conv and attnres save bytes") {
   Scenario s = k3(1, 16384);
   const std::vector<CutEffect> effects = cut_effects(s, CutSet::all());
-  REQUIRE(effects.size() == 6);
+  REQUIRE(effects.size() == 7);
   std::map<std::string, CutEffect> by_family;
   for (const auto& e : effects) by_family[e.family] = e;
   for (const char* same : {"land", "lse_merge", "elementwise"}) {
@@ -300,10 +300,20 @@ TEST_CASE("a cut that moves the same bytes is marked: land, lse_merge, elementwi
   CHECK_FALSE(by_family["conv"].same_bytes());
   CHECK(by_family["conv"].mark() == "-79% bytes [2]");
   CHECK(by_family["attnres"].mark() == "-45% bytes [2]");  // the fused kernel reads the candidates once: partly bytes
-  CHECK(by_family["fmha"].mark() == "no change at cp 1");
-  // the stripe at cp8: the deep rank's FMHA goes from 7.5 to 4.5 pairs
+  CHECK(effects[int(Cut::stripe)].mark() == "no change at cp 1");
+  CHECK(effects[int(Cut::balance)].mark() == "no change at cp 1");
+  CHECK(cut_family_marks(effects).at("fmha") == "stripe no change at cp 1; balance no change at cp 1");
+  CHECK(cut_effects(k3(3, 3 * 16384), CutSet::all())[int(Cut::balance)].mark() == "no change at odd cp");
+  Scenario zz = k3(8, 131072);
+  zz.layout = Layout::zigzag;
+  CHECK(cut_effects(zz, CutSet::all())[int(Cut::stripe)].mark() == "no change under zigzag");
+  // the stripe at cp8: the deep rank's FMHA goes from 7.5 to 4.5 pairs (balance off on both sides);
+  // balance then from 4.5 to 4
   std::vector<CutEffect> cp8 = cut_effects(k3(8, 131072), CutSet::all());
   CHECK(cp8[int(Cut::stripe)].mark() == "deep rank -40% FLOPs");
+  CHECK(cp8[int(Cut::balance)].mark() == "deep rank -11% FLOPs");
+  CHECK(cut_family_marks(cp8).at("fmha") == "stripe deep rank -40% FLOPs; balance deep rank -11% FLOPs");
+  CHECK(cut_family_marks(cp8).at("land") == "same bytes [1]");
   // one cut alone: only its family is marked
   CutSet land = CutSet::none();
   land.set(Cut::land, true);
@@ -536,7 +546,8 @@ TEST_CASE("measured superstep: TTFT median, the deep rank's families, median ove
 }
 
 TEST_CASE("the calibrated plan of cp1-16k against the committed run: within 10% per variant") {
-  // The committed H200 benchmark files and the each-cut run (all eight variants).
+  // The committed H200 benchmark files and the each-cut run (the eight variants before balance; at cp 1
+  // balance plans the stripe's launches, which the stripe variant measures).
   const std::string dir = std::string(PB_SOURCE_DIR) + "/results/h200/";
   std::vector<std::string> files;
   for (const char* f : {"kernels.h5", "attnres.h5", "fmha.h5", "kda.h5", "moe.h5"}) files.push_back(dir + f);
@@ -546,8 +557,12 @@ TEST_CASE("the calibrated plan of cp1-16k against the committed run: within 10% 
                               "cp1-16k.yaml");
   const RunResult run = read_measured_run(dir + "cp1-16k-each-cut.h5", s);
   const GpuProfile h200 = gpu_profile("h200");
-  REQUIRE(s.variants.size() == 8);
+  REQUIRE(s.variants.size() == 9);
   for (const auto& variant : s.variants) {
+    if (run.find_variant(variant.name) == nullptr) {
+      CHECK(variant.name == "balance");
+      continue;
+    }
     const RankCalibration c = calibrate_rank(s, variant.cuts, 0, cal, h200, link_profile("nvlink4"));
     const MeasuredSuperstep m = measured_superstep(run, variant.name);
     const double error = c.calibrated_ms / m.ttft_ms - 1;
@@ -563,4 +578,173 @@ TEST_CASE("the calibrated plan of cp1-16k against the committed run: within 10% 
   CHECK_THROWS_WITH_AS(read_measured_run(dir + "cp1-16k-each-cut.h5", other),
                        doctest::Contains("measured scenario 'cp1-16k' cp 1 context 16384"), Error);
   CHECK_THROWS_WITH_AS(read_measured_run(dir + "kernels.h5", s), doctest::Contains("is a kernels file"), Error);
+}
+
+// ---- balance (cut 7) and the zigzag layout ----
+
+namespace {
+
+Scenario with_layout(Scenario s, Layout layout) {
+  s.layout = layout;
+  return s;
+}
+
+// The launches of one MLA layer's attention, from the first window's keys (or
+// its queries) to release_window: kernel names, and each FMHA's (tq, tk) read off its FLOPs.
+std::vector<std::string> attention_launches(const RankPlan& p, const ModelShape& m) {
+  int32_t layer = -1;
+  for (const auto& l : p.launches)
+    if (l.kernel == "gemm.wfu") {
+      layer = l.layer;
+      break;
+    }
+  std::vector<std::string> out;
+  bool in = false;
+  for (const auto& l : p.launches) {
+    if (l.layer != layer) continue;
+    if (l.kernel == "o_finalize") break;
+    if (in && l.kernel != "fabric.release_window") {
+      std::string name = l.kernel;
+      if (l.family == "fmha") {
+        // flops = 2 tq tk H (dqk + dv) (/2 causal); the query rows are in the bytes' tq * H * (dqk + dv) * 2 term
+        const double per_row = double(m.heads) * (m.d_qk() + m.v_head) * 2;
+        const double tk = 16384;  // every key segment here is whole
+        const double tq = l.cost.flops / (per_row * tk) * (name == "fmha.causal" ? 2 : 1);
+        name += fmt::format(" {:.0f}", tq);
+      }
+      if (l.kernel == "lse_merge") {  // a reset merge: 1 FLOP an element, 6 + 8 / dv bytes; else 3 and 10 + 12 / dv
+        const double n = l.cost.flops, reset_rows = n / (double(m.heads) * m.v_head);
+        const bool reset = l.cost.bytes == n * 6 + reset_rows * m.heads * 8;
+        name += fmt::format(reset ? " init {:.0f}" : " {:.0f}", reset ? reset_rows : reset_rows / 3);
+      }
+      out.push_back(name);
+    }
+    if (l.kernel == "fabric.publish_window") in = true;
+  }
+  return out;
+}
+
+double fabric_total(const RankPlan& p) {
+  double bytes = 0;
+  for (const auto& l : p.launches) bytes += l.fabric_bytes;
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("balance at cp8 128k: every rank at 4.0 pairs, the FLOPs exact; at cp4 2.0") {
+  const double pair = 2.0 * 16384 * 16384 * 96 * (192 + 128);
+  for (int cp : {4, 8}) {
+    const Scenario s = k3(cp, int64_t(cp) * 16384);
+    for (int r = 0; r < cp; ++r) {
+      CAPTURE(cp);
+      CAPTURE(r);
+      const RankPlan p = plan_rank(s, CutSet::all(), r);
+      CHECK(p.fmha_pairs == cp / 2.0);
+      CHECK(family_flops(p, "fmha") == 24 * pair * cp / 2.0);
+    }
+  }
+  // odd cp: balance changes nothing, launch by launch
+  const Scenario cp3 = k3(3, 3 * 16384);
+  for (int r = 0; r < 3; ++r) {
+    const RankPlan a = plan_rank(cp3, CutSet::all(), r), b = plan_rank(cp3, CutSet::all().without(Cut::balance), r);
+    REQUIRE(a.launches.size() == b.launches.size());
+    for (size_t i = 0; i < a.launches.size(); ++i) {
+      CHECK(a.launches[i].kernel == b.launches[i].kernel);
+      CHECK(a.launches[i].cost.bytes == b.launches[i].cost.bytes);
+    }
+  }
+}
+
+TEST_CASE("balance at cp4: the helper runs the moved half first; the owner merges it in the kept pair's place") {
+  const Scenario s = k3(4, 65536);
+  // tq read off each FMHA and lse_merge (rows): 16384 whole, 8192 half
+  const std::vector<std::string> helper = {
+      "gemm.kv_b", "mla.expand_k",                                            // its own keys, first
+      "fabric.wait_queries", "fmha.helped 8192", "fabric.publish_return",   // rank 1's rows [8192, 16384)
+      "fmha.causal 16384", "lse_merge init 16384",                          // its diagonal
+      "fabric.wait_queries", "fmha.helped 16384", "fabric.publish_return"};  // slot 0: rank 2 (the stripe's)
+  CHECK(attention_launches(plan_rank(s, CutSet::all(), 0), s.model) == helper);
+  const std::vector<std::string> owner = {
+      "fabric.wait_window", "gemm.kv_b", "mla.expand_k", "fmha.dense 8192", "lse_merge init 8192",  // (1, 0) rows [0, 8192)
+      "fabric.wait_return", "lse_merge init 8192", "fabric.release_return",  // rows [8192, 16384) from rank 0
+      "gemm.kv_b", "mla.expand_k", "fmha.causal 16384", "lse_merge 16384",                     // the diagonal
+      "fabric.wait_queries", "fmha.helped 16384", "fabric.publish_return"};                    // slot 0: rank 3
+  CHECK(attention_launches(plan_rank(s, CutSet::all(), 1), s.model) == owner);
+}
+
+TEST_CASE("balance moves half a window of queries and its (o, lse) rows: the helper's fabric bytes") {
+  const Scenario s = k3(8, 131072);
+  const CutSet stripe = CutSet::all().without(Cut::balance);
+  const double half = 8192, per_layer = half * 96 * 192 * 2 + half * 96 * 128 * 2 + 96 * half * 4;
+  for (int r = 0; r < 8; ++r) {
+    CAPTURE(r);
+    const double extra = fabric_total(plan_rank(s, CutSet::all(), r)) - fabric_total(plan_rank(s, stripe, r));
+    CHECK(extra == (r % 2 == 0 ? 24 * per_layer : 0.0));  // the owner reads nothing new: its return wait has no bytes
+  }
+}
+
+TEST_CASE("zigzag cp8 128k: every rank 4.0 pairs and the same FMHA FLOPs, nothing helped") {
+  const Scenario s = with_layout(k3(8, 131072), Layout::zigzag);
+  const double pair = 2.0 * 16384 * 16384 * 96 * (192 + 128);
+  for (const CutSet& cuts : {CutSet::none(), CutSet::all()})
+    for (int r = 0; r < 8; ++r) {
+      CAPTURE(r);
+      const RankPlan p = plan_rank(s, cuts, r);
+      CHECK(p.fmha_pairs == 4.0);
+      CHECK(family_flops(p, "fmha") == 24 * 4 * pair);
+      CHECK(count(p, "fmha.causal") == 24);
+      CHECK(count(p, "fmha.dense") == 24 * 7);
+      CHECK(count(p, "fmha.helped") + count(p, "fabric.wait_queries") + count(p, "fabric.wait_return") == 0);
+      CHECK(count(p, "gemm.kv_b") == 24 * 8);
+      CHECK(count(p, "lse_merge") == 24 * 8);
+      REQUIRE(p.tokens.size() == 2);
+      CHECK(p.tokens[0].begin == r * 8192);
+      CHECK(p.tokens[1].begin == (15 - r) * 8192);
+      // keys of k < r: only chunk k (8192 rows); of k > r: both chunks
+      double window_bytes = 0;
+      for (const auto& l : p.launches)
+        if (l.kernel == "fabric.wait_window") window_bytes += l.fabric_bytes;
+      CHECK(window_bytes == 24 * (r * 8192.0 + (7 - r) * 16384.0) * (512 + 64) * 2);
+    }
+}
+
+TEST_CASE("zigzag KDA: two pieces a rank (one on rank cp - 1), their halos, packages and folds") {
+  const Scenario s = with_layout(k3(4, 65536), Layout::zigzag);
+  const int kda = 69;
+  // rank: pieces, packages published, folds, halos received, halos sent
+  const int want[4][5] = {{2, 1, 1, 1, 1}, {2, 2, 2, 2, 2}, {2, 2, 2, 2, 2}, {1, 1, 1, 1, 1}};
+  for (int r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    const RankPlan p = plan_rank(s, CutSet::all(), r);
+    CHECK(count(p, "kda.forward") == kda * want[r][0]);
+    CHECK(count(p, "kda.prepare") == kda * want[r][0]);
+    CHECK(count(p, "conv.chunk_q") == kda * want[r][0]);
+    CHECK(count(p, "kda.package") == kda * want[r][1]);
+    CHECK(count(p, "fabric.publish_state") == kda * want[r][1]);
+    CHECK(count(p, "kda.fold") == kda * want[r][2]);
+    CHECK(count(p, "fabric.wait_halo") == kda * want[r][3]);
+    CHECK(count(p, "fabric.publish_halo") == kda * want[r][4]);
+  }
+  // rank 1's second piece continues its first piece's fold: its own package, then rank 2's, rank 3's, rank 2's
+  // second: 4 more steps, 3 of them over the fabric
+  const RankPlan p1 = plan_rank(s, CutSet::all(), 1);
+  const double package = 96.0 * 128 * 128 * 4;
+  std::vector<double> waits, folds;
+  for (const auto& l : p1.launches)
+    if (l.layer == 0 && l.kernel == "fabric.wait_state") waits.push_back(l.fabric_bytes);
+    else if (l.layer == 0 && l.kernel == "kda.fold") folds.push_back(l.cost.flops);
+  CHECK(waits == std::vector<double>{2 * package, 3 * 2 * package});
+  CHECK(folds == std::vector<double>{0.0, 4 * 96 * 2.0 * 128 * 128 * 128});
+}
+
+TEST_CASE("zigzag at cp 1 is the contiguous plan, launch by launch") {
+  const Scenario s = k3(1, 16384);
+  const RankPlan a = plan_rank(s, CutSet::all(), 0), b = plan_rank(with_layout(s, Layout::zigzag), CutSet::all(), 0);
+  REQUIRE(a.launches.size() == b.launches.size());
+  for (size_t i = 0; i < a.launches.size(); ++i) {
+    CHECK(a.launches[i].kernel == b.launches[i].kernel);
+    CHECK(a.launches[i].cost.bytes == b.launches[i].cost.bytes);
+    CHECK(a.launches[i].cost.flops == b.launches[i].cost.flops);
+  }
 }

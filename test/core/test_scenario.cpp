@@ -87,6 +87,72 @@ TEST_CASE("cut sets in every spelling") {
   CHECK(cuts_of("[land, conv]") == lc);
   CHECK(cuts_of("{land: on, conv: true, stripe: off}") == lc);
   CHECK(parse_cut_list("land,conv", "--cuts") == lc);
+  // seed: the five of the seed; all adds attnres and balance
+  CHECK_FALSE(CutSet::seed()[Cut::attnres]);
+  CHECK_FALSE(CutSet::seed()[Cut::balance]);
+  int seed_count = 0;
+  for (Cut c : kAllCuts) seed_count += CutSet::seed()[c];
+  CHECK(seed_count == 5);
+  CHECK(CutSet::all()[Cut::balance]);
+  CutSet sb;
+  sb.set(Cut::stripe, true);
+  sb.set(Cut::balance, true);
+  CHECK(cuts_of("[stripe, balance]") == sb);
+  CHECK(parse_cut_list("stripe,balance", "--cuts") == sb);
+  // turning the stripe off turns balance off with it
+  CHECK(CutSet::all().without(Cut::stripe)[Cut::balance] == false);
+  CHECK(CutSet::all().without(Cut::balance)[Cut::stripe] == true);
+}
+
+TEST_CASE("each-cut has a variant per cut, balance with the stripe it refines") {
+  const Scenario s = parse_scenario(std::string(kGood) + "variants: each-cut\n", "t.yaml");
+  REQUIRE(s.variants.size() == 2 + kCutCount);
+  const VariantSpec& b = s.variants.back();
+  CHECK(b.name == "balance");
+  CutSet sb;
+  sb.set(Cut::stripe, true);
+  sb.set(Cut::balance, true);
+  CHECK(b.cuts == sb);
+  for (const VariantSpec& v : s.variants) CHECK(v.cuts.problem().empty());
+}
+
+TEST_CASE("layout: contiguous by default, zigzag by key or override") {
+  CHECK(parse_scenario(kGood, "t.yaml").layout == Layout::contiguous);
+  CHECK(parse_scenario(std::string(kGood) + "layout: zigzag\n", "t.yaml").layout == Layout::zigzag);
+  ScenarioOverrides o;
+  o.sets = {"layout=zigzag"};
+  CHECK(parse_scenario(kGood, "t.yaml", o).layout == Layout::zigzag);
+}
+
+TEST_CASE("run, lane and verify refuse what only the plan builds: balance where it moves windows, zigzag") {
+  const std::string not_yet = "built in the plan; the device blocks do not run it yet";
+  auto scenario = [](int cp, const std::string& extra) {
+    return parse_scenario("name: t\nmodel: {preset: tiny}\ncp: " + std::to_string(cp) + "\ncontext: " +
+                              std::to_string(256 * cp) + "\n" + extra,
+                          "t.yaml");
+  };
+  // balance at even cp: refused, naming the variant
+  const std::string cp4 = device_run_problem(scenario(4, "variants: [{name: base, cuts: none}, {name: every, cuts: all}]\n"), "run");
+  CHECK(contains(cp4, not_yet));
+  CHECK(contains(cp4, "t.yaml"));
+  CHECK(contains(cp4, "'every'"));
+  CHECK(contains(cp4, "balance at cp 4"));
+  CHECK(contains(cp4, "for run leave balance off"));
+  CHECK(contains(device_run_problem(scenario(2, "variants: each-cut\n"), "lane"), "'all'"));  // the first that needs it
+  // at odd cp (and cp 1) balance is the stripe: the device runs it as planned
+  CHECK(device_run_problem(scenario(1, "cuts: all\n"), "run").empty());
+  CHECK(device_run_problem(scenario(3, "variants: each-cut\n"), "run").empty());
+  // without balance, any cp
+  CHECK(device_run_problem(scenario(8, "cuts: seed\n"), "run").empty());
+  CHECK(device_run_problem(scenario(8, "cuts: [land, conv, stripe, lse_merge, elementwise, attnres]\n"), "run").empty());
+  // zigzag: refused whatever the cuts
+  const std::string zz = device_run_problem(scenario(2, "layout: zigzag\ncuts: none\n"), "verify");
+  CHECK(contains(zz, "layout: zigzag is " + not_yet));
+  CHECK(contains(zz, "allowed for verify: layout contiguous"));
+  // verify passes its own cut sets
+  const Scenario plain = scenario(4, "cuts: all\n");
+  CHECK(device_run_problem(plain, {CutSet::none(), CutSet::all().without(Cut::balance)}, "verify").empty());
+  CHECK_FALSE(device_run_problem(plain, {CutSet::all()}, "verify").empty());
 }
 
 TEST_CASE("command-line overrides apply before validation") {
@@ -171,6 +237,16 @@ TEST_CASE("bad inputs give errors naming file, line, key and allowed values") {
       {"override breaks divisibility", g, {"override 'cp=3'", "not divisible", "bad.yaml:4"}, ScenarioOverrides{{"cp=3"}, ""}},
       {"bad --cuts", g, {"--cuts land,fast", "unknown cut 'fast'"}, ScenarioOverrides{{}, "land,fast"}},
       {"debug key", g + "debug: {delay: 3}\n", {"debug.delay", "delay_family, delay_us"}},
+      {"bad layout", g + "layout: diagonal\n", {"bad.yaml:6:9", "layout", "'diagonal'", "contiguous, zigzag"}},
+      {"zigzag needs 2 cp chunks", "name: t\ncp: 4\ncontext: 1028\nlayout: zigzag\n",
+       {"bad.yaml:4", "layout", "2*cp = 8 equal chunks", "context 1028", "layout contiguous"}},
+      {"zigzag by override", g, {"override 'cp=3'", "layout", "2*cp = 6"}, ScenarioOverrides{{"cp=3", "context=765", "layout=zigzag"}, ""}},
+      {"balance without the stripe", g + "cuts: [land, balance]\n",
+       {"bad.yaml:6", "cuts", "cut balance refines cut stripe and needs it on"}},
+      {"balance switched on, stripe off", g + "cuts: {stripe: off, balance: on}\n", {"cuts", "needs it on"}},
+      {"a variant with balance alone", g + "variants: [{name: b, cuts: balance}]\n",
+       {"variants[0].cuts", "needs it on"}},
+      {"--cuts balance", g, {"--cuts balance", "needs it on"}, ScenarioOverrides{{}, "balance"}},
   };
   for (const auto& c : cases) {
     const std::string what = c.what;

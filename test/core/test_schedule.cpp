@@ -1,11 +1,14 @@
-// The CP schedule (docs/design.md §3): coverage, mirrored views, loads.
+// The CP schedule (docs/design.md §3, §11): coverage, mirrored views, loads,
+// merge orders, window shapes, and the KDA pieces' folds.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <map>
-#include <tuple>
+#include <random>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "schedule.h"
@@ -178,4 +181,548 @@ TEST_CASE("the *_any sets are the union over both schedules and mirror each othe
         // Prefix: every upstream window; stripe adds the owners a rank helps.
         CHECK(reads == (k < s || (k > s && (k - s) % 2 == 0)));
       }
+}
+
+// ---- balance (cut 7) and zigzag ----
+
+namespace {
+
+const Schedule kAllSchedules[] = {Schedule::prefix, Schedule::stripe, Schedule::balance, Schedule::zigzag};
+
+Layout layout_of(Schedule s) { return s == Schedule::zigzag ? Layout::zigzag : Layout::contiguous; }
+
+std::vector<FmhaWindow> windows_of(const RankAttention& a) {
+  std::vector<FmhaWindow> ws;
+  for (const auto& step : a.steps)
+    if (!step.is_merge) ws.push_back(step.window);
+  return ws;
+}
+
+std::vector<MergeStep> merges_of(const RankAttention& a) {
+  std::vector<MergeStep> ms;
+  for (const auto& step : a.steps)
+    if (step.is_merge) ms.push_back(step.merge);
+  return ms;
+}
+
+bool same_window(const FmhaWindow& a, const FmhaWindow& b) {
+  return a.q == b.q && a.k == b.k && a.causal == b.causal && a.runner == b.runner && a.slot == b.slot &&
+         a.q_parts == b.q_parts && a.k_parts == b.k_parts;
+}
+
+bool same_steps(const RankAttention& a, const RankAttention& b) {
+  if (a.steps.size() != b.steps.size() || a.key_segments != b.key_segments) return false;
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    const auto &x = a.steps[i], &y = b.steps[i];
+    if (x.is_merge != y.is_merge) return false;
+    if (x.is_merge && !(x.merge.k == y.merge.k && x.merge.slot == y.merge.slot && x.merge.rows == y.merge.rows &&
+                        x.merge.reset == y.merge.reset))
+      return false;
+    if (!x.is_merge && !same_window(x.window, y.window)) return false;
+  }
+  return true;
+}
+
+// The global token of a rank's local row.
+int64_t token_of(const std::vector<Segment>& ranges, int64_t row) {
+  for (const Segment& s : ranges) {
+    if (row < s.len) return s.begin + row;
+    row -= s.len;
+  }
+  FAIL("local row past the rank's tokens");
+  return -1;
+}
+
+// Contexts to try per layout and cp: even, odd and uneven segments (contiguous), 1 and 3 tokens a chunk (zigzag).
+std::vector<int64_t> contexts(Layout layout, int cp) {
+  if (layout == Layout::zigzag) return {2 * cp, 6 * cp};
+  return {int64_t(cp), 2 * cp, 3 * cp, 4 * cp + (cp > 1 ? cp - 1 : 0), 5 * cp + 1};
+}
+
+// fn(schedule, cp, context, every rank's rows) for every schedule at cp 1..16 over the contexts above.
+template <class Fn>
+void for_each_gang(Fn fn) {
+  for (Schedule sched : kAllSchedules)
+    for (int cp = 1; cp <= 16; ++cp)
+      for (int64_t context : contexts(layout_of(sched), cp)) {
+        CAPTURE(schedule_name(sched));
+        CAPTURE(cp);
+        CAPTURE(context);
+        fn(sched, cp, context, rank_rows(layout_of(sched), context, cp));
+      }
+}
+
+}  // namespace
+
+TEST_CASE("every (query token, key token <= it) is attended exactly once, through the FMHA's bottom-right mask") {
+  for_each_gang([](Schedule sched, int cp, int64_t context, const std::vector<int64_t>& rows) {
+    const Layout layout = layout_of(sched);
+    std::map<std::pair<int64_t, int64_t>, int> seen;  // (query token, key token) -> times attended
+    int64_t above = 0;                                // pairs seen with key > query
+    for (const RankAttention& a : gang_attention(sched, cp))
+      for (const FmhaWindow& w : windows_of(a)) {
+        const WindowShape shape = window_shape(w, rows);
+        const auto q_tokens = rank_tokens(layout, context, cp, w.q), k_tokens = rank_tokens(layout, context, cp, w.k);
+        for (int64_t i = 0; i < shape.tq(); ++i)
+          for (int64_t j = 0; j < shape.tk(); ++j) {
+            if (shape.causal && j > i + shape.mask_offset()) continue;  // fmha.h: bottom-right aligned
+            const int64_t tq = token_of(q_tokens, shape.q_rows.begin + i);
+            const int64_t tk = token_of(k_tokens, shape.k_rows.begin + j);
+            if (tk > tq) ++above;
+            ++seen[{tq, tk}];
+          }
+      }
+    CHECK(above == 0);
+    CHECK(seen.size() == size_t(context * (context + 1) / 2));
+    for (const auto& [pair, n] : seen) {
+      CAPTURE(pair.first);
+      CAPTURE(pair.second);
+      CHECK(n == 1);
+    }
+  });
+}
+
+TEST_CASE("every (query row, key segment) is run once and merged once by its owner, rows modelled exactly") {
+  for_each_gang([](Schedule sched, int cp, int64_t context, const std::vector<int64_t>& rows) {
+    // (q, local row, k) -> count
+    std::map<std::tuple<int, int64_t, int>, int> run, merged;
+    for (const RankAttention& a : gang_attention(sched, cp)) {
+      for (const FmhaWindow& w : windows_of(a)) {
+        CHECK(w.runner == a.rank);
+        CHECK((w.runner == w.q) == (w.slot < 0));  // helped windows, and only they, fill a return slot
+        CHECK(w.causal == (w.q == w.k));
+        if (w.causal) CHECK((w.q_parts == kWholeRank && w.k_parts == kWholeRank));  // no partial causal window
+        const RowRange q_rows = part_rows(rows[w.q], w.q_parts);
+        for (int64_t i = q_rows.begin; i < q_rows.end; ++i) ++run[{w.q, i, w.k}];
+      }
+      for (const MergeStep& m : merges_of(a)) {
+        const RowRange r = part_rows(rows[a.rank], m.rows);
+        for (int64_t i = r.begin; i < r.end; ++i) ++merged[{a.rank, i, m.k}];
+      }
+    }
+    CHECK(run == merged);
+    for (const auto& [key, n] : run) CHECK(n == 1);
+    // a row meets rank k's keys exactly when k holds a token at or before the row's (k's first range is
+    // its earliest): contiguous k <= q; zigzag k <= q for chunk q's rows, every k for chunk 2cp - 1 - q's
+    const Layout layout = layout_of(sched);
+    for (int q = 0; q < cp; ++q)
+      for (int64_t i = 0; i < rows[q]; ++i)
+        for (int k = 0; k < cp; ++k) {
+          const bool needed = rank_tokens(layout, context, cp, k)[0].begin <= token_of(rank_tokens(layout, context, cp, q), i);
+          CHECK(run.count({q, i, k}) == (needed ? 1u : 0u));
+        }
+  });
+}
+
+TEST_CASE("loads: balance takes every rank to exactly cp/2 at even cp and is the stripe at odd cp; zigzag cp/2") {
+  for (int cp = 1; cp <= 16; ++cp) {
+    CAPTURE(cp);
+    for (int r = 0; r < cp; ++r) {
+      CAPTURE(r);
+      const RankAttention stripe = rank_attention(Schedule::stripe, cp, r);
+      const RankAttention balance = rank_attention(Schedule::balance, cp, r);
+      const RankAttention zigzag = rank_attention(Schedule::zigzag, cp, r);
+      if (cp % 2 == 0) {
+        CHECK(balance.load_pairs == cp / 2.0);  // exact: quarters of a pair add exactly
+        CHECK_FALSE(same_steps(balance, stripe));
+      } else {
+        CHECK(same_steps(balance, stripe));
+        CHECK(balance.load_pairs == stripe.load_pairs);
+      }
+      CHECK(zigzag.load_pairs == cp / 2.0);
+      for (Schedule sched : kAllSchedules) {
+        const RankAttention a = rank_attention(sched, cp, r);
+        CHECK(a.load_pairs == doctest::Approx(expected_load(sched, cp, r)));
+        double counted = 0;  // from the steps, in rows of an even segment: tq tk / t^2, halved when causal
+        const int64_t t = 64;
+        for (const FmhaWindow& w : windows_of(a)) {
+          const WindowShape shape = window_shape(w, std::vector<int64_t>(cp, t));
+          counted += double(shape.tq()) * double(shape.tk()) / double(t * t) * (w.causal ? 0.5 : 1.0);
+        }
+        CHECK(counted == a.load_pairs);
+      }
+    }
+  }
+  CHECK(rank_attention(Schedule::balance, 8, 7).load_pairs == 4.0);
+  CHECK(rank_attention(Schedule::balance, 8, 0).load_pairs == 4.0);
+  CHECK(rank_attention(Schedule::balance, 4, 3).load_pairs == 2.0);
+}
+
+TEST_CASE("attention_schedule: the layout, then cuts 3 and 7; balance only where it moves windows") {
+  CutSet stripe = CutSet::none();
+  stripe.set(Cut::stripe, true);
+  const CutSet balance = CutSet::all();
+  for (int cp = 1; cp <= 16; ++cp) {
+    CHECK(attention_schedule(CutSet::none(), Layout::contiguous, cp) == Schedule::prefix);
+    CHECK(attention_schedule(stripe, Layout::contiguous, cp) == Schedule::stripe);
+    CHECK(attention_schedule(balance, Layout::contiguous, cp) ==
+          (cp % 2 == 0 && cp > 1 ? Schedule::balance : Schedule::stripe));
+    for (const CutSet& cuts : {CutSet::none(), stripe, balance})
+      CHECK(attention_schedule(cuts, Layout::zigzag, cp) == Schedule::zigzag);
+  }
+}
+
+TEST_CASE("owner and helper views mirror each other under balance: slots, rows, helpers") {
+  for (Schedule sched : {Schedule::stripe, Schedule::balance})
+    for (int cp = 1; cp <= 16; ++cp) {
+      CAPTURE(schedule_name(sched));
+      CAPTURE(cp);
+      std::set<std::tuple<int, int, int, int, int>> produced, consumed;  // (owner, helper, slot, parts begin, end)
+      for (const RankAttention& a : gang_attention(sched, cp)) {
+        for (const FmhaWindow& w : windows_of(a))
+          if (w.slot >= 0) produced.insert({w.q, w.runner, w.slot, w.q_parts.begin, w.q_parts.end});
+        for (const MergeStep& m : merges_of(a))
+          if (m.slot >= 0) consumed.insert({a.rank, m.k, m.slot, m.rows.begin, m.rows.end});
+      }
+      CHECK(produced == consumed);
+      std::set<std::pair<int, int>> pairs;  // one slot per (owner, helper): one consumed bell per pair and call
+      for (const auto& [owner, helper, slot, b, e] : produced) {
+        CHECK(pairs.insert({owner, helper}).second);
+        CHECK(slot < return_slots(sched, cp));
+        const bool moved = sched == Schedule::balance && slot == balance_slot(cp);
+        if (moved) {
+          CHECK(helper == owner - 1);
+          CHECK(owner % 2 == 1);
+          CHECK(b == 1);
+          CHECK(e == 2);
+        } else {
+          CHECK(helper == owner - 2 * (slot + 1));
+          CHECK(b == 0);
+          CHECK(e == 2);
+        }
+      }
+      int moved_halves = 0;
+      for (const auto& entry : produced) moved_halves += std::get<2>(entry) == balance_slot(cp) && sched == Schedule::balance;
+      CHECK(moved_halves == (sched == Schedule::balance && cp % 2 == 0 ? cp / 2 : 0));
+      CHECK(return_slots(sched, cp) == return_slots(cp) + (sched == Schedule::balance && cp % 2 == 0 ? 1 : 0));
+      for (int owner = 0; owner < cp; ++owner) {
+        std::vector<int> hs;
+        for (const auto& [o, helper, slot, b, e] : consumed)
+          if (o == owner) hs.push_back(helper);
+        std::sort(hs.begin(), hs.end());
+        CHECK(helpers_of(sched, cp, owner) == hs);
+        if (sched == Schedule::stripe) CHECK(stripe_helpers(cp, owner) == hs);
+      }
+    }
+  CHECK(return_slots(Schedule::prefix, 8) == 0);
+  CHECK(return_slots(Schedule::zigzag, 8) == 0);
+  CHECK(balance_slot(8) == 3);
+  CHECK(return_slots(Schedule::balance, 8) == 4);
+}
+
+TEST_CASE("balance: per row the merge order is the stripe's; moved rows take (o, o-1) from the slot in its place") {
+  for (int cp = 1; cp <= 16; ++cp)
+    for (int r = 0; r < cp; ++r) {
+      CAPTURE(cp);
+      CAPTURE(r);
+      const std::vector<MergeStep> stripe = merges_of(rank_attention(Schedule::stripe, cp, r));
+      const std::vector<MergeStep> balance = merges_of(rank_attention(Schedule::balance, cp, r));
+      for (int part = 0; part < 2; ++part) {
+        std::vector<int> want, got;  // the key segments merged into the part's rows, in order
+        std::vector<int> got_slots;
+        for (const MergeStep& m : stripe)
+          if (m.rows.begin <= part && part < m.rows.end) want.push_back(m.k);
+        for (const MergeStep& m : balance)
+          if (m.rows.begin <= part && part < m.rows.end) {
+            got.push_back(m.k);
+            got_slots.push_back(m.slot);
+            CHECK(m.reset == (got.size() == 1));  // the first merge into a row initializes it, and only that one
+          }
+        CHECK(got == want);
+        // where (o, o - 1) comes from: part 0 from the owner's own half window, part 1 from the balance slot
+        if (cp % 2 == 0 && r % 2 == 1) {
+          const size_t at = size_t(std::find(got.begin(), got.end(), r - 1) - got.begin());
+          REQUIRE(at < got.size());
+          CHECK(got_slots[at] == (part == 0 ? -1 : balance_slot(cp)));
+          CHECK(got[at + 1] == r);  // right before the own diagonal, as the stripe merges kept r - 1
+        }
+      }
+    }
+}
+
+TEST_CASE("a local merge directly follows the window it merges (one o_win buffer); the helper's moved window leads") {
+  for (Schedule sched : kAllSchedules)
+    for (int cp = 1; cp <= 16; ++cp)
+      for (const RankAttention& a : gang_attention(sched, cp)) {
+        CAPTURE(schedule_name(sched));
+        CAPTURE(cp);
+        CAPTURE(a.rank);
+        for (size_t i = 0; i < a.steps.size(); ++i) {
+          const auto& step = a.steps[i];
+          if (!step.is_merge || step.merge.slot >= 0) continue;
+          REQUIRE(i > 0);
+          const auto& before = a.steps[i - 1];
+          REQUIRE_FALSE(before.is_merge);
+          CHECK(before.window.q == a.rank);
+          CHECK(before.window.k == step.merge.k);
+          CHECK(before.window.q_parts == step.merge.rows);
+        }
+        if (sched == Schedule::balance && cp % 2 == 0 && a.rank % 2 == 0) {
+          const FmhaWindow& first = a.steps.front().window;
+          CHECK((first.q == a.rank + 1 && first.k == a.rank && first.slot == balance_slot(cp)));
+          CHECK(first.q_parts == (Parts{1, 2}));
+        }
+      }
+}
+
+TEST_CASE("the gang runs to the end: every return is produced before the owner merges it, none waits on balance") {
+  // Unit-time replay: a window takes its pairs, an expansion or merge nothing;
+  // a slot merge waits for the helper's window. Every rank finishes, and the
+  // owner reaches balance's slot merge no earlier than its helper wrote it.
+  for (Schedule sched : kAllSchedules)
+    for (int cp = 1; cp <= 16; ++cp) {
+      CAPTURE(schedule_name(sched));
+      CAPTURE(cp);
+      const std::vector<RankAttention> gang = gang_attention(sched, cp);
+      std::vector<size_t> next(cp, 0);
+      std::vector<double> clock(cp, 0);
+      std::map<std::tuple<int, int, int>, double> written;  // (owner, helper, slot) -> time
+      bool progress = true;
+      while (progress) {
+        progress = false;
+        for (int r = 0; r < cp; ++r) {
+          while (next[r] < gang[r].steps.size()) {
+            const auto& step = gang[r].steps[next[r]];
+            if (step.is_merge && step.merge.slot >= 0) {
+              const auto it = written.find({r, step.merge.k, step.merge.slot});
+              if (it == written.end()) break;
+              if (sched == Schedule::balance && step.merge.slot == balance_slot(cp)) CHECK(it->second <= clock[r]);
+              clock[r] = std::max(clock[r], it->second);
+            } else if (!step.is_merge) {
+              clock[r] += window_pairs(step.window);
+              if (step.window.slot >= 0) written[{step.window.q, r, step.window.slot}] = clock[r];
+            }
+            ++next[r];
+            progress = true;
+          }
+        }
+      }
+      for (int r = 0; r < cp; ++r) CHECK(next[r] == gang[r].steps.size());
+    }
+}
+
+TEST_CASE("window shapes: balance's half windows and zigzag's chunks, with their masks") {
+  const std::vector<int64_t> rows(8, 16384);
+  // cp8, helper 0: the moved half of owner 1, rows [8192, 16384) over keys 0, dense, into slot 3
+  const RankAttention helper = rank_attention(Schedule::balance, 8, 0);
+  const FmhaWindow moved = helper.steps.front().window;
+  const WindowShape m = window_shape(moved, rows);
+  CHECK((moved.q == 1 && moved.k == 0 && moved.runner == 0 && moved.slot == 3 && !moved.causal));
+  CHECK((m.q_rows.begin == 8192 && m.q_rows.end == 16384 && m.k_rows.begin == 0 && m.k_rows.end == 16384));
+  CHECK((m.tq() == 8192 && m.tk() == 16384));
+  // owner 1: its half over keys 0, rows [0, 8192)
+  const RankAttention owner = rank_attention(Schedule::balance, 8, 1);
+  const WindowShape kept_half = window_shape(owner.steps.front().window, rows);
+  CHECK((kept_half.q_rows.begin == 0 && kept_half.q_rows.end == 8192 && kept_half.tk() == 16384));
+  // its diagonal: whole, causal, offset 0
+  for (const FmhaWindow& w : windows_of(owner))
+    if (w.causal) CHECK(window_shape(w, rows).mask_offset() == 0);
+  // a causal window over query part 1 of a segment and its keys [0, t): offset t/2 (bottom-right)
+  FmhaWindow half_diagonal{3, 3, true, 3, -1, Parts{1, 2}, kWholeRank};
+  CHECK(window_shape(half_diagonal, rows).mask_offset() == 8192);
+  // zigzag cp4, 4096 tokens a chunk: rank 1 holds chunks 1 and 6
+  const std::vector<int64_t> zz = rank_rows(Layout::zigzag, 8 * 4096, 4);
+  CHECK(zz == std::vector<int64_t>(4, 8192));
+  const auto tokens = rank_tokens(Layout::zigzag, 8 * 4096, 4, 1);
+  REQUIRE(tokens.size() == 2);
+  CHECK((tokens[0].begin == 4096 && tokens[1].begin == 6 * 4096));
+  const std::vector<FmhaWindow> ws = windows_of(rank_attention(Schedule::zigzag, 4, 1));
+  REQUIRE(ws.size() == 4);
+  // k = 0: both chunks over chunk 0 (keys [0, 4096) of rank 0), dense
+  CHECK((window_shape(ws[0], zz).tq() == 8192 && window_shape(ws[0], zz).k_rows.end == 4096 && !ws[0].causal));
+  // k = 1: own rows, causal, offset 0
+  CHECK((ws[1].causal && window_shape(ws[1], zz).tq() == 8192 && window_shape(ws[1], zz).mask_offset() == 0));
+  // k = 2, 3: chunk 6 (rows [4096, 8192)) over both of k's chunks, dense
+  for (int i : {2, 3}) {
+    const WindowShape s = window_shape(ws[i], zz);
+    CHECK((s.q_rows.begin == 4096 && s.q_rows.end == 8192 && s.tk() == 8192 && !s.causal));
+  }
+}
+
+TEST_CASE("zigzag: no helped windows, one causal and cp - 1 dense half pairs per rank, merged in ascending k") {
+  for (int cp = 1; cp <= 16; ++cp)
+    for (const RankAttention& a : gang_attention(Schedule::zigzag, cp)) {
+      CAPTURE(cp);
+      CAPTURE(a.rank);
+      int causal = 0;
+      std::vector<int> order;
+      for (const FmhaWindow& w : windows_of(a)) {
+        CHECK(w.q == a.rank);
+        CHECK(w.slot < 0);
+        CHECK(window_pairs(w) == 0.5);
+        causal += w.causal;
+      }
+      CHECK(causal == 1);
+      for (const MergeStep& m : merges_of(a)) {
+        order.push_back(m.k);
+        CHECK(m.slot < 0);
+        CHECK(m.reset == (order.size() == 1));
+        CHECK(m.rows == (m.k > a.rank ? Parts{1, 2} : kWholeRank));
+      }
+      CHECK(std::is_sorted(order.begin(), order.end()));
+      CHECK(int(order.size()) == cp);
+      for (int k = 0; k < cp; ++k) CHECK(key_parts(a, k) == (k < a.rank ? Parts{0, 1} : kWholeRank));
+    }
+}
+
+TEST_CASE("windows read: balance adds the helper o - 1 as a reader of o's window; zigzag reads every window") {
+  for (Schedule sched : kAllSchedules)
+    for (int cp = 1; cp <= 12; ++cp)
+      for (int s = 0; s < cp; ++s)
+        for (int k = 0; k < cp; ++k) {
+          const std::vector<int> read = windows_read(sched, cp, s), readers = window_readers(sched, cp, k);
+          const bool s_reads_k = std::find(read.begin(), read.end(), k) != read.end();
+          CHECK(s_reads_k == (std::find(readers.begin(), readers.end(), s) != readers.end()));
+          const std::vector<int> stripe = windows_read(Schedule::stripe, cp, s);
+          const bool stripe_reads = std::find(stripe.begin(), stripe.end(), k) != stripe.end();
+          if (sched == Schedule::balance)
+            CHECK(s_reads_k == (stripe_reads || (cp % 2 == 0 && s % 2 == 0 && k == s + 1)));
+          if (sched == Schedule::zigzag) CHECK(s_reads_k == (s != k));
+        }
+  // the protocol sets: the device's {prefix, stripe}, balance added for balance calls, zigzag alone
+  CHECK(protocol_schedules(Schedule::prefix) == std::vector<Schedule>{Schedule::prefix, Schedule::stripe});
+  CHECK(protocol_schedules(Schedule::balance).size() == 3);
+  CHECK(protocol_schedules(Schedule::zigzag) == std::vector<Schedule>{Schedule::zigzag});
+  CHECK(windows_read_any(protocol_schedules(Schedule::balance), 2, 0) == std::vector<int>{1});
+  CHECK(windows_read_any(2, 0).empty());
+}
+
+// ---- KDA pieces ----
+
+namespace {
+
+// Exact arithmetic for the fold: 2 x 2 matrices mod a prime (they do not commute, so an order mistake shows).
+constexpr int64_t kPrime = 1000003;
+struct Mat {
+  int64_t a[2][2] = {{0, 0}, {0, 0}};
+  static Mat identity() {
+    Mat m;
+    m.a[0][0] = m.a[1][1] = 1;
+    return m;
+  }
+  Mat operator*(const Mat& o) const {
+    Mat m;
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j)
+        m.a[i][j] = (a[i][0] * o.a[0][j] + a[i][1] * o.a[1][j]) % kPrime;
+    return m;
+  }
+  Mat operator+(const Mat& o) const {
+    Mat m;
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j) m.a[i][j] = (a[i][j] + o.a[i][j]) % kPrime;
+    return m;
+  }
+  bool operator==(const Mat& o) const {
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j)
+        if (a[i][j] != o.a[i][j]) return false;
+    return true;
+  }
+};
+
+struct Package {
+  Mat M = Mat::identity(), D;  // S_out = S_in M + D
+};
+
+}  // namespace
+
+TEST_CASE("KDA pieces: contiguous folds the upstream ranks; zigzag folds the packages before each piece, in token order") {
+  std::mt19937_64 rng(7);
+  for (Layout layout : {Layout::contiguous, Layout::zigzag})
+    for (int cp = 1; cp <= 16; ++cp) {
+      CAPTURE(layout_name(layout));
+      CAPTURE(cp);
+      // A chunk's affine step, random; the true state entering each chunk by the sequential walk.
+      std::vector<Package> chunk(2 * cp);
+      for (auto& c : chunk)
+        for (int i = 0; i < 2; ++i)
+          for (int j = 0; j < 2; ++j) c.M.a[i][j] = int64_t(rng() % kPrime), c.D.a[i][j] = int64_t(rng() % kPrime);
+      std::vector<Mat> entering(2 * cp + 1);
+      for (int c = 0; c < 2 * cp; ++c) entering[c + 1] = entering[c] * chunk[c].M + chunk[c].D;
+      std::map<PieceRef, KdaPiece> all;
+      std::map<PieceRef, Package> package;
+      for (int r = 0; r < cp; ++r)
+        for (const KdaPiece& p : kda_pieces(layout, cp, r)) {
+          all[p.self] = p;
+          Package pk;
+          for (int c = p.first_chunk; c <= p.last_chunk; ++c) pk = {pk.M * chunk[c].M, pk.D * chunk[c].M + chunk[c].D};
+          package[p.self] = pk;
+        }
+      std::set<int> covered;
+      for (const auto& [ref, p] : all) {
+        CAPTURE(ref.rank);
+        CAPTURE(ref.piece);
+        for (int c = p.first_chunk; c <= p.last_chunk; ++c) CHECK(covered.insert(c).second);
+        // local rows: the piece's chunks in the rank's order
+        const std::vector<int> chunks = rank_chunks(layout, cp, ref.rank);
+        CHECK(chunks[p.parts.begin] == p.first_chunk);
+        CHECK(chunks[p.parts.end - 1] == p.last_chunk);
+        // the fold gives the state entering the piece
+        Mat s;
+        for (size_t i = 0; i < p.fold.size(); ++i) {
+          const Package& pk = package.at(p.fold[i]);
+          s = i == 0 ? pk.D : s * pk.M + pk.D;
+          if (i > 0) CHECK(all.at(p.fold[i - 1]).last_chunk + 1 == all.at(p.fold[i]).first_chunk);  // token order
+        }
+        CHECK(s == entering[p.first_chunk]);
+        CHECK(p.fold.size() == size_t(std::count_if(all.begin(), all.end(), [&](const auto& e) {
+                return e.second.first_chunk < p.first_chunk;
+              })));
+        // the halo: the piece ending right before it, or none at the sequence start
+        if (p.first_chunk == 0) CHECK(p.halo.rank == -1);
+        else CHECK(all.at(p.halo).last_chunk + 1 == p.first_chunk);
+      }
+      CHECK(int(covered.size()) == 2 * cp);
+      // mirrors: package readers and halo readers are exactly the ranks whose pieces use them
+      for (const auto& [ref, p] : all) {
+        std::set<int> readers, halo_readers;
+        bool folded = false;
+        for (const auto& [other_ref, other] : all) {
+          for (const PieceRef& f : other.fold)
+            if (f == ref) {
+              folded = true;
+              if (other_ref.rank != ref.rank) readers.insert(other_ref.rank);
+            }
+          if (other.halo == ref && other_ref.rank != ref.rank) halo_readers.insert(other_ref.rank);
+        }
+        CHECK(p.package == folded);
+        CHECK(std::vector<int>(readers.begin(), readers.end()) == p.package_readers);
+        CHECK(std::vector<int>(halo_readers.begin(), halo_readers.end()) == p.halo_readers);
+      }
+      for (int r = 0; r < cp; ++r) {
+        const std::vector<KdaPiece> mine = kda_pieces(layout, cp, r);
+        // a later piece continues the earlier piece's fold: its list, then that piece, then more
+        if (mine.size() == 2) {
+          const auto& a = mine[0].fold;
+          const auto& b = mine[1].fold;
+          REQUIRE(b.size() > a.size());
+          CHECK(std::equal(a.begin(), a.end(), b.begin()));
+          CHECK(b[a.size()] == mine[0].self);
+        }
+        if (layout == Layout::contiguous) {
+          REQUIRE(mine.size() == 1);
+          CHECK(mine[0].fold.size() == size_t(r));
+          for (int j = 0; j < r; ++j) CHECK(mine[0].fold[j] == (PieceRef{j, 0}));
+          CHECK(mine[0].halo.rank == r - 1);
+          CHECK(mine[0].package == (r < cp - 1));
+        } else {
+          CHECK(mine.size() == (r == cp - 1 ? 1u : 2u));  // chunks cp - 1 and cp are adjacent
+        }
+      }
+    }
+  // zigzag cp4: rank 1 holds chunks 1 and 6. Its first piece folds rank 0's chunk 0; its second folds
+  // chunks 0..5: rank 0's, its own chunk 1, rank 2's chunk 2, rank 3's chunks 3-4, rank 2's chunk 5.
+  const std::vector<KdaPiece> r1 = kda_pieces(Layout::zigzag, 4, 1);
+  REQUIRE(r1.size() == 2);
+  CHECK(r1[0].fold == std::vector<PieceRef>{{0, 0}});
+  CHECK(r1[1].fold == std::vector<PieceRef>{{0, 0}, {1, 0}, {2, 0}, {3, 0}, {2, 1}});
+  CHECK(r1[0].halo == (PieceRef{0, 0}));
+  CHECK(r1[1].halo == (PieceRef{2, 1}));
+  CHECK(r1[0].package_readers == std::vector<int>{0, 2, 3});
+  CHECK(r1[1].package_readers == std::vector<int>{0});
+  CHECK(r1[0].halo_readers == std::vector<int>{2});
+  CHECK(r1[1].halo_readers == std::vector<int>{0});
+  const std::vector<KdaPiece> r0 = kda_pieces(Layout::zigzag, 4, 0);
+  CHECK_FALSE(r0[1].package);  // chunk 7 ends the sequence: nobody folds it
 }
