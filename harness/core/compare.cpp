@@ -562,7 +562,9 @@ void print_family_tables(const Side& a, const Side& b, std::ostream& out) {
 
 // -- waiting vs compute --
 
-std::string peer_label(int32_t peer) { return peer < 0 ? "  on several, or no bell recorded" : fmt::format("  on rank {}", peer); }
+std::string peer_label(int32_t peer) {
+  return peer < 0 ? "  on several, or no bell recorded" : fmt::format("  on rank {}", peer);
+}
 
 void print_wait_table(int32_t rank, const VariantResult& a, const VariantResult& b, const std::string& scope,
                       std::ostream& out) {

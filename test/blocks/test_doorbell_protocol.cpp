@@ -116,7 +116,8 @@ void mla_attend(Ops& ops, int cp, int me, int64_t seq, Schedule sched, bool ack_
       ops.push_back(ring_op(me, w.q, Bell::returned, doorbell_value(seq, w.slot)));
     }
   }
-  for (int k : windows_read_any(protocol, cp, me)) ops.push_back(ring_op(me, k, Bell::released, doorbell_value(seq, 0)));
+  for (int k : windows_read_any(protocol, cp, me))
+    ops.push_back(ring_op(me, k, Bell::released, doorbell_value(seq, 0)));
   if (ack_unmerged)  // under the blocks' protocol: the stripe's helpers, in a prefix call
     for (int k : unmerged_helpers(protocol, sched, cp, me))
       ops.push_back(ring_op(me, k, Bell::consumed, doorbell_value(seq, 0)));
