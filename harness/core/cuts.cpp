@@ -39,9 +39,11 @@ bool cut_requires(Cut c, Cut* prerequisite) {
 
 bool seed_cut(Cut c) { return c != Cut::attnres && c != Cut::balance; }
 
+bool device_cut(Cut c) { return c != Cut::balance; }
+
 CutSet CutSet::all() {
   CutSet s;
-  s.on.fill(true);
+  for (Cut c : kAllCuts) s.set(c, device_cut(c));
   return s;
 }
 

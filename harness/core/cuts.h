@@ -2,7 +2,9 @@
 // seed: AttnRes (the sixth) and balance (the seventh, docs/design.md §3; it
 // refines the stripe, so it needs the stripe on). A scenario spells a cut set
 // as `all`, `none`, `seed` (the five of the seed), a list of names, or a map
-// name -> on/off.
+// name -> on/off. `all` and the each-cut variants hold the cuts the device
+// blocks run (device_cut): balance is built in the plan only so far, and is
+// asked for by name (e.g. `[stripe, balance]`) until the blocks run it.
 #pragma once
 
 #include <array>
@@ -24,6 +26,8 @@ std::string allowed_cut_names();  // "land, conv, stripe, lse_merge, elementwise
 bool cut_requires(Cut c, Cut* prerequisite);
 // Whether the cut is one of the seed's five.
 bool seed_cut(Cut c);
+// Whether the device blocks run the cut (run, lane, verify); the plan builds all.
+bool device_cut(Cut c);
 
 struct CutSet {
   std::array<bool, kCutCount> on{};
@@ -33,7 +37,7 @@ struct CutSet {
   bool operator==(const CutSet& o) const { return on == o.on; }
 
   static CutSet none() { return {}; }
-  static CutSet all();
+  static CutSet all();   // every cut the device blocks run (device_cut)
   static CutSet seed();  // the five cuts of the seed PR
   // This set with `c` off, and every cut that requires c off too.
   CutSet without(Cut c) const;
