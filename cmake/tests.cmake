@@ -31,7 +31,7 @@ set(PB_MPI_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_M
 function(pb_cpu_test src)
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src})
-  target_link_libraries(${name} PRIVATE pb_core pb_kernels pb_doctest_main)
+  target_link_libraries(${name} PRIVATE pb_core pb_kernel_refs pb_doctest_main)
   target_compile_definitions(${name} PRIVATE PB_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
   add_test(NAME cpu.${name} COMMAND ${name})
   set_tests_properties(cpu.${name} PROPERTIES LABELS cpu TIMEOUT 300)
@@ -57,6 +57,8 @@ foreach(family ${PB_KERNEL_FAMILIES})
     pb_gpu_test(${src})
   endforeach()
 endforeach()
+# The engine names and which engines this build has: fmha.cu.
+target_link_libraries(test_ref_fmha PRIVATE pb_kernels)
 
 # harness/core: pure host code.
 foreach(name test_compare test_plan test_projection test_results test_scenario test_schedule test_slab_layout test_trace test_power_state)
@@ -250,7 +252,7 @@ set_tests_properties(cpu.plan_calibrated_cp1_16k PROPERTIES LABELS cpu TIMEOUT 1
 # the descriptor passing over a Unix socket, its deadlines and the granularity
 # rounding on 3 and 4 ranks without a GPU; both share modes on the device.
 add_executable(test_fd_share test/blocks/test_fd_share.cpp)
-target_link_libraries(test_fd_share PRIVATE pb_mpi_test_main pb_blocks)
+target_link_libraries(test_fd_share PRIVATE pb_mpi_test_main pb_blocks_host)
 foreach(np 3 4)
   add_test(NAME mpi.test_fd_share${np} COMMAND ${PB_MPIRUN} -np ${np} $<TARGET_FILE:test_fd_share>)
   set_tests_properties(mpi.test_fd_share${np} PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${PB_MPI_ENV}")
@@ -264,7 +266,7 @@ set_tests_properties(mpi_gpu.test_shared_region PROPERTIES LABELS "gpu;mpi" SKIP
 # The NCCL fabric (harness/blocks/fabric.h, fabric_plan.h). On the host (CI):
 # the locality plan, the scenario keys fabric and emulate_hosts, the staging.
 pb_cpu_test(test/blocks/test_fabric_plan.cpp)
-target_link_libraries(test_fabric_plan PRIVATE pb_blocks)
+target_link_libraries(test_fabric_plan PRIVATE pb_blocks_host)
 # On the device (every rank exits 77 when any rank sees no device): the MLA
 # and KDA blocks over fabric nccl (CP2, CP4: every rank its own emulated host)
 # and fabric auto (CP4: 2 emulated hosts x 2 ranks) equal fabric ipc bit for
@@ -400,3 +402,32 @@ add_test(NAME cli.regress_usage
           bash ${CMAKE_SOURCE_DIR}/scripts/regress.sh --max-regression 3% ${CMAKE_SOURCE_DIR}/scenarios/cp1-16k.yaml
           /nonexistent/base.h5)
 set_tests_properties(cli.regress_usage PROPERTIES LABELS cpu TIMEOUT 60)
+
+# ---- the host suites under AddressSanitizer and UndefinedBehaviorSanitizer ----
+# In a build folder configured with -DPB_SANITIZE=ON (CMakeLists.txt), target
+# pb_sanitized builds the suites that need no CUDA object (no nvcc run), and
+# label `sanitized` selects them: `scripts/test.sh --sanitize` (part of CI).
+# A finding fails the test (ASan's exit, UBSan's -fno-sanitize-recover=all).
+# LeakSanitizer is on for the single-process suites; under mpirun it is off:
+# Open MPI keeps memory until exit in plugins it unloads at MPI_Finalize, whose
+# allocation stacks LeakSanitizer can then no longer name (nor suppress).
+set(PB_SANITIZED_TARGETS
+  test_ref_argmax test_ref_attnres test_ref_conv_merge test_ref_kda test_ref_land_elementwise
+  test_ref_moe_route test_ref_rmsnorm test_kda_tiles
+  test_compare test_plan test_projection test_results test_scenario test_schedule test_slab_layout
+  test_trace test_power_state test_doorbell_protocol test_fabric_plan write_gate_files
+  test_gang rank_failure_probe test_fd_share)
+add_custom_target(pb_sanitized DEPENDS ${PB_SANITIZED_TARGETS})
+set(PB_SANITIZED_CPU_TESTS cli.gate_files)
+foreach(name ${PB_SANITIZED_TARGETS})
+  if(TEST cpu.${name})
+    list(APPEND PB_SANITIZED_CPU_TESTS cpu.${name})
+  endif()
+endforeach()
+set(PB_SANITIZED_MPI_TESTS mpi.test_gang mpi.rank_failure mpi.rank_failure_debug mpi.test_fd_share3 mpi.test_fd_share4)
+set_property(TEST ${PB_SANITIZED_CPU_TESTS} ${PB_SANITIZED_MPI_TESTS} APPEND PROPERTY LABELS sanitized)
+set(PB_SANITIZER_ENV "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+set_property(TEST ${PB_SANITIZED_CPU_TESTS} APPEND PROPERTY ENVIRONMENT ${PB_SANITIZER_ENV}
+             "ASAN_OPTIONS=detect_leaks=1")
+set_property(TEST ${PB_SANITIZED_MPI_TESTS} APPEND PROPERTY ENVIRONMENT ${PB_SANITIZER_ENV}
+             "ASAN_OPTIONS=detect_leaks=0")
