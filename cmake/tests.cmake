@@ -403,6 +403,83 @@ add_test(NAME cli.regress_usage
           /nonexistent/base.h5)
 set_tests_properties(cli.regress_usage PROPERTIES LABELS cpu TIMEOUT 60)
 
+# ---- faults injected on purpose ----
+# Writing a results file when the disk fills or the folder cannot take it.
+pb_cpu_test(test/core/test_write_faults.cpp)
+target_include_directories(test_write_faults PRIVATE test/support)
+# describe_results <file>: one line (kind, complete, reps per variant) the fault tests match.
+add_executable(describe_results test/commands/describe_results.cpp)
+target_link_libraries(describe_results PRIVATE pb_core)
+# A rank killed (SIGKILL) mid-run, without a GPU: a gang that rewrites its
+# results after every rep (gang_fault_probe) on 3 ranks loses rank 1, then
+# rank 0 (the writer, perhaps mid-write): the job ends within 30 s naming the
+# rank, and the file reads back incomplete with the reps that finished.
+add_executable(gang_fault_probe test/core/gang_fault_probe.cpp)
+target_link_libraries(gang_fault_probe PRIVATE pb_core)
+set(PB_KILL_RANK bash ${CMAKE_SOURCE_DIR}/test/commands/kill_rank.sh $<TARGET_FILE:describe_results>)
+foreach(rank 1 0)
+  add_test(NAME mpi.kill_rank${rank}
+    COMMAND ${PB_KILL_RANK} KILL ${rank} 30 ${CMAKE_BINARY_DIR}/test-out/kill-rank${rank}.h5
+            ${PB_MPIRUN} -np 3 $<TARGET_FILE:gang_fault_probe> ${CMAKE_BINARY_DIR}/test-out/kill-rank${rank}.h5 1000)
+  set_tests_properties(mpi.kill_rank${rank} PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${PB_MPI_ENV}")
+endforeach()
+# `prefill-bench run` losing a rank mid-run (smoke size, ranks taking turns on
+# one GPU): SIGKILL on rank 1 of 2 and rank 2 of 4, SIGINT on rank 0 of 2 and
+# of 4. Each ends within 60 s naming the rank; the file holds the finished
+# reps, marked incomplete. Skipped (77) without a GPU.
+foreach(case KILL:1:2 KILL:2:4 INT:0:2 INT:0:4)
+  string(REPLACE ":" ";" parts ${case})
+  list(GET parts 0 signal)
+  list(GET parts 1 rank)
+  list(GET parts 2 np)
+  set(scenario ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp${np}.yaml)
+  string(TOLOWER ${signal} name)
+  set(out ${CMAKE_BINARY_DIR}/test-out/${name}-rank${rank}-cp${np}.h5)
+  add_test(NAME mpi_gpu.run_${name}_rank${rank}_cp${np}
+    COMMAND ${PB_KILL_RANK} ${signal} ${rank} 60 ${out}
+            ${PB_MPIRUN} -np ${np} $<TARGET_FILE:prefill-bench> run ${scenario} --set serialize_ranks=true
+            --set reps=1000 -o ${out} --overwrite)
+  set_tests_properties(mpi_gpu.run_${name}_rank${rank}_cp${np} PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77
+    TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}")
+endforeach()
+
+# `compare` given broken results files: a named error and exit 2, alone and on
+# either side of the gate; damage anywhere never crashes it.
+add_test(NAME cli.compare_corrupt_files
+  COMMAND bash ${CMAKE_SOURCE_DIR}/test/commands/corrupt_results.sh $<TARGET_FILE:prefill-bench>
+          ${PB_GATE_DIR}/base.h5 ${CMAKE_BINARY_DIR}/test-out/corrupt)
+set_tests_properties(cli.compare_corrupt_files PROPERTIES LABELS cpu TIMEOUT 300 FIXTURES_REQUIRED gate_files
+  ENVIRONMENT "${PB_MPI_ENV}")
+# A full disk under the output (its .tmp a link to /dev/full) and an output
+# folder that is a regular file: exit 2, named; the earlier file intact.
+# `plan` (no GPU) and `run` (GPU, smoke size).
+add_test(NAME cli.plan_output_faults
+  COMMAND bash ${CMAKE_SOURCE_DIR}/test/commands/output_faults.sh ${CMAKE_BINARY_DIR}/test-out/faults-plan.h5
+          $<TARGET_FILE:prefill-bench> plan ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp2.yaml)
+set_tests_properties(cli.plan_output_faults PROPERTIES LABELS cpu TIMEOUT 120 ENVIRONMENT "${PB_MPI_ENV}")
+add_test(NAME mpi_gpu.run_output_faults
+  COMMAND bash ${CMAKE_SOURCE_DIR}/test/commands/output_faults.sh ${CMAKE_BINARY_DIR}/test-out/faults-run.h5
+          $<TARGET_FILE:prefill-bench> run ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml)
+set_tests_properties(mpi_gpu.run_output_faults PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
+  ENVIRONMENT "${PB_MPI_ENV}")
+
+# A device allocation that does not fit: DeviceBuffer and DeviceMemory::take
+# name the buffer, the bytes asked and free (gpu); `run` of a model far larger
+# than the GPU is refused before allocating, naming the rank, the GPU, the
+# need, the free bytes and the rank's largest buffer (cp 1, and cp 2 sharing a GPU).
+pb_gpu_test(test/blocks/test_out_of_memory.cpp)
+set(PB_HUGE_MODEL --set model.experts=4096 --set model.expert_inter=65536)
+set(PB_NO_FIT_REGEX "\\[rank [01] on [^]]+\\] error: the scenario does not fit on GPU [0-9]+ of [^:]+: [0-9]+ rank\\(s\\) need [0-9.]+ GB \\(weights [0-9.]+ GB, turn-local arena [0-9.]+ GB, rank buffers [0-9.]+ GB\\) and [0-9.]+ GB are free of [0-9.]+ GB; this rank's largest buffer: [a-z_0-9]+\\.[a-z_0-9]+ \\([0-9.]+ GB, weights\\)")
+add_test(NAME mpi_gpu.run_does_not_fit
+  COMMAND ${PB_EXPECT} 2 "${PB_NO_FIT_REGEX}" $<TARGET_FILE:prefill-bench> run ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml
+          ${PB_HUGE_MODEL} -o ${CMAKE_BINARY_DIR}/test-out/no-fit.h5 --overwrite)
+add_test(NAME mpi_gpu.run_does_not_fit_cp2
+  COMMAND ${PB_EXPECT} 2 "${PB_NO_FIT_REGEX}" ${PB_MPIRUN} -np 2 $<TARGET_FILE:prefill-bench> run
+          ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp2.yaml --set serialize_ranks=true ${PB_HUGE_MODEL}
+          -o ${CMAKE_BINARY_DIR}/test-out/no-fit-cp2.h5 --overwrite)
+set_tests_properties(mpi_gpu.run_does_not_fit mpi_gpu.run_does_not_fit_cp2 PROPERTIES LABELS "gpu;mpi" TIMEOUT 300
+  ENVIRONMENT "${PB_MPI_ENV}" SKIP_REGULAR_EXPRESSION "no CUDA device is visible")
+
 # ---- the host suites under AddressSanitizer and UndefinedBehaviorSanitizer ----
 # In a build folder configured with -DPB_SANITIZE=ON (CMakeLists.txt), target
 # pb_sanitized builds the suites that need no CUDA object (no nvcc run), and
@@ -416,15 +493,17 @@ set(PB_SANITIZED_TARGETS
   test_ref_moe_route test_ref_rmsnorm test_kda_tiles
   test_compare test_plan test_projection test_results test_scenario test_schedule test_slab_layout
   test_trace test_power_state test_doorbell_protocol test_fabric_plan write_gate_files
-  test_gang rank_failure_probe test_fd_share)
-add_custom_target(pb_sanitized DEPENDS ${PB_SANITIZED_TARGETS})
+  test_gang rank_failure_probe test_fd_share test_write_faults describe_results gang_fault_probe)
+add_custom_target(pb_sanitized)
+add_dependencies(pb_sanitized ${PB_SANITIZED_TARGETS})
 set(PB_SANITIZED_CPU_TESTS cli.gate_files)
 foreach(name ${PB_SANITIZED_TARGETS})
   if(TEST cpu.${name})
     list(APPEND PB_SANITIZED_CPU_TESTS cpu.${name})
   endif()
 endforeach()
-set(PB_SANITIZED_MPI_TESTS mpi.test_gang mpi.rank_failure mpi.rank_failure_debug mpi.test_fd_share3 mpi.test_fd_share4)
+set(PB_SANITIZED_MPI_TESTS mpi.test_gang mpi.rank_failure mpi.rank_failure_debug mpi.test_fd_share3 mpi.test_fd_share4
+    mpi.kill_rank1 mpi.kill_rank0)
 set_property(TEST ${PB_SANITIZED_CPU_TESTS} ${PB_SANITIZED_MPI_TESTS} APPEND PROPERTY LABELS sanitized)
 set(PB_SANITIZER_ENV "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
 set_property(TEST ${PB_SANITIZED_CPU_TESTS} APPEND PROPERTY ENVIRONMENT ${PB_SANITIZER_ENV}

@@ -105,12 +105,13 @@ class DeviceMemory {
   // Buffers taken after this belong to `block` (its lane space starts at 0).
   void begin_block(const std::string& block) { block_ = block; }
   // `count` elements under `name`: a null view when counting, a view into a
-  // shared region when placed there, else an owned allocation.
+  // shared region when placed there, else an owned allocation (one that does
+  // not fit is an error naming <block>.<name>, the bytes asked and free).
   template <class T>
   DeviceBuffer<T> take(const std::string& name, int64_t count, Home home) {
     void* shared = place(name, count * int64_t(sizeof(T)), home);
     if (mode_ == Mode::counting || shared) return DeviceBuffer<T>::view(static_cast<T*>(shared), size_t(count));
-    return DeviceBuffer<T>(size_t(count));
+    return DeviceBuffer<T>(size_t(count), block_ + "." + name);
   }
   // Memory a part allocates itself (e.g. the KDA workspace, the fabric slab), counted as a rank buffer.
   void note(const std::string& name, int64_t bytes);
