@@ -6,27 +6,18 @@
 
 #include <cuda_runtime.h>
 
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "check.h"
 #include "device_buffer.h"
 #include "device_memory.h"
+#include "error_of.h"
 
 namespace {
 
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const pb::Error& error) {
-    return error.what();
-  }
-  FAIL("no pb::Error was thrown");
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using pb::test::contains;
+using pb::test::error_of;
 
 // More bytes than the device has in all.
 size_t more_than_the_device() {

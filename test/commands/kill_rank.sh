@@ -27,11 +27,22 @@ fail() {
   exit 1
 }
 
+# The children of pid $1, from /proc (field 4 of stat, after the command name's ')').
+children() {
+  local stat rest ppid
+  for stat in /proc/[0-9]*/stat; do
+    { rest=$(<"$stat"); } 2>/dev/null || continue
+    rest=${rest##*) }
+    read -r _ ppid _ <<<"$rest"
+    [[ $ppid == "$1" ]] && basename "$(dirname "$stat")"
+  done
+}
+
 # The pid of MPI rank <rank> among the descendants of pid $1 (the launcher's
 # children, or theirs under a daemon), from the rank variable in its environment.
 rank_pid() {
   local pid child
-  for child in $(pgrep -P "$1"); do
+  for child in $(children "$1"); do
     if tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null |
       grep -qxE "(OMPI_COMM_WORLD_RANK|PMI_RANK|PMIX_RANK)=$rank"; then
       echo "$child"
@@ -61,10 +72,10 @@ done
 sleep 0.5
 target=$(rank_pid "$job") || { kill -KILL "$job"; fail "no process of MPI rank $rank under the launcher (pid $job)"; }
 kill -"$signal" "$target" || fail "could not send SIG$signal to rank $rank (pid $target)"
-sent=$(date +%s.%N)
+sent_ms=$(($(date +%s%N) / 1000000))
 
 while kill -0 "$job" 2>/dev/null; do
-  if (($(echo "$(date +%s.%N) - $sent > $deadline" | bc))); then
+  if (($(date +%s%N) / 1000000 - sent_ms > deadline * 1000)); then
     kill -KILL "$job"
     fail "the job did not stop within $deadline s of SIG$signal on rank $rank"
   fi
@@ -72,7 +83,8 @@ while kill -0 "$job" 2>/dev/null; do
 done
 wait "$job"
 code=$?
-took=$(echo "$(date +%s.%N) - $sent" | bc)
+took_ms=$(($(date +%s%N) / 1000000 - sent_ms))
+took=$((took_ms / 1000)).$(printf '%03d' $((took_ms % 1000)))
 cat "$log"
 echo "kill_rank.sh: SIG$signal on rank $rank (pid $target): the job ended with exit $code after $took s"
 ((code != 0)) || fail "the job exited 0 after losing rank $rank"

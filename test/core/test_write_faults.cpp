@@ -11,31 +11,21 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <iterator>
 #include <string>
 #include <utility>
 
 #include "check.h"
+#include "error_of.h"
 #include "results.h"
 #include "synthetic_results.h"
 #include "temp_dir.h"
 
 namespace {
 
+using pb::test::contains;
+using pb::test::error_of;
 using pb::test::TempDir;
-
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const pb::Error& error) {
-    return error.what();
-  }
-  FAIL("no pb::Error was thrown");
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 std::string bytes_of(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
