@@ -40,6 +40,11 @@ const char* home_name(Home h) {
   return "?";
 }
 
+std::string buffer_label(const std::string& block, const std::string& name, Home home) {
+  if (home == Home::weights) return name + " (weights)";
+  return block + "." + name;
+}
+
 std::string format_gb(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f GB", bytes / 1e9);
@@ -137,14 +142,13 @@ MemoryNeeds reduce_needs(const MemoryNeeds& mine, MPI_Comm comm, const Placement
   return shared;
 }
 
-// "moe.w_up (1.2 GB, weights)"
+// "moe.expert_gate_up (weights), 275.0 GB"
 std::string largest_buffer(const MemoryNeeds& needs) {
   const BufferNeed* largest = nullptr;
   for (const BufferNeed& b : needs.buffers)
     if (!largest || b.bytes > largest->bytes) largest = &b;
   if (!largest) return "none";
-  return largest->block + "." + largest->name + " (" + format_gb(double(largest->bytes)) + ", " +
-         home_name(largest->home) + ")";
+  return buffer_label(largest->block, largest->name, largest->home) + ", " + format_gb(double(largest->bytes));
 }
 
 }  // namespace

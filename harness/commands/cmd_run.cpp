@@ -7,7 +7,7 @@
 // median / max per variant. The file is rewritten after every rep, marked
 // incomplete until the last: a run cut short (a failed rank, a wait that timed
 // out, Ctrl-C) leaves a valid file with the reps it finished.
-#include <cuda_runtime.h>  // the typed cudaMalloc overloads device_buffer.h uses
+#include <cuda_runtime.h>
 
 #include <chrono>
 #include <climits>

@@ -53,13 +53,17 @@ TEST_CASE("out of memory: a DeviceBuffer names itself, the bytes asked and free"
   check_device_usable();
 }
 
-TEST_CASE("out of memory: DeviceMemory::take names <block>.<buffer>") {
+TEST_CASE("out of memory: DeviceMemory::take names <block>.<buffer>, a weight by its name and home") {
   const size_t bytes = more_than_the_device();
   pb::DeviceMemory memory = pb::DeviceMemory::owning();
   memory.begin_block("moe");
   const std::string message =
       error_of([&] { memory.take<float>("w_up", int64_t(bytes / sizeof(float)), pb::Home::rank); });
   check_named(message, "moe.w_up", bytes);
+  const std::string weight = error_of([&] {
+    memory.take<float>("moe.expert_down", int64_t(bytes / sizeof(float)), pb::Home::weights);
+  });
+  check_named(weight, "moe.expert_down (weights)", bytes);
   check_device_usable();
 }
 
