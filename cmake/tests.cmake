@@ -31,7 +31,7 @@ set(PB_MPI_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_M
 function(pb_cpu_test src)
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src})
-  target_link_libraries(${name} PRIVATE pb_core pb_kernels pb_doctest_main)
+  target_link_libraries(${name} PRIVATE pb_core pb_kernel_refs pb_doctest_main)
   target_compile_definitions(${name} PRIVATE PB_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
   add_test(NAME cpu.${name} COMMAND ${name})
   set_tests_properties(cpu.${name} PROPERTIES LABELS cpu TIMEOUT 300)
@@ -57,6 +57,8 @@ foreach(family ${PB_KERNEL_FAMILIES})
     pb_gpu_test(${src})
   endforeach()
 endforeach()
+# The engine names and which engines this build has: fmha.cu.
+target_link_libraries(test_ref_fmha PRIVATE pb_kernels)
 
 # harness/core: pure host code.
 foreach(name test_compare test_plan test_projection test_results test_scenario test_schedule test_slab_layout test_trace test_power_state test_wall_split)
@@ -250,7 +252,7 @@ set_tests_properties(cpu.plan_calibrated_cp1_16k PROPERTIES LABELS cpu TIMEOUT 1
 # the descriptor passing over a Unix socket, its deadlines and the granularity
 # rounding on 3 and 4 ranks without a GPU; both share modes on the device.
 add_executable(test_fd_share test/blocks/test_fd_share.cpp)
-target_link_libraries(test_fd_share PRIVATE pb_mpi_test_main pb_blocks)
+target_link_libraries(test_fd_share PRIVATE pb_mpi_test_main pb_blocks_host)
 foreach(np 3 4)
   add_test(NAME mpi.test_fd_share${np} COMMAND ${PB_MPIRUN} -np ${np} $<TARGET_FILE:test_fd_share>)
   set_tests_properties(mpi.test_fd_share${np} PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${PB_MPI_ENV}")
@@ -264,7 +266,7 @@ set_tests_properties(mpi_gpu.test_shared_region PROPERTIES LABELS "gpu;mpi" SKIP
 # The NCCL fabric (harness/blocks/fabric.h, fabric_plan.h). On the host (CI):
 # the locality plan, the scenario keys fabric and emulate_hosts, the staging.
 pb_cpu_test(test/blocks/test_fabric_plan.cpp)
-target_link_libraries(test_fabric_plan PRIVATE pb_blocks)
+target_link_libraries(test_fabric_plan PRIVATE pb_blocks_host)
 # On the device (every rank exits 77 when any rank sees no device): the MLA
 # and KDA blocks over fabric nccl (CP2, CP4: every rank its own emulated host)
 # and fabric auto (CP4: 2 emulated hosts x 2 ranks) equal fabric ipc bit for
@@ -400,3 +402,113 @@ add_test(NAME cli.regress_usage
           bash ${CMAKE_SOURCE_DIR}/scripts/regress.sh --max-regression 3% ${CMAKE_SOURCE_DIR}/scenarios/cp1-16k.yaml
           /nonexistent/base.h5)
 set_tests_properties(cli.regress_usage PROPERTIES LABELS cpu TIMEOUT 60)
+
+# ---- faults injected on purpose ----
+# Writing a results file when the disk fills or the folder cannot take it.
+pb_cpu_test(test/core/test_write_faults.cpp)
+# describe_results <file>: one line (kind, complete, reps per variant) the fault tests match.
+add_executable(describe_results test/commands/describe_results.cpp)
+target_link_libraries(describe_results PRIVATE pb_core)
+# A rank killed (SIGKILL) mid-run, without a GPU: a gang that rewrites its
+# results after every rep (gang_fault_probe) on 3 ranks loses rank 1, then
+# rank 0 (the writer, perhaps mid-write): the job ends within 30 s naming the
+# rank, and the file reads back incomplete with the reps that finished.
+add_executable(gang_fault_probe test/core/gang_fault_probe.cpp)
+target_link_libraries(gang_fault_probe PRIVATE pb_core)
+set(PB_KILL_RANK bash ${CMAKE_SOURCE_DIR}/test/commands/kill_rank.sh $<TARGET_FILE:describe_results>)
+foreach(rank 1 0)
+  add_test(NAME mpi.kill_rank${rank}
+    COMMAND ${PB_KILL_RANK} KILL ${rank} 30 ${CMAKE_BINARY_DIR}/test-out/kill-rank${rank}.h5
+            ${PB_MPIRUN} -np 3 $<TARGET_FILE:gang_fault_probe> ${CMAKE_BINARY_DIR}/test-out/kill-rank${rank}.h5 1000)
+  set_tests_properties(mpi.kill_rank${rank} PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${PB_MPI_ENV}")
+endforeach()
+# `prefill-bench run` losing a rank mid-run (smoke size, ranks taking turns on
+# one GPU): SIGKILL on rank 1 of 2 and rank 2 of 4, SIGINT on rank 0 of 2 and
+# of 4. Each ends within 60 s naming the rank; the file holds the finished
+# reps, marked incomplete. Skipped (77) without a GPU.
+foreach(case KILL:1:2 KILL:2:4 INT:0:2 INT:0:4)
+  string(REPLACE ":" ";" parts ${case})
+  list(GET parts 0 signal)
+  list(GET parts 1 rank)
+  list(GET parts 2 np)
+  set(scenario ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp${np}.yaml)
+  string(TOLOWER ${signal} name)
+  set(out ${CMAKE_BINARY_DIR}/test-out/${name}-rank${rank}-cp${np}.h5)
+  add_test(NAME mpi_gpu.run_${name}_rank${rank}_cp${np}
+    COMMAND ${PB_KILL_RANK} ${signal} ${rank} 60 ${out}
+            ${PB_MPIRUN} -np ${np} $<TARGET_FILE:prefill-bench> run ${scenario} --set serialize_ranks=true
+            --set reps=1000 -o ${out} --overwrite)
+  set_tests_properties(mpi_gpu.run_${name}_rank${rank}_cp${np} PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77
+    TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}")
+endforeach()
+
+# `compare` given broken results files: a named error and exit 2, alone and on
+# either side of the gate; damage anywhere never crashes it.
+add_test(NAME cli.compare_corrupt_files
+  COMMAND bash ${CMAKE_SOURCE_DIR}/test/commands/corrupt_results.sh $<TARGET_FILE:prefill-bench>
+          ${PB_GATE_DIR}/base.h5 ${CMAKE_BINARY_DIR}/test-out/corrupt)
+set_tests_properties(cli.compare_corrupt_files PROPERTIES LABELS cpu TIMEOUT 300 FIXTURES_REQUIRED gate_files
+  ENVIRONMENT "${PB_MPI_ENV}")
+# A full disk under the output (its .tmp a link to /dev/full) and an output
+# folder that is a regular file: exit 2, named; the earlier file intact.
+# `plan` (no GPU) and `run` (GPU, smoke size).
+add_test(NAME cli.plan_output_faults
+  COMMAND bash ${CMAKE_SOURCE_DIR}/test/commands/output_faults.sh ${CMAKE_BINARY_DIR}/test-out/faults-plan.h5
+          $<TARGET_FILE:prefill-bench> plan ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp2.yaml)
+set_tests_properties(cli.plan_output_faults PROPERTIES LABELS cpu TIMEOUT 120 ENVIRONMENT "${PB_MPI_ENV}")
+add_test(NAME mpi_gpu.run_output_faults
+  COMMAND bash ${CMAKE_SOURCE_DIR}/test/commands/output_faults.sh ${CMAKE_BINARY_DIR}/test-out/faults-run.h5
+          $<TARGET_FILE:prefill-bench> run ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml)
+set_tests_properties(mpi_gpu.run_output_faults PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
+  ENVIRONMENT "${PB_MPI_ENV}")
+
+# A device allocation that does not fit: DeviceBuffer and DeviceMemory::take
+# name the buffer, the bytes asked and free (gpu); `run` of a model far larger
+# than the GPU is refused before allocating, naming the rank, the GPU, the
+# need, the free bytes and the rank's largest buffer (cp 1, and cp 2 sharing a GPU).
+pb_gpu_test(test/blocks/test_out_of_memory.cpp)
+set(PB_HUGE_MODEL --set model.experts=4096 --set model.expert_inter=65536)
+set(PB_NO_FIT_REGEX "\\[rank [01] on [^]]+\\] error: the scenario does not fit on GPU [0-9]+ of [^:]+: [0-9]+ rank\\(s\\) need [0-9.]+ GB \\(weights [0-9.]+ GB, turn-local arena [0-9.]+ GB, rank buffers [0-9.]+ GB\\) and [0-9.]+ GB are free of [0-9.]+ GB; this rank's largest buffer: moe\\.expert_gate_up \\(weights\\), [0-9.]+ GB")
+add_test(NAME mpi_gpu.run_does_not_fit
+  COMMAND ${PB_EXPECT} 2 "${PB_NO_FIT_REGEX}" $<TARGET_FILE:prefill-bench> run ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml
+          ${PB_HUGE_MODEL} -o ${CMAKE_BINARY_DIR}/test-out/no-fit.h5 --overwrite)
+add_test(NAME mpi_gpu.run_does_not_fit_cp2
+  COMMAND ${PB_EXPECT} 2 "${PB_NO_FIT_REGEX}" ${PB_MPIRUN} -np 2 $<TARGET_FILE:prefill-bench> run
+          ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp2.yaml --set serialize_ranks=true ${PB_HUGE_MODEL}
+          -o ${CMAKE_BINARY_DIR}/test-out/no-fit-cp2.h5 --overwrite)
+set_tests_properties(mpi_gpu.run_does_not_fit mpi_gpu.run_does_not_fit_cp2 PROPERTIES LABELS "gpu;mpi" TIMEOUT 300
+  ENVIRONMENT "${PB_MPI_ENV}" SKIP_REGULAR_EXPRESSION "no CUDA device is visible")
+
+# ---- the host suites under AddressSanitizer and UndefinedBehaviorSanitizer ----
+# In a build folder configured with -DPB_SANITIZE=ON (CMakeLists.txt), target
+# pb_sanitized builds the suites that need no CUDA object (no nvcc run), and
+# label `sanitized` selects them: `scripts/test.sh --sanitize` (part of CI).
+# A finding fails the test (ASan's exit, UBSan's -fno-sanitize-recover=all).
+# LeakSanitizer is on for the single-process suites; under mpirun it is off:
+# Open MPI keeps memory until exit in plugins it unloads at MPI_Finalize, whose
+# allocation stacks LeakSanitizer can then no longer name (nor suppress).
+set(PB_SANITIZED_TARGETS
+  test_ref_argmax test_ref_attnres test_ref_conv_merge test_ref_kda test_ref_land_elementwise
+  test_ref_moe_route test_ref_rmsnorm test_kda_tiles
+  test_compare test_plan test_projection test_results test_scenario test_schedule test_slab_layout
+  test_trace test_power_state test_doorbell_protocol test_fabric_plan write_gate_files
+  test_gang rank_failure_probe test_fd_share test_write_faults describe_results gang_fault_probe)
+add_custom_target(pb_sanitized)
+add_dependencies(pb_sanitized ${PB_SANITIZED_TARGETS})
+set(PB_SANITIZED_CPU_TESTS cli.gate_files)
+foreach(name ${PB_SANITIZED_TARGETS})
+  if(TEST cpu.${name})
+    list(APPEND PB_SANITIZED_CPU_TESTS cpu.${name})
+  endif()
+endforeach()
+set(PB_SANITIZED_MPI_TESTS mpi.test_gang mpi.rank_failure mpi.rank_failure_debug mpi.test_fd_share3 mpi.test_fd_share4
+    mpi.kill_rank1 mpi.kill_rank0)
+set_property(TEST ${PB_SANITIZED_CPU_TESTS} ${PB_SANITIZED_MPI_TESTS} APPEND PROPERTY LABELS sanitized)
+set(PB_SANITIZER_ENV "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+set_property(TEST ${PB_SANITIZED_CPU_TESTS} APPEND PROPERTY ENVIRONMENT ${PB_SANITIZER_ENV}
+             "ASAN_OPTIONS=detect_leaks=1")
+set_property(TEST ${PB_SANITIZED_MPI_TESTS} APPEND PROPERTY ENVIRONMENT ${PB_SANITIZER_ENV}
+             "ASAN_OPTIONS=detect_leaks=0")
+# A write that fails leaves HDF5's file struct behind (test/support/lsan-failed-write.supp says why).
+set_property(TEST cpu.test_write_faults APPEND PROPERTY ENVIRONMENT
+             "LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/test/support/lsan-failed-write.supp:print_suppressions=0")

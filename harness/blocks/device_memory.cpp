@@ -40,6 +40,11 @@ const char* home_name(Home h) {
   return "?";
 }
 
+std::string buffer_label(const std::string& block, const std::string& name, Home home) {
+  if (home == Home::weights) return name + " (weights)";
+  return block + "." + name;
+}
+
 std::string format_gb(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f GB", bytes / 1e9);
@@ -137,6 +142,15 @@ MemoryNeeds reduce_needs(const MemoryNeeds& mine, MPI_Comm comm, const Placement
   return shared;
 }
 
+// "moe.expert_gate_up (weights), 275.0 GB"
+std::string largest_buffer(const MemoryNeeds& needs) {
+  const BufferNeed* largest = nullptr;
+  for (const BufferNeed& b : needs.buffers)
+    if (!largest || b.bytes > largest->bytes) largest = &b;
+  if (!largest) return "none";
+  return buffer_label(largest->block, largest->name, largest->home) + ", " + format_gb(double(largest->bytes));
+}
+
 }  // namespace
 
 GangMemory::GangMemory(const Gang& gang, int device, bool serialized, ShareMode share,
@@ -153,7 +167,8 @@ GangMemory::GangMemory(const Gang& gang, int device, bool serialized, ShareMode 
   MPI_Comm_size(gpu, &gpu_size_);
   placement_.ranks_per_gpu = gpu_size_;
   placement_.serialized = serialized;
-  const MemoryNeeds shared = reduce_needs(needs_for(placement_), gpu, placement_, budget_);
+  const MemoryNeeds mine = needs_for(placement_);
+  const MemoryNeeds shared = reduce_needs(mine, gpu, placement_, budget_);
 
   // Refuse before allocating: every rank of the GPU decides on the first one's reading.
   size_t free_b = 0, total_b = 0;
@@ -167,6 +182,7 @@ GangMemory::GangMemory(const Gang& gang, int device, bool serialized, ShareMode 
                     " (weights " + format_gb(double(budget_.weights)) + ", turn-local arena " +
                     format_gb(double(budget_.arena)) + ", rank buffers " + format_gb(double(budget_.ranks)) +
                     ") and " + format_gb(double(free_bytes)) + " are free of " + format_gb(double(total_b)) +
+                    "; this rank's largest buffer: " + largest_buffer(mine) +
                     " (`prefill-bench plan` prints the budget)");
 
   memory_.fills_weights_ = true;

@@ -55,6 +55,10 @@ struct BufferNeed {
   int64_t bytes = 0;
   Home home = Home::rank;
 };
+// A buffer's name in messages: "<block>.<name>"; a weight by its own name,
+// which says its block, and its home ("moe.router (weights)"), since weights
+// are taken wherever their block's weight set is built.
+std::string buffer_label(const std::string& block, const std::string& name, Home home);
 
 // What one rank asks for. Lane sizes are the largest block in each lane (the
 // shared arena); `turn_local` is every lane buffer apart (what owning
@@ -105,12 +109,13 @@ class DeviceMemory {
   // Buffers taken after this belong to `block` (its lane space starts at 0).
   void begin_block(const std::string& block) { block_ = block; }
   // `count` elements under `name`: a null view when counting, a view into a
-  // shared region when placed there, else an owned allocation.
+  // shared region when placed there, else an owned allocation (one that does
+  // not fit is an error naming the buffer (buffer_label), the bytes asked and free).
   template <class T>
   DeviceBuffer<T> take(const std::string& name, int64_t count, Home home) {
     void* shared = place(name, count * int64_t(sizeof(T)), home);
     if (mode_ == Mode::counting || shared) return DeviceBuffer<T>::view(static_cast<T*>(shared), size_t(count));
-    return DeviceBuffer<T>(size_t(count));
+    return DeviceBuffer<T>(size_t(count), buffer_label(block_, name, home));
   }
   // Memory a part allocates itself (e.g. the KDA workspace, the fabric slab), counted as a rank buffer.
   void note(const std::string& name, int64_t bytes);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "device_buffer.h"
 #include "fabric_driver.h"
 #include "nccl_comm.h"
 
@@ -41,9 +42,7 @@ Fabric::Fabric(const Gang& gang, const SlabLayout& shared, double timeout_s, con
   PB_CUDA(cudaGetDevice(&device));
   require_stream_mem_ops(device);
 
-  void* slab = nullptr;
-  PB_CUDA(cudaMalloc(&slab, size_t(layout_.total_bytes)));
-  own_ = static_cast<char*>(slab);
+  own_ = static_cast<char*>(device_allocate(size_t(layout_.total_bytes), "the fabric slab"));
   PB_CUDA(cudaMemset(own_, 0, size_t(layout_.total_bytes)));  // doorbells start at 0; no wait passes on 0
   PB_CUDA(cudaDeviceSynchronize());
   map_ipc_peers(gang);

@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "check.h"
+#include "device_buffer.h"
 #include "fd_share.h"
 #include "launch.h"
 
@@ -154,7 +155,10 @@ SharedRegion SharedRegion::share_vmm(int64_t bytes, MPI_Comm comm, int device, c
       r.granularity_ = device_granularity(prop);
       r.bytes_ = round_up(bytes, r.granularity_);
       CUmemGenericAllocationHandle handle = 0;
-      cu_ok(vmm().create(&handle, size_t(r.bytes_), &prop, 0),
+      const CUresult created = vmm().create(&handle, size_t(r.bytes_), &prop, 0);
+      if (created == CUDA_ERROR_OUT_OF_MEMORY)
+        throw_error(__FILE__, __LINE__, out_of_device_memory(what, size_t(r.bytes_)));
+      cu_ok(created,
             "cuMemCreate(" + what + ", " + std::to_string(r.bytes_) + " bytes on GPU " + std::to_string(device) + ")");
       r.handle_ = handle;
       int fd = -1;
@@ -207,8 +211,7 @@ SharedRegion SharedRegion::share_ipc(int64_t bytes, MPI_Comm comm, const std::st
   std::string problem;
   if (me == 0) {
     try {
-      void* base = nullptr;
-      PB_CUDA(cudaMalloc(&base, size_t(bytes)));
+      void* base = device_allocate(size_t(bytes), what);
       r.base_ = static_cast<char*>(base);
       PB_CUDA(cudaIpcGetMemHandle(&handle, base));
     } catch (const std::exception& e) {

@@ -7,7 +7,7 @@
 // of one dense segment pair, measured first on rank 0 alone), the doorbell
 // wait and the fabric bytes; every launch becomes a span with plan's name and
 // cost, and the launch list is checked against plan's MLA layer.
-#include <cuda_runtime.h>  // the typed cudaMalloc overloads device_buffer.h uses
+#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>

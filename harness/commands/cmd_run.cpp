@@ -7,9 +7,10 @@
 // median / max per variant. The file is rewritten after every rep, marked
 // incomplete until the last: a run cut short (a failed rank, a wait that timed
 // out, Ctrl-C) leaves a valid file with the reps it finished.
-#include <cuda_runtime.h>  // the typed cudaMalloc overloads device_buffer.h uses
+#include <cuda_runtime.h>
 
 #include <chrono>
+#include <climits>
 #include <csignal>
 #include <cstring>
 #include <sstream>
@@ -52,11 +53,11 @@ std::vector<float> bytes_as_floats(const std::string& b) {
 volatile std::sig_atomic_t g_interrupted = 0;
 void note_interrupt(int) { g_interrupted = 1; }
 
-// Whether any rank saw Ctrl-C (SIGINT): the ranks stop together at a rep boundary.
-bool interrupted_anywhere(const Gang& gang) {
-  int mine = g_interrupted ? 1 : 0, any = 0;
-  MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, gang.comm());
-  return any != 0;
+// The lowest rank that saw Ctrl-C (SIGINT), or -1: the ranks stop together at a rep boundary.
+int interrupted_rank(const Gang& gang) {
+  int mine = g_interrupted ? gang.rank() : INT_MAX, lowest = INT_MAX;
+  MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, gang.comm());
+  return lowest == INT_MAX ? -1 : lowest;
 }
 
 double peak_device_bytes() {
@@ -203,11 +204,13 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       write_results(path, result, args.overwrite || written);
       written = true;
     }
-    if (interrupted_anywhere(gang)) {
+    if (const int interrupted = interrupted_rank(gang); interrupted >= 0) {
       if (gang.is_root()) {
         write_results(path, result, args.overwrite || written);
-        std::fprintf(stderr, "prefill-bench run: interrupted after %d rep(s); %s holds them, marked incomplete\n",
-                     finished_reps, path.c_str());
+        std::fprintf(stderr,
+                     "prefill-bench run: interrupted (SIGINT on rank %d) after %d rep(s); %s holds them, marked "
+                     "incomplete\n",
+                     interrupted, finished_reps, path.c_str());
       }
       return 130;
     }

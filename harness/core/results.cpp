@@ -6,8 +6,12 @@
 #include "results.h"
 
 #include <hdf5.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -46,8 +50,10 @@ namespace {
 // ---- checked HDF5 calls ------------------------------------------------------
 
 herr_t collect_error_description(unsigned, const H5E_error2_t* error, void* descriptions) {
-  if (error->desc && *error->desc)
-    static_cast<std::vector<std::string>*>(descriptions)->push_back(error->desc);
+  if (!error->desc || !*error->desc) return 0;
+  std::string desc = error->desc;
+  std::replace(desc.begin(), desc.end(), '\n', ' ');  // one line (a failed write's text holds a ctime() date)
+  static_cast<std::vector<std::string>*>(descriptions)->push_back(desc);
   return 0;
 }
 
@@ -69,8 +75,18 @@ Status h5_checked(Status status, const char* expr, const char* file, int line) {
 }
 #define PB_H5(expr) h5_checked((expr), #expr, __FILE__, __LINE__)
 
-// We print our own messages; HDF5's automatic stack dump would only add noise.
-void silence_hdf5_error_printing() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+// Before the first HDF5 call of the process: no library shutdown at exit. A
+// write that fails (a full disk) leaves the file HDF5 could not flush open in
+// the library, and HDF5 1.10's exit handler crashes closing it again, turning a
+// named error into a segmentation fault. Every file we open is closed by a
+// Handle, so the shutdown has nothing left to flush.
+// Then, every time: we print our own messages; HDF5's automatic stack dump
+// would only add noise.
+void start_hdf5() {
+  static const bool no_shutdown_at_exit = H5dont_atexit() >= 0;
+  (void)no_shutdown_at_exit;
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
 
 // An HDF5 identifier that closes itself.
 class Handle {
@@ -127,10 +143,13 @@ void write_scalar_attribute(hid_t object, const std::string& name, hid_t file_ty
   PB_H5(H5Awrite(attribute, memory_type, value));
 }
 
+// Fixed-length, NUL-padded UTF-8: nothing goes to HDF5's global heap, which
+// HDF5 1.10 reads without checks (a damaged heap crashes the reader instead
+// of failing the read).
 void write_string_attribute(hid_t object, const std::string& name, const std::string& value) {
-  Handle type = variable_string_type();
-  const char* text = value.c_str();
-  write_scalar_attribute(object, name, type, type, &text);
+  Handle type = fixed_string_type(std::max<size_t>(value.size(), 1));
+  PB_H5(H5Tset_cset(type, H5T_CSET_UTF8));
+  write_scalar_attribute(object, name, type, type, value.c_str());
 }
 
 void write_f64_attribute(hid_t object, const std::string& name, double value) {
@@ -171,7 +190,7 @@ std::string read_string_attribute(const Node& node, const std::string& name) {
     return value;
   }
   const size_t bytes = H5Tget_size(stored_type);
-  Handle type = fixed_string_type(bytes);
+  Handle type{PB_H5(H5Tcopy(stored_type)), H5Tclose};  // its character set as stored: no conversion
   std::string buffer(bytes, '\0');
   PB_H5(H5Aread(attribute, type, buffer.data()));
   return buffer.substr(0, strnlen(buffer.data(), bytes));
@@ -828,7 +847,10 @@ VariantResult read_variant(const Node& variants, const std::string& name, int32_
 // ---- whole files ---------------------------------------------------------------------
 
 void write_file(const std::string& path, const RunResult& result) {
-  Handle file{PB_H5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)), H5Fclose};
+  // The 1.8 format or later: checksummed metadata (results.h).
+  Handle access{PB_H5(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose};
+  PB_H5(H5Pset_libver_bounds(access, H5F_LIBVER_V18, H5F_LIBVER_LATEST));
+  Handle file{PB_H5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access)), H5Fclose};
   const Node root{file, "/"};
   write_root_attributes(root, result);
   {
@@ -876,11 +898,19 @@ auto naming_the_file(const char* doing, const std::string& path, Body body) {
 void check_results_path(const std::string& path, bool overwrite) {
   PB_CHECK(overwrite || !std::filesystem::exists(path),
            fmt::format("results file '{}' already exists: pass --overwrite or choose another output", path));
+  // The folder takes a new file: a missing or unwritable folder is named now,
+  // not after a long run. A scratch name of its own leaves <path>.tmp alone.
+  std::string probe = path + ".check-XXXXXX";
+  const int fd = mkstemp(probe.data());
+  PB_CHECK(fd >= 0, fmt::format("results file '{}': its folder cannot take a new file: {}", path,
+                                std::strerror(errno)));
+  ::close(fd);
+  std::remove(probe.c_str());
 }
 
 void write_results(const std::string& path, const RunResult& result, bool overwrite) {
   check_results_path(path, overwrite);
-  silence_hdf5_error_printing();
+  start_hdf5();
   const std::string temporary = path + ".tmp";
   naming_the_file("writing", temporary, [&] {
     try {
@@ -897,7 +927,7 @@ void write_results(const std::string& path, const RunResult& result, bool overwr
 }
 
 RunResult read_results(const std::string& path) {
-  silence_hdf5_error_printing();
+  start_hdf5();
   return naming_the_file("reading", path, [&] { return read_file(path); });
 }
 

@@ -21,11 +21,17 @@
 // Version 1 files (no spans.stream, no bells, no projection) are read too:
 // every span on stream 0, no bells, no projections.
 //
-// Types: string attributes are variable-length UTF-8; numbers f64;
+// Types: string attributes are fixed-length, NUL-padded UTF-8 (h5py reads them
+// as bytes; variable-length ones, in older files, are read too); numbers f64;
 // schema_version and complete i32 (complete: 0 or 1); first_token i64. Strings
 // in the compound tables are fixed-length, NUL-padded, kNameBytes bytes (h5py
 // reads them as bytes); a longer name is an error, never truncated. Tables and
 // arrays may have zero rows.
+//
+// Written in the HDF5 1.8 file format or later: its metadata (superblock,
+// object headers, B-trees, heaps) carries checksums, so a damaged header is a
+// read error, never data misread. Nothing is variable-length, so nothing lives
+// in HDF5's global heap, the one structure HDF5 1.10 reads unchecked.
 #pragma once
 
 #include <cstdint>
@@ -244,7 +250,8 @@ struct RunResult {
 // file is written to path + ".tmp" and renamed, so a reader (or a run cut
 // short) never sees a half-written file.
 void write_results(const std::string& path, const RunResult& result, bool overwrite);
-// The same refusal, checked before a long run starts.
+// The same refusal, and a folder that cannot take a new file (missing, not a
+// folder, read-only), checked before a long run starts.
 void check_results_path(const std::string& path, bool overwrite);
 // Read a file written by write_results; throws pb::Error naming the file and
 // what is missing or of the wrong schema.

@@ -4,9 +4,12 @@
 // counted, never placed).
 #pragma once
 
-#include <cuda_runtime.h>  // the typed cudaMalloc
+#include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -14,12 +17,49 @@
 
 namespace pb {
 
+// "1234567 bytes (0.00 GB)"
+inline std::string bytes_and_gb(size_t bytes) {
+  char gb[32];
+  std::snprintf(gb, sizeof gb, "%.2f", double(bytes) / 1e9);
+  return std::to_string(bytes) + " bytes (" + gb + " GB)";
+}
+
+// The error for an allocation that does not fit: the buffer, the bytes asked,
+// and what the current device has free of its total.
+inline std::string out_of_device_memory(const std::string& what, size_t bytes) {
+  std::string message = "out of device memory: " + (what.empty() ? std::string("a buffer") : what) + " asks " +
+                        bytes_and_gb(bytes);
+  int device = -1;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaGetDevice(&device) == cudaSuccess && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
+    message += ", and GPU " + std::to_string(device) + " has " + bytes_and_gb(free_bytes) + " free of " +
+               bytes_and_gb(total_bytes);
+  return message;
+}
+
+// cudaMalloc of `bytes` for `what` (a name for messages; may be empty): an
+// allocation that does not fit is out_of_device_memory's error, never a bare
+// CUDA error code. The context stays usable after it.
+inline void* device_allocate(size_t bytes, const std::string& what) {
+  void* ptr = nullptr;
+  const cudaError_t rc = cudaMalloc(&ptr, bytes);
+  if (rc == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // out of memory is not sticky: clear it for the next call
+    ::pb::throw_error(__FILE__, __LINE__, out_of_device_memory(what, bytes));
+  }
+  PB_CUDA(rc);
+  return ptr;
+}
+
 template <class T>
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t n) : n_(n) {
-    if (n) PB_CUDA(cudaMalloc(&ptr_, n * sizeof(T)));
+  // `what` names the buffer in an out-of-memory error (device_allocate).
+  explicit DeviceBuffer(size_t n, const std::string& what = "") : n_(n) {
+    PB_CHECK(n <= SIZE_MAX / sizeof(T),
+             "DeviceBuffer " + what + ": " + std::to_string(n) + " elements overflow size_t");
+    if (n) ptr_ = static_cast<T*>(device_allocate(n * sizeof(T), what));
   }
   // Not owned: `ptr` stays valid for as long as its owner keeps it.
   static DeviceBuffer view(T* ptr, size_t n) {

@@ -542,6 +542,4 @@ void attnres(Variant v, const bf16* snap, const bf16* partial, const float* sw, 
   else attnres_baseline(snap, partial, sw, scores, out, shape, eps, stream);
 }
 
-int attnres_launches(Variant v) { return v == Variant::cut ? 1 : 2; }
-
 }  // namespace pb

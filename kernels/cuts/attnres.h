@@ -103,7 +103,7 @@ void attnres(Variant v, const __nv_bfloat16* snap, const __nv_bfloat16* partial,
              float* scores, __nv_bfloat16* out, const AttnResShape& shape, float eps,
              cudaStream_t stream);
 // Kernel launches per call (rows > 0): 2 for the baseline (scores, mix), 1 for the fused cut.
-int attnres_launches(Variant v);
+inline int attnres_launches(Variant v) { return v == Variant::cut ? 1 : 2; }
 
 // Plain C++ reference on bf16 bit patterns, the contract above term for term;
 // rsqrtf and expf come from m (ref_math.h).

@@ -109,3 +109,14 @@ TEST_CASE("memory goals on one H200: cp8-128k <= 130 GB, cp4-64k <= 90 GB") {
     CHECK(alone.fullest.total() > 55e9);
   }
 }
+
+TEST_CASE("buffer labels: <block>.<name>; a weight by its own name and home; each label once") {
+  CHECK(buffer_label("kda", "normed", Home::mixer) == "kda.normed");
+  CHECK(buffer_label("kda", "moe.router", Home::weights) == "moe.router (weights)");
+  const Scenario s = load("cp4-64k", true);
+  std::set<std::string> labels;
+  for (const BufferNeed& b : Superstep::memory_needs(s, 0, Placement{4, true}).buffers) {
+    const std::string label = buffer_label(b.block, b.name, b.home);
+    CHECK_MESSAGE(labels.insert(label).second, "label twice: " << label);
+  }
+}
