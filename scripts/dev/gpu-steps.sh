@@ -33,7 +33,11 @@ for step in "$@"; do
       extra=${b:-}
       [[ $kind == run ]] && extra=${c:-}
       [[ -n $extra ]] && IFS=',' read -r -a opts <<<"$extra"
-      np=$("$B/prefill-bench" ranks "$scenario" "${opts[@]}" 2>/dev/null | grep -E '^[0-9]+$' || echo 1)
+      sets=()   # ranks takes only the --set overrides
+      for ((i = 0; i < ${#opts[@]}; i++)); do
+        [[ ${opts[i]} == --set ]] && sets+=(--set "${opts[i + 1]}")
+      done
+      np=$("$B/prefill-bench" ranks "$scenario" "${sets[@]}" 2>/dev/null | grep -E '^[0-9]+$' || echo 1)
       log=$OUT/$kind-$a.log
       [[ $kind == run ]] && log=$OUT/run-$b.log
       case $kind in
