@@ -6,12 +6,27 @@
 
 #include <cstdio>
 #include <exception>
+#include <fstream>
+#include <string>
+
+#include <unistd.h>
 
 #include "mpi_gpu_test.h"
 
 namespace {
 pb::Gang* g_test_gang = nullptr;
+
+// Prints a non-root rank's doctest report when its tests failed, then removes it.
+void print_failed_report(const std::string& path, int rank, bool failed) {
+  if (failed) {
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) std::printf("[rank %d] %s\n", rank, line.c_str());
+    std::fflush(stdout);
+  }
+  std::remove(path.c_str());
 }
+}  // namespace
 
 const pb::Gang& pb::test_gang() { return *g_test_gang; }
 
@@ -35,13 +50,16 @@ int main(int argc, char** argv) {
       if (cudaSetDevice(device) != cudaSuccess) gang.fail("cudaSetDevice failed");
       std::printf("%s -> device %d of %d\n", gang.describe().c_str(), device, devices);
       doctest::Context context(argc, argv);
-      if (!gang.is_root()) context.setOption("out", "/dev/null");
+      // Rank 0 reports; another rank's report is printed only when it failed.
+      const std::string report = "/tmp/pb-doctest-" + std::to_string(getpid()) + ".txt";
+      if (!gang.is_root()) context.setOption("out", report.c_str());
       int failed = 0;
       try {
         failed = context.run();
       } catch (const std::exception& e) {
         gang.fail(e.what());
       }
+      if (!gang.is_root()) print_failed_report(report, gang.rank(), failed != 0);
       int any_failed = 0;
       MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, gang.comm());
       rc = any_failed ? 1 : 0;
