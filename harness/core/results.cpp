@@ -276,10 +276,30 @@ hsize_t element_count(const Dims& dims) {
   return count;
 }
 
+// Arrays of at least this many elements are stored chunked and deflated (with
+// the shuffle filter) where the HDF5 library has deflate: a full-size run's
+// spans then fit in files of a few MB. Readers (this file, h5py) need nothing.
+constexpr hsize_t kCompressFrom = 4096;
+constexpr hsize_t kChunkElements = hsize_t(1) << 16;
+
+Handle dataset_properties(const Dims& dims) {
+  Handle properties{PB_H5(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose};
+  static const bool have_deflate = H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0;
+  if (!have_deflate || dims.empty() || element_count(dims) < kCompressFrom) return properties;
+  Dims chunk = dims;  // whole rows of the trailing dimensions, as many as fit
+  const hsize_t row = element_count(chunk) / chunk[0];
+  chunk[0] = std::max<hsize_t>(1, std::min(chunk[0], kChunkElements / std::max<hsize_t>(row, 1)));
+  PB_H5(H5Pset_chunk(properties, int(chunk.size()), chunk.data()));
+  PB_H5(H5Pset_shuffle(properties));
+  PB_H5(H5Pset_deflate(properties, 4));
+  return properties;
+}
+
 void write_dataset(const Node& group, const std::string& name, hid_t file_type, hid_t memory_type,
                    const Dims& dims, const void* data) {
   Handle space{PB_H5(H5Screate_simple(int(dims.size()), dims.data(), nullptr)), H5Sclose};
-  Handle dataset{PB_H5(H5Dcreate2(group.id, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT,
+  Handle properties = dataset_properties(dims);
+  Handle dataset{PB_H5(H5Dcreate2(group.id, name.c_str(), file_type, space, H5P_DEFAULT, properties,
                                   H5P_DEFAULT)),
                  H5Dclose};
   if (element_count(dims) > 0) PB_H5(H5Dwrite(dataset, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
