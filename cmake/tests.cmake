@@ -467,7 +467,7 @@ set_tests_properties(mpi_gpu.run_output_faults PROPERTIES LABELS "gpu;mpi" SKIP_
 # than the GPU is refused before allocating, naming the rank, the GPU, the
 # need, the free bytes and the rank's largest buffer (cp 1, and cp 2 sharing a GPU).
 pb_gpu_test(test/blocks/test_out_of_memory.cpp)
-set(PB_HUGE_MODEL --set model.experts=4096 --set model.expert_inter=65536)
+set(PB_HUGE_MODEL --set model.experts=1024 --set model.moe_latent=1024 --set model.expert_inter=65536)
 set(PB_NO_FIT_REGEX "\\[rank [01] on [^]]+\\] error: the scenario does not fit on GPU [0-9]+ of [^:]+: [0-9]+ rank\\(s\\) need [0-9.]+ GB \\(weights [0-9.]+ GB, turn-local arena [0-9.]+ GB, rank buffers [0-9.]+ GB\\) and [0-9.]+ GB are free of [0-9.]+ GB; this rank's largest buffer: moe\\.expert_gate_up \\(weights\\), [0-9.]+ GB")
 add_test(NAME mpi_gpu.run_does_not_fit
   COMMAND ${PB_EXPECT} 2 "${PB_NO_FIT_REGEX}" $<TARGET_FILE:prefill-bench> run ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml

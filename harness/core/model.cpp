@@ -56,8 +56,8 @@ const std::vector<ModelKey>& model_keys() {
       {"kda_chunk", &ModelShape::kda_chunk, 16, 256},
       {"dense_layers", &ModelShape::dense_layers, 0, 1024},
       {"dense_inter", &ModelShape::dense_inter, 8, 1 << 20},
-      {"experts", &ModelShape::experts, 1, 4096},
-      {"top_k", &ModelShape::top_k, 1, 64},
+      {"experts", &ModelShape::experts, 1, 1024},  // moe_route.h: kMoeMaxExperts
+      {"top_k", &ModelShape::top_k, 1, 32},  // moe_route.h: k <= min(E, 32)
       {"moe_latent", &ModelShape::moe_latent, 8, 65536},
       {"expert_inter", &ModelShape::expert_inter, 8, 65536},
       {"shared_inter", &ModelShape::shared_inter, 8, 1 << 20},
