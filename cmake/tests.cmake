@@ -157,6 +157,9 @@ if(PB_PYTHON)
   add_test(NAME cpu.readme_commands COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_readme.py
            ${CMAKE_SOURCE_DIR}/README.md ${CMAKE_BINARY_DIR})
   set_tests_properties(cpu.readme_commands PROPERTIES LABELS cpu TIMEOUT 600 ENVIRONMENT "${PB_MPI_ENV}")
+  add_test(NAME cpu.docs_plan_commands COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_readme.py
+           ${CMAKE_SOURCE_DIR}/docs/plan.md ${CMAKE_BINARY_DIR})
+  set_tests_properties(cpu.docs_plan_commands PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}")
   set(pb_plot_tests ${CMAKE_SOURCE_DIR}/test/scripts/test_plots.py)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${pb_plot_tests})
   execute_process(COMMAND ${PB_PYTHON} ${pb_plot_tests} --list OUTPUT_VARIABLE pb_plot_cases

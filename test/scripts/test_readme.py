@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Runs the README's commands that need no GPU, exactly as written, and checks
-the outputs it quotes, so that the README cannot drift from the code.
+"""Runs a guide's commands that need no GPU, exactly as written, and checks
+the outputs it quotes, so that the README (and docs/*.md) cannot drift from
+the code.
 
-    test_readme.py README.md <build dir>
+    test_readme.py README.md|docs/<page>.md <build dir>
 
 Marked blocks (an HTML comment on the line before the fence):
   <!-- ci -->                    a ```sh block: every command runs from the
@@ -12,7 +13,7 @@ Marked blocks (an HTML comment on the line before the fence):
   <!-- ci: output of CMD -->     a ```text block: CMD runs the same way and
                                   every line of the block must appear in its
                                   output, in order
-Exit 0 when every command did what the README says, 1 otherwise.
+Exit 0 when every command did what the file says, 1 otherwise.
 """
 import os
 import re
@@ -60,6 +61,9 @@ def run(command, cwd, env):
 def main():
     readme, build = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     repo = os.path.dirname(readme)
+    while not os.path.isdir(os.path.join(repo, "scenarios")):  # docs/*.md: the repository above
+        repo = os.path.dirname(repo)
+    name = os.path.relpath(readme, repo)
     env = dict(os.environ, PATH=build + os.pathsep + os.environ.get("PATH", ""), PB_BUILD=build)
     root = scratch_root(repo)
     failures, ran = [], 0
@@ -74,8 +78,8 @@ def main():
                 rc, output = run(cmd, root, env)
                 ran += 1
                 if rc != want:
-                    failures.append("README:{}: `{}` exited {}, the README says {}\n{}".format(
-                        line, cmd, rc, want, output[-2000:]))
+                    failures.append("{}:{}: `{}` exited {}, the file says {}\n{}".format(
+                        name, line, cmd, rc, want, output[-2000:]))
         else:
             rc, output = run(command, root, env)
             ran += 1
@@ -85,14 +89,14 @@ def main():
                 while at < len(printed) and printed[at] != quoted:
                     at += 1
                 if at == len(printed):
-                    failures.append("README:{}: `{}` (exit {}) no longer prints, in order:\n  {}".format(
-                        line, command, rc, quoted))
+                    failures.append("{}:{}: `{}` (exit {}) no longer prints, in order:\n  {}".format(
+                        name, line, command, rc, quoted))
                     break
                 at += 1
     shutil.rmtree(root, ignore_errors=True)
     for f in failures:
         print(f)
-    print("README commands: {} run, {} failed".format(ran, len(failures)))
+    print("{} commands: {} run, {} failed".format(name, ran, len(failures)))
     return 1 if failures else 0
 
 
