@@ -18,7 +18,10 @@ namespace {
 using bf16 = __nv_bfloat16;
 constexpr int64_t kSmallWidth = 256;  // wsm rows: beta | f_a | pad
 const char* const kStreams[3] = {"q", "k", "v"};
-
+// The halo: the upstream rank delivers its last kHaloRows normed rows into the
+// first rows of this rank's halo slot; the slot's last row is padding (the
+// projection runs at 4 rows) that no peer writes.
+constexpr int64_t kHaloRows = 3;
 
 }  // namespace
 
@@ -81,9 +84,19 @@ KdaBlock::KdaBlock(const ModelShape& m, const KdaWeights& w, const KdaLane& lane
   PB_CUDA(cudaMemset(carry_.get(), 0, carry_.bytes()));  // rank 0's carry: zeros
   PB_CUDA(cudaMemset(core_.get(), 0, core_.bytes()));    // rows >= T stay zero
   ws_ = KdaWorkspace(live_rows(), int(m.kda_heads));
-  if (lane_.fabric) {  // the halo rows' unused fourth row stays zero
+  // The halo slots' padding row stays zero. Only that row: over IPC the
+  // upstream rank may deliver call 0's rows as soon as the fabric is up, before
+  // this constructor runs (no collective between them), and clearing them here
+  // would erase them after their doorbell has rung.
+  if (lane_.fabric) {
     const SlabLayout& L = lane_.fabric->layout();
-    for (int p = 0; p < 2; ++p) PB_CUDA(cudaMemset(lane_.fabric->at(lane_.rank, L.halo[p]), 0, L.halo[p].bytes));
+    const int64_t row_bytes = m.hidden * int64_t(sizeof(bf16)), rows_bytes = kHaloRows * row_bytes;
+    for (int p = 0; p < 2; ++p) {
+      PB_CHECK(L.halo[p].bytes == rows_bytes + row_bytes,
+               "KdaBlock: a halo slot must hold the delivered rows and one padding row (slab_layout_with_kda)");
+      char* slot = static_cast<char*>(lane_.fabric->at(lane_.rank, L.halo[p]));
+      PB_CUDA(cudaMemset(slot + rows_bytes, 0, size_t(row_bytes)));
+    }
   }
 }
 
@@ -164,15 +177,15 @@ void KdaBlock::halo(Timeline& tl, const Blas& blas) {
     });
     tl.launch("fabric", "fabric.publish_halo", [&] {
       lane_.fabric->deliver(me + 1, Bell::halo, doorbell_value(seq_, 0),
-                            {{normed_.get() + (t - 3) * h, L.halo[par], 3 * h * 2}}, tl,
+                            {{normed_.get() + (t - kHaloRows) * h, L.halo[par], kHaloRows * h * 2}}, tl,
                             label(tl, "the halo rows for rank " + std::to_string(me + 1)));
     });
   }
   if (me > 0) {
-    const bf16* rows = nullptr;  // 4 rows: the upstream rank's last 3, then a zero row
+    const bf16* rows = nullptr;  // 4 rows: the upstream rank's last kHaloRows, then the zero padding row
     tl.launch("fabric", "fabric.wait_halo", [&] {
       rows = static_cast<const bf16*>(lane_.fabric->fetch(me - 1, Bell::halo, doorbell_value(seq_, 0),
-                                                          {{L.halo[par], 3 * h * 2}}, tl,
+                                                          {{L.halo[par], kHaloRows * h * 2}}, tl,
                                                           label(tl, "the halo rows of rank " + std::to_string(me - 1)))[0]);
     });
     tl.launch("gemm", "gemm.halo_qkv", [&] {

@@ -8,12 +8,16 @@
 //     and on every CP-N rank (with cuts 1 and 5 switched alongside: exact too);
 //   - a repeated call reproduces its bits (the halo / package parity slots).
 // Tiny widths and K3 widths (96 heads, hidden 7168) at short length.
+// And: a rank that builds its block only once its upstream rank's halo rows
+// of call 0 have landed in its slab (nothing orders the two) reads those rows.
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "device_buffer.h"
@@ -47,21 +51,42 @@ Bits rows_of(const Bits& all, int64_t begin, int64_t len, int64_t width) {
   return Bits(all.begin() + begin * width, all.begin() + (begin + len) * width);
 }
 
+// This rank's lane: its segment of a seeded [context, hidden] input (full) in
+// a bucket of `rows` (local), the weights, and the stream the calls run on.
+struct Lane {
+  int cp = 0, me = 0;
+  std::vector<Segment> segs;
+  int64_t rows = 0;
+  Segment mine;
+  cudaStream_t stream = nullptr;
+  DeviceBuffer<__nv_bfloat16> full, local;
+  Lane(const ModelShape& m, int64_t context, int64_t pad_rows)
+      : cp(test_gang().size()), me(test_gang().rank()), segs(contiguous_segments(context, cp)),
+        rows(segs[0].len + pad_rows), mine(segs[size_t(me)]) {
+    PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    full = DeviceBuffer<__nv_bfloat16>(size_t(context * m.hidden));
+    local = DeviceBuffer<__nv_bfloat16>(size_t(rows * m.hidden));
+    fill_uniform_bf16(full.get(), context * m.hidden, 8, 1.0f, stream);
+    fill_uniform_bf16(local.get(), rows * m.hidden, 9, 1.0f, stream);
+    PB_CUDA(cudaMemcpyAsync(local.get(), full.get() + mine.begin * m.hidden, size_t(mine.len * m.hidden) * 2,
+                            cudaMemcpyDeviceToDevice, stream));
+    PB_CUDA(cudaStreamSynchronize(stream));
+  }
+  ~Lane() { PB_CUDA_NOTHROW(cudaStreamDestroy(stream)); }
+};
+
 void check_kda_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
   const Gang& gang = test_gang();
-  const int cp = gang.size(), me = gang.rank();
+  Lane lane(m, context, pad_rows);
+  const int cp = lane.cp, me = lane.me;
   INFO("model " << m.preset << " cp " << cp << " rank " << me << " context " << context);
-  const std::vector<Segment> segs = contiguous_segments(context, cp);
-  const int64_t rows = segs[0].len + pad_rows;
-  const Segment mine = segs[me];
-  cudaStream_t stream;
-  PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const std::vector<Segment>& segs = lane.segs;
+  const int64_t rows = lane.rows;
+  const Segment mine = lane.mine;
+  cudaStream_t stream = lane.stream;
   const KdaWeights w(m, 91, stream);
-  DeviceBuffer<__nv_bfloat16> full(size_t(context * m.hidden)), local(size_t(rows * m.hidden));
-  fill_uniform_bf16(full.get(), context * m.hidden, 8, 1.0f, stream);
-  fill_uniform_bf16(local.get(), rows * m.hidden, 9, 1.0f, stream);
-  PB_CUDA(cudaMemcpyAsync(local.get(), full.get() + mine.begin * m.hidden, size_t(mine.len * m.hidden) * 2,
-                          cudaMemcpyDeviceToDevice, stream));
+  const __nv_bfloat16* full = lane.full.get();
+  const __nv_bfloat16* local = lane.local.get();
   const Blas blas;
   Timeline tl(stream, false);
   const CutSet none = CutSet::none(), all = CutSet::all();
@@ -69,18 +94,18 @@ void check_kda_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
   Out cp1;
   {
     KdaBlock one(m, w, {0, 1, {{0, context}}, context, nullptr});
-    const Out a = run_block(one, full.get(), 0, none, tl, blas, nullptr, m);
-    const Out b = run_block(one, full.get(), 1, all, tl, blas, nullptr, m);
+    const Out a = run_block(one, full, 0, none, tl, blas, nullptr, m);
+    const Out b = run_block(one, full, 1, all, tl, blas, nullptr, m);
     CHECK_MESSAGE(a.block == b.block, "CP1: cuts 1, 2, 5 on vs off changed the block's bits");
     cp1 = {rows_of(a.block, mine.begin, mine.len, m.hidden), rows_of(a.core, mine.begin, mine.len, m.kda_inner())};
   }
 
   Fabric fab(gang, model_slab_layout(m, cp, rows), 30.0);
   KdaBlock block(m, w, {me, cp, segs, rows, &fab});
-  const Out off = run_block(block, local.get(), 0, none, tl, blas, &fab, m);
-  const Out on = run_block(block, local.get(), 1, all, tl, blas, &fab, m);
-  const Out off_again = run_block(block, local.get(), 2, none, tl, blas, &fab, m);
-  const Out on_again = run_block(block, local.get(), 3, all, tl, blas, &fab, m);
+  const Out off = run_block(block, local, 0, none, tl, blas, &fab, m);
+  const Out on = run_block(block, local, 1, all, tl, blas, &fab, m);
+  const Out off_again = run_block(block, local, 2, none, tl, blas, &fab, m);
+  const Out on_again = run_block(block, local, 3, all, tl, blas, &fab, m);
 
   const double e_core = test::rel_l2_bf16(off.core, cp1.core), e_block = test::rel_l2_bf16(off.block, cp1.block);
   CHECK(e_core <= kKdaRelL2Floor);
@@ -94,7 +119,42 @@ void check_kda_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
               m.preset.c_str(), cp, me, e_core, e_block, (long long)st.waits, st.wait_us_total, (long long)st.rings,
               (long long)st.bytes_written, (long long)st.bytes_read);
   gang.barrier();
-  PB_CUDA(cudaStreamDestroy(stream));
+}
+
+// Blocks until this rank's doorbell `flag` holds at least `value` (stored by
+// an IPC peer); false after timeout_s.
+bool await_doorbell(const Fabric& fab, int flag, uint64_t value, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (fab.doorbell(flag) < value) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
+
+// Rank r > 0 builds its block only after rank r - 1's halo rows of call 0 have
+// landed in its slab, then runs the same call three times: call 0 reads the
+// rows delivered before the block existed, call 2 the same rows delivered to a
+// built block, so the two agree bit for bit unless the constructor lost them.
+void check_late_construction(const ModelShape& m, int64_t context, int64_t pad_rows) {
+  const Gang& gang = test_gang();
+  Lane lane(m, context, pad_rows);
+  INFO("model " << m.preset << " cp " << lane.cp << " rank " << lane.me);
+  const KdaWeights w(m, 91, lane.stream);
+  const Blas blas;
+  Timeline tl(lane.stream, false);
+  Fabric fab(gang, model_slab_layout(m, lane.cp, lane.rows), 30.0);
+  if (lane.me > 0)
+    REQUIRE_MESSAGE(await_doorbell(fab, doorbell_index(lane.cp, lane.me - 1, Bell::halo), doorbell_value(0, 0), 30.0),
+                    "the halo rows of call 0 never came from rank " << lane.me - 1);
+  KdaBlock block(m, w, {lane.me, lane.cp, lane.segs, lane.rows, &fab});
+  const CutSet none = CutSet::none();
+  const Out first = run_block(block, lane.local.get(), 0, none, tl, blas, &fab, m);
+  run_block(block, lane.local.get(), 1, none, tl, blas, &fab, m);
+  const Out again = run_block(block, lane.local.get(), 2, none, tl, blas, &fab, m);
+  CHECK_MESSAGE(first.core == again.core, "call 0, on halo rows that came before the block, differs from call 2");
+  CHECK_MESSAGE(first.block == again.block, "call 0, on halo rows that came before the block, differs from call 2");
+  gang.barrier();
 }
 
 }  // namespace
@@ -102,3 +162,7 @@ void check_kda_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
 TEST_CASE("KDA across the CP lane, tiny widths") { check_kda_lane(model_preset("tiny"), 203, 13); }
 
 TEST_CASE("KDA across the CP lane, K3 widths at short length") { check_kda_lane(model_preset("k3"), 256, 16); }
+
+TEST_CASE("KDA: a rank that builds its block after its upstream's halo rows landed reads those rows, tiny widths") {
+  check_late_construction(model_preset("tiny"), 203, 13);
+}
