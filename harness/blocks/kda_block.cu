@@ -98,6 +98,7 @@ KdaBlock::KdaBlock(const ModelShape& m, const KdaWeights& w, const KdaLane& lane
       PB_CUDA(cudaMemset(slot + rows_bytes, 0, size_t(row_bytes)));
     }
   }
+  PB_CUDA(cudaDeviceSynchronize());  // the clears ran on the legacy stream, which the block's streams do not wait for
 }
 
 KdaBlock::~KdaBlock() = default;

@@ -81,6 +81,7 @@ MlaBlock::MlaBlock(const ModelShape& m, const MlaWeights& w, const MlaLane& lane
   for (const Segment& s : lane_.segments) PB_CHECK(s.len <= b_, "MlaBlock: a segment exceeds the bucket rows");
   // Rows T .. b of the attention are never written: zero them once.
   PB_CUDA(cudaMemset(attn_.get(), 0, attn_.bytes()));
+  PB_CUDA(cudaDeviceSynchronize());  // the legacy stream's clear, before the block's own streams use attn_
   if (lane_.cp > 1) {
     const SlabLayout& L = lane_.fabric->layout();
     PB_CHECK(L.seg >= b_ && L.heads == m.heads && L.kv_rank == m.kv_lora && L.rope_dim == m.qk_rope &&
