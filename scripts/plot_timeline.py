@@ -10,6 +10,7 @@ rank's spans back to back, and the title says so. The same data as
 `prefill-bench trace` (Perfetto), as a picture for READMEs and reviews.
 """
 import argparse
+import bisect
 import os
 import sys
 
@@ -19,6 +20,7 @@ import pbplot  # noqa: E402
 pbplot.require_plotting_python()
 
 import pbresults as pr  # noqa: E402
+from matplotlib.collections import LineCollection  # noqa: E402
 
 ROW = 1.0     # height of a (rank, stream) row
 BAR = 0.72    # bar height within it
@@ -63,48 +65,94 @@ def projected_places(f, variant, link):
     return places, pick
 
 
+def track_of(spans, i):
+    return int(spans["rank"][i]), int(spans["stream"][i]) if "stream" in spans.dtype.names else 0
+
+
+def ring_index(bells, places):
+    """(waiter, flag, ringer) -> sorted [(value, span)] of the rings drawn, and
+    (waiter, flag) -> the smallest value rung (a smaller wait was met by an
+    earlier rep's ring: values only grow)."""
+    rings, lowest = {}, {}
+    for b in bells:
+        if int(b["op"]) != 1 or int(b["span"]) not in places:
+            continue
+        key = (int(b["peer"]), int(b["flag"]))
+        value = int(b["value"])
+        rings.setdefault(key + (int(b["rank"]),), []).append((value, int(b["span"])))
+        lowest[key] = min(lowest.get(key, value), value)
+    for v in rings.values():
+        v.sort()
+    return rings, lowest
+
+
+def flow_segments(bells, places, y_at):
+    """A line from each ring's end to the start of the wait it met."""
+    rings, lowest = ring_index(bells, places)
+    segments = []
+    for b in bells:
+        if int(b["op"]) != 0 or int(b["span"]) not in places:
+            continue
+        key = (int(b["rank"]), int(b["flag"]))
+        value = int(b["value"])
+        if key not in lowest or value < lowest[key]:
+            continue
+        into = rings.get(key + (int(b["peer"]),), [])
+        k = bisect.bisect_left(into, (value, -1))
+        if k == len(into):
+            continue
+        src, dst = into[k][1], int(b["span"])
+        segments.append([(places[src][1] / 1e3, y_at(src)), (places[dst][0] / 1e3, y_at(dst))])
+    return segments
+
+
 def draw(ax, spans, places, bells, title):
-    names = spans.dtype.names
-    tracks = sorted({(int(spans["rank"][i]), int(spans["stream"][i]) if "stream" in names else 0) for i in places})
-    y_of = {t: n for n, t in enumerate(tracks)}
-    waits = set()
-    if bells is not None:
-        waits = {int(b["span"]) for b in bells if int(b["op"]) == 0}
-    families = {}
-    for i, (start, end) in places.items():
+    tracks = sorted({track_of(spans, i) for i in places})
+    y_of = {t: n * ROW for n, t in enumerate(tracks)}
+    waits = {int(b["span"]) for b in bells if int(b["op"]) == 0} if bells is not None else set()
+    families, bars = {}, {}
+    for i, (start, end) in places.items():  # one artist per row, family and kind of bar
         fam = pr.text(spans["family"][i])
-        track = (int(spans["rank"][i]), int(spans["stream"][i]) if "stream" in names else 0)
-        y = y_of[track] * ROW
-        colour = pbplot.family_colour(fam)
-        ax.broken_barh([(start / 1e3, max(end - start, 0.0) / 1e3)], (y - BAR / 2, BAR), facecolors=colour,
-                       hatch="xx" if i in waits else None, edgecolor="black" if i in waits else colour,
-                       linewidth=0.2)
+        bars.setdefault((track_of(spans, i), fam, i in waits), []).append((start / 1e3, max(end - start, 0.0) / 1e3))
         families[fam] = families.get(fam, 0.0) + (end - start) / 1e3
-    if bells is not None:  # each wait joined to the ring that met it, when both are drawn
-        rings = {}
-        for b in bells:
-            if int(b["op"]) == 1 and int(b["span"]) in places:
-                rings.setdefault((int(b["peer"]), int(b["flag"])), []).append(b)
-        for b in bells:
-            if int(b["op"]) != 0 or int(b["span"]) not in places:
-                continue
-            into = rings.get((int(b["rank"]), int(b["flag"])), [])
-            if not into or int(b["value"]) < min(int(r["value"]) for r in into):
-                continue  # met by an earlier rep's ring: values only grow
-            for r in into:
-                if int(r["rank"]) == int(b["peer"]) and int(r["value"]) >= int(b["value"]) and int(r["span"]) in places:
-                    src, dst = int(r["span"]), int(b["span"])
-                    ys = [y_of[(int(spans["rank"][k]), int(spans["stream"][k]) if "stream" in names else 0)] * ROW
-                          for k in (src, dst)]
-                    ax.plot([places[src][1] / 1e3, places[dst][0] / 1e3], ys, color="#555555", linewidth=0.4,
-                            alpha=0.6)
-                    break
-    ax.set_yticks([y_of[t] * ROW for t in tracks])
+    for (track, fam, wait), ranges in bars.items():
+        colour = pbplot.family_colour(fam)
+        ax.broken_barh(ranges, (y_of[track] - BAR / 2, BAR), facecolors=colour, hatch="xx" if wait else None,
+                       edgecolor="black" if wait else colour, linewidth=0.2)
+    if bells is not None:
+        segments = flow_segments(bells, places, lambda i: y_of[track_of(spans, i)])
+        ax.add_collection(LineCollection(segments, colors="#555555", linewidths=0.4, alpha=0.6))
+    starts = [s for s, _ in places.values()]
+    ends = [e for _, e in places.values()]
+    ax.set_xlim(min(starts) / 1e3, max(ends) / 1e3)
+    ax.set_yticks([y_of[t] for t in tracks])
     ax.set_yticklabels(["rank {}{}".format(r, "" if s == 0 else ", stream {}".format(s)) for r, s in tracks])
     ax.invert_yaxis()
     ax.set_xlabel("ms")
     ax.set_title(title, fontsize=9, loc="left")
     return families, tracks
+
+
+def layer_range(text):
+    """'a-b' or 'a' -> (a, b), inclusive."""
+    try:
+        lo, _, hi = text.partition("-")
+        lo, hi = int(lo), int(hi or lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError("--layers wants a or a-b (layer numbers), not '{}'".format(text))
+    if lo < 0 or hi < lo:
+        raise argparse.ArgumentTypeError("--layers wants 0 <= a <= b, not '{}'".format(text))
+    return lo, hi
+
+
+def keep_layers(spans, places, layers):
+    if places is None or layers is None:
+        return places
+    lo, hi = layers
+    kept = {i: p for i, p in places.items() if lo <= int(spans["layer"][i]) <= hi}
+    if not kept:
+        sys.exit("no spans in layers {}-{}".format(lo, hi))
+    return kept
 
 
 def main():
@@ -113,6 +161,8 @@ def main():
     ap.add_argument("--variant", help="the variant (default: the file's only one)")
     ap.add_argument("--rep", type=int, help="the rep (default: the last)")
     ap.add_argument("--link", help="the projected gang's link (default: measured, when present)")
+    ap.add_argument("--layers", type=layer_range, help="only the spans of these layers, a-b (a full-size run's "
+                    "93 layers are too many to read in one picture)")
     pbplot.add_output_args(ap, "timeline.png")
     a = pbplot.parse(ap)
     f = pr.open_results(a.results)
@@ -124,15 +174,18 @@ def main():
     spans, rows, bells, rep = read_rep(f, variant, a.rep)
     measured, assumed = measured_places(spans, rows)
     projected, link = projected_places(f, variant, a.link)
+    measured, projected = keep_layers(spans, measured, a.layers), keep_layers(spans, projected, a.layers)
 
     plt = pbplot.pyplot()
     panels = 2 if projected else 1
     ranks = len({int(spans["rank"][i]) for i in rows})
     height = max(2.4, 0.42 * ranks + 1.4)
     fig, axes = plt.subplots(panels, 1, figsize=(13, height * panels), constrained_layout=True, squeeze=False)
-    title = "measured, rep {}{}".format(rep, " (no start times in the file: spans laid back to back)" if assumed else "")
+    title = "measured, rep {}{}{}".format(rep, " (no start times in the file: spans laid back to back)" if assumed else "",
+                                        ", layers {}-{}".format(*a.layers) if a.layers else "")
     families, _ = draw(axes[0][0], spans, measured, bells, title)
     plotted = {"file": a.results, "variant": variant, "rep": rep, "assumed_starts": assumed,
+               "layers": list(a.layers) if a.layers else None,
                "measured_ms": {k: round(v, 3) for k, v in families.items()}}
     if projected:
         fam_p, _ = draw(axes[1][0], spans, projected, bells,

@@ -239,6 +239,26 @@ def bench_refusals(out):
 
 # --- finding a python -------------------------------------------------------
 
+# --- timeline ---------------------------------------------------------------
+
+@case
+def timeline_layers(out):
+    path = committed("cp8-128k.h5")
+    d = plot(out, "plot_timeline.py", [path], ["--variant", "all", "--layers", "2-3"], "timeline-layers")
+    expect(d["layers"] == [2, 3], "layers plotted: {}".format(d["layers"]))
+    spans = h5py.File(path, "r")["variants"]["all"]["spans"][()]
+    sel = spans[(spans["rep"] == spans["rep"].max()) & (spans["layer"] >= 2) & (spans["layer"] <= 3)]
+    want = {}
+    for fam in set(sel["family"]):
+        want[fam.decode()] = float(sel["time_us"][sel["family"] == fam].sum()) / 1e3
+    expect(set(d["measured_ms"]) == set(want), "families plotted: {}".format(d["measured_ms"]))
+    for fam, ms in want.items():  # the dump rounds to µs
+        expect(abs(d["measured_ms"][fam] - ms) <= 1e-3, "timeline layers 2-3: {} {} != {}".format(
+            fam, d["measured_ms"][fam], ms))
+    expect(set(d["projected_ms"]) == set(want), "the projected panel's families: {}".format(d["projected_ms"]))
+    refused(out, "plot_timeline.py", [path, "--variant", "all", "--layers", "5-3"], "--layers wants 0 <= a <= b")
+
+
 def candidates_with_modules():
     return [p for p in pbplot.default_candidates() if pbplot._has_plotting_modules(p)]
 
