@@ -281,20 +281,20 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
   cudaStream_t s = tl.stream();
   const int me = lane_.rank;
   const bool helped = w.q != me;
-  const WindowShape shape = window_shape(w, rows_of_ranks());
-  const int64_t tq = shape.tq(), tk = shape.tk();
+  const WindowShape rows = window_shape(w, rows_of_ranks());
+  const int64_t tq = rows.tq(), tk = rows.tk();
   const int64_t heads = m_.heads, d_qk = m_.d_qk(), q_width = heads * d_qk, kvb_width = heads * (m_.qk_nope + m_.v_head);
   const int slab = return_slab(seq_);
   const int i = expanded_[w.k];
   PB_CHECK(i >= 0, "MlaBlock: a window over keys not expanded in this call");
   FmhaTensors t{};
-  t.q = own_window().q + shape.q_rows.begin * q_width;
+  t.q = own_window().q + rows.q_rows.begin * q_width;
   t.q_token_stride = q_width;
   t.q_head_stride = d_qk;
-  t.k = keys_[i].get() + shape.k_rows.begin * q_width;
+  t.k = keys_[i].get() + rows.k_rows.begin * q_width;
   t.k_token_stride = q_width;
   t.k_head_stride = d_qk;
-  t.v = kvb_[i].get() + shape.k_rows.begin * kvb_width + m_.qk_nope;
+  t.v = kvb_[i].get() + rows.k_rows.begin * kvb_width + m_.qk_nope;
   t.v_token_stride = kvb_width;
   t.v_head_stride = m_.qk_nope + m_.v_head;
   t.o = o_win_.get();
@@ -311,7 +311,7 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
       const bf16* owner_q = static_cast<const bf16*>(
           lane_.fabric->fetch(w.q, Bell::window, doorbell_value(seq_, 0), {queries_piece(w.q)}, tl,
                               label(tl, "the queries of rank " + std::to_string(w.q)))[0]);
-      t.q = owner_q + shape.q_rows.begin * q_width;
+      t.q = owner_q + rows.q_rows.begin * q_width;
       if (seq_ >= 2)  // the owner merged what this slot held two calls ago (same slab)
         lane_.fabric->await_free(w.q, Bell::consumed, doorbell_value_done(seq_, 2), tl,
                                  label(tl, "rank " + std::to_string(w.q) + " to consume return slot " +
@@ -323,15 +323,15 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
       }
     });
   }
-  FmhaShape shape_f;
-  shape_f.tq = tq;
-  shape_f.tk = tk;
-  shape_f.heads = int(heads);
-  shape_f.d_qk = int(d_qk);
-  shape_f.d_v = int(m_.v_head);
-  shape_f.causal = w.causal;
-  shape_f.scale = __bfloat162float(__float2bfloat16_rn(float(1.0 / std::sqrt(double(d_qk)))));
-  tl.launch("fmha", w.causal ? "fmha.causal" : helped ? "fmha.helped" : "fmha.dense", [&] { fmha(engine_, t, shape_f, s); });
+  FmhaShape shape;
+  shape.tq = tq;
+  shape.tk = tk;
+  shape.heads = int(heads);
+  shape.d_qk = int(d_qk);
+  shape.d_v = int(m_.v_head);
+  shape.causal = w.causal;
+  shape.scale = __bfloat162float(__float2bfloat16_rn(float(1.0 / std::sqrt(double(d_qk)))));
+  tl.launch("fmha", w.causal ? "fmha.causal" : helped ? "fmha.helped" : "fmha.dense", [&] { fmha(engine_, t, shape, s); });
   if (helped)
     tl.launch("fabric", "fabric.publish_return", [&] {
       lane_.fabric->deliver(w.q, Bell::returned, doorbell_value(seq_, w.slot),

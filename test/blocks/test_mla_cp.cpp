@@ -87,6 +87,22 @@ Bits run_block(MlaBlock& block, const __nv_bfloat16* mixed, int64_t seq, const C
   return out;
 }
 
+// The whole seeded input [context, hidden] and this rank's rows of it in a
+// bucket of `rows` (rows >= its segment: anything).
+struct LaneInput {
+  std::vector<Segment> segs;
+  Segment mine;
+  DeviceBuffer<__nv_bfloat16> full, local;
+  LaneInput(const ModelShape& m, int64_t context, int cp, int me, int64_t rows, uint64_t seed, cudaStream_t stream)
+      : segs(contiguous_segments(context, cp)), mine(segs[size_t(me)]), full(size_t(context * m.hidden)),
+        local(size_t(rows * m.hidden)) {
+    fill_uniform_bf16(full.get(), context * m.hidden, seed, 1.0f, stream);
+    fill_uniform_bf16(local.get(), rows * m.hidden, seed + 1, 1.0f, stream);
+    PB_CUDA(cudaMemcpyAsync(local.get(), full.get() + mine.begin * m.hidden, size_t(mine.len * m.hidden) * 2,
+                            cudaMemcpyDeviceToDevice, stream));
+  }
+};
+
 void check_cp_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
   const Gang& gang = test_gang();
   const int cp = gang.size(), me = gang.rank();
@@ -95,13 +111,10 @@ void check_cp_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
   cudaStream_t stream;
   PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const MlaWeights w(m, 77, stream);
-  const std::vector<Segment> segs = contiguous_segments(context, cp);
-  const Segment mine = segs[me];
-  DeviceBuffer<__nv_bfloat16> full(size_t(context * m.hidden)), local(size_t(rows * m.hidden));
-  fill_uniform_bf16(full.get(), context * m.hidden, 5, 1.0f, stream);
-  fill_uniform_bf16(local.get(), rows * m.hidden, 6, 1.0f, stream);  // rows >= T: anything
-  PB_CUDA(cudaMemcpyAsync(local.get(), full.get() + mine.begin * m.hidden, size_t(mine.len * m.hidden) * 2,
-                          cudaMemcpyDeviceToDevice, stream));
+  const LaneInput in(m, context, cp, me, rows, 5, stream);
+  const std::vector<Segment>& segs = in.segs;
+  const Segment mine = in.mine;
+  const __nv_bfloat16 *full = in.full.get(), *local = in.local.get();
   const Blas blas;
   Timeline tl(stream, false);
 
@@ -109,8 +122,8 @@ void check_cp_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
   Bits cp1_none, cp1_all;
   {
     MlaBlock one(m, w, {0, 1, {{0, context}}, context, nullptr}, FmhaEngine::native);
-    const Bits a = run_block(one, full.get(), 0, cuts_with(false, false), tl, blas, nullptr, m.hidden);
-    const Bits b = run_block(one, full.get(), 1, cuts_with(true, true), tl, blas, nullptr, m.hidden);
+    const Bits a = run_block(one, full, 0, cuts_with(false, false), tl, blas, nullptr, m.hidden);
+    const Bits b = run_block(one, full, 1, cuts_with(true, true), tl, blas, nullptr, m.hidden);
     CHECK_MESSAGE(a == b, "CP1: all cuts differ from none (cuts 1, 4, 5 promise the same bits)");
     cp1_none.assign(a.begin() + mine.begin * m.hidden, a.begin() + (mine.begin + mine.len) * m.hidden);
     cp1_all.assign(b.begin() + mine.begin * m.hidden, b.begin() + (mine.begin + mine.len) * m.hidden);
@@ -123,12 +136,12 @@ void check_cp_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
   // Two prefix calls before the first stripe call: a helper's wait for the
   // owner's acknowledgement of call seq - 2 must hold after a prefix call too
   // (verify and run switch schedules that way); then back and forth.
-  const Bits prefix = run_block(block, local.get(), 0, cuts_with(false, false), tl, blas, &fab, m.hidden);
-  const Bits prefix_4 = run_block(block, local.get(), 1, cuts_with(false, true), tl, blas, &fab, m.hidden);
-  const Bits stripe = run_block(block, local.get(), 2, cuts_with(true, true), tl, blas, &fab, m.hidden);
-  const Bits stripe_no4 = run_block(block, local.get(), 3, cuts_with(true, false), tl, blas, &fab, m.hidden);
-  const Bits prefix_again = run_block(block, local.get(), 4, cuts_with(false, false), tl, blas, &fab, m.hidden);
-  const Bits stripe_again = run_block(block, local.get(), 5, cuts_with(true, true), tl, blas, &fab, m.hidden);
+  const Bits prefix = run_block(block, local, 0, cuts_with(false, false), tl, blas, &fab, m.hidden);
+  const Bits prefix_4 = run_block(block, local, 1, cuts_with(false, true), tl, blas, &fab, m.hidden);
+  const Bits stripe = run_block(block, local, 2, cuts_with(true, true), tl, blas, &fab, m.hidden);
+  const Bits stripe_no4 = run_block(block, local, 3, cuts_with(true, false), tl, blas, &fab, m.hidden);
+  const Bits prefix_again = run_block(block, local, 4, cuts_with(false, false), tl, blas, &fab, m.hidden);
+  const Bits stripe_again = run_block(block, local, 5, cuts_with(true, true), tl, blas, &fab, m.hidden);
 
   const double e_prefix = rel_l2_bf16(prefix, cp1_none), e_stripe = rel_l2_bf16(stripe, cp1_all);
   const double e_between = rel_l2_bf16(stripe, prefix);
@@ -171,20 +184,15 @@ void check_balance(const ModelShape& m, int64_t context, int64_t pad_rows, FmhaE
   cudaStream_t stream;
   PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const MlaWeights w(m, 91, stream);
-  const std::vector<Segment> segs = contiguous_segments(context, cp);
-  const Segment mine = segs[me];
-  DeviceBuffer<__nv_bfloat16> full(size_t(context * m.hidden)), local(size_t(rows * m.hidden));
-  fill_uniform_bf16(full.get(), context * m.hidden, 15, 1.0f, stream);
-  fill_uniform_bf16(local.get(), rows * m.hidden, 16, 1.0f, stream);  // rows >= T: anything
-  PB_CUDA(cudaMemcpyAsync(local.get(), full.get() + mine.begin * m.hidden, size_t(mine.len * m.hidden) * 2,
-                          cudaMemcpyDeviceToDevice, stream));
+  const LaneInput in(m, context, cp, me, rows, 15, stream);
+  const Segment mine = in.mine;
   const Blas blas;
   Timeline tl(stream, false);
   Fabric fab(gang, slab_layout(cp, rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()), int(m.v_head)),
              30.0);
-  MlaBlock block(m, w, {me, cp, segs, rows, &fab}, engine);
+  MlaBlock block(m, w, {me, cp, in.segs, rows, &fab}, engine);
   const auto call = [&](int64_t seq, const CutSet& cuts) {
-    return run_block(block, local.get(), seq, cuts, tl, blas, &fab, m.hidden);
+    return run_block(block, in.local.get(), seq, cuts, tl, blas, &fab, m.hidden);
   };
   const Bits stripe = call(0, cuts_with(true, true));
   const Bits balance = call(1, balance_cuts(true));
