@@ -27,9 +27,10 @@
 // them); the staging differs per rank and no peer addresses it.
 //
 // Every region starts on a kAlign-byte boundary. Both return slabs hold every
-// slot (docs/design.md's sizing, plus balance's half slot) and alternate by the call's sequence
-// number (return_slab): a helper writing call seq's result only needs the
-// owner to have merged call seq - 2's, so helpers run a call ahead of owners.
+// slot (docs/design.md's sizing, plus balance's half slot) and alternate by
+// the call's sequence number (return_slab): a helper writing call seq's result
+// only needs the owner to have merged call seq - 2's, so helpers run a call
+// ahead of owners.
 //
 // Doorbell values: (seq + 1) * 4096 + window, waited on with GEQ, so a flag only
 // ever grows and a wait for an older (seq, window) passes at once.
