@@ -50,7 +50,7 @@ MlaBlockBuffers MlaBlockBuffers::take(DeviceMemory& mem, const ModelShape& m, co
   // The attention's turn: windows, merges, o_finalize.
   k.o_win_ = mem.take<bf16>("o_win", longest * v_width, Home::mixer);
   k.lse_win_ = mem.take<float>("lse_win", heads * longest, Home::mixer);
-  const bool helps = lane.cp > 1 && !helped(lane.cp, lane.rank).empty();  // under the stripe
+  const bool helps = lane.cp > 1 && !helped_windows_any(protocol_schedules(Schedule::stripe), lane.cp, lane.rank).empty();
   if (helps && !lane.helped_in_place) k.staged_q_ = mem.take<bf16>("staged_q", longest * q_width, Home::mixer);
   k.o_acc_ = mem.take<float>("o_acc", t * v_width, Home::mixer);
   k.lse_acc_ = mem.take<float>("lse_acc", heads * t, Home::mixer);
@@ -106,20 +106,30 @@ Piece MlaBlock::queries_piece(int q) const {
   return {lane_.fabric->layout().q, lane_.segments[q].len * m_.heads * m_.d_qk() * 2};
 }
 
-std::vector<Piece> MlaBlock::return_pieces(int slot) const {
+std::vector<Piece> MlaBlock::return_pieces(int slot, int64_t rows) const {
   const SlabLayout& L = lane_.fabric->layout();
   const int slab = return_slab(seq_);
-  const int64_t t = live_rows();
-  return {{L.o[slab][slot], t * m_.heads * m_.v_head * 2}, {L.lse[slab][slot], m_.heads * t * 4}};
+  PB_CHECK(rows <= L.slot_rows(slot), "MlaBlock: " + std::to_string(rows) + " rows returned into slot " +
+                                          std::to_string(slot) + ", which holds " + std::to_string(L.slot_rows(slot)));
+  return {{L.o[slab][slot], rows * m_.heads * m_.v_head * 2}, {L.lse[slab][slot], m_.heads * rows * 4}};
+}
+
+std::vector<int64_t> MlaBlock::rows_of_ranks() const {
+  std::vector<int64_t> rows;
+  for (const Segment& seg : lane_.segments) rows.push_back(seg.len);
+  return rows;
 }
 
 // What `reader` reads of this rank's window in this call: its keys when it
-// expands them, its queries when it helps this rank (cut 3).
+// expands them, its queries when it runs a window over them (a helped window:
+// cut 3's, or balance's moved half).
 std::vector<Piece> MlaBlock::window_pieces_for(int reader) const {
   std::vector<Piece> pieces;
-  if (contains(rank_attention(sched_, lane_.cp, reader).key_segments, lane_.rank)) pieces.push_back(keys_piece(lane_.rank));
-  if (sched_ == Schedule::stripe && contains(helped(lane_.cp, reader), lane_.rank))
-    pieces.push_back(queries_piece(lane_.rank));
+  const RankAttention a = rank_attention(sched_, lane_.cp, reader);
+  if (contains(a.key_segments, lane_.rank)) pieces.push_back(keys_piece(lane_.rank));
+  bool queries = false;
+  for (const auto& step : a.steps) queries = queries || (!step.is_merge && step.window.q == lane_.rank);
+  if (queries && reader != lane_.rank) pieces.push_back(queries_piece(lane_.rank));
   return pieces;
 }
 
@@ -145,7 +155,7 @@ void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
   PB_CHECK(seq >= 0, "MlaBlock: negative sequence number");
   seq_ = seq;
   cuts_ = cuts;
-  sched_ = cuts[Cut::stripe] ? Schedule::stripe : Schedule::prefix;
+  sched_ = attention_schedule(cuts, Layout::contiguous, lane_.cp);
   const Variant land_v = land_variant(cuts);
   cudaStream_t s = tl.stream();
   const int64_t fused = m_.mla_fused_width(), kv_width = m_.kv_lora + m_.qk_rope;
@@ -160,9 +170,9 @@ void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
   tl.launch("rmsnorm", "rmsnorm.q_a",
             [&] { rmsnorm(q_a_.get(), w_.gain_q_a.get(), q_norm_.get(), {b_, m_.q_lora}, eps, s); });
   // The window is about to be overwritten: wait until the last call's readers
-  // are done with it (at seq 0 the wait passes at once). Readers under either
-  // schedule: the last call may have used the other.
-  const std::vector<int> readers = window_readers_any(lane_.cp, lane_.rank);
+  // are done with it (at seq 0 the wait passes at once). Readers under any
+  // schedule of the protocol: the last call may have used another.
+  const std::vector<int> readers = window_readers_any(protocol_schedules(sched_), lane_.cp, lane_.rank);
   if (!readers.empty())
     tl.launch("fabric", "fabric.wait_released", [&] {
       for (int r : readers)
@@ -192,7 +202,8 @@ void MlaBlock::expect_arrivals(const RankAttention& a, Timeline& tl) {
     if (step.is_merge) {
       if (step.merge.slot >= 0)
         lane_.fabric->expect(step.merge.k, Bell::returned, doorbell_value(seq_, step.merge.slot),
-                             return_pieces(step.merge.slot), tl, label(tl, "a return"));
+                             return_pieces(step.merge.slot, part_rows(live_rows(), step.merge.rows).len()), tl,
+                             label(tl, "a return"));
       continue;
     }
     const FmhaWindow& w = step.window;
@@ -208,28 +219,28 @@ void MlaBlock::attend(Timeline& tl, const Blas& blas) {
   const RankAttention a = rank_attention(sched_, lane_.cp, lane_.rank);
   if (lane_.cp > 1) expect_arrivals(a, tl);
   expanded_.assign(lane_.cp, -1);
-  bool first_merge = true;
   for (const auto& step : a.steps) {
     if (step.is_merge) {
-      merge(step.merge, first_merge, merge_v, tl);
-      first_merge = false;
+      merge(step.merge, merge_v, tl);
       continue;
     }
     if (expanded_[step.window.k] < 0) expand_keys(step.window.k, tl, blas);
     run_window(step.window, tl);
   }
-  // Every window this rank may read under either schedule is released, read or
-  // not. And every return slot this rank is helped into under the stripe is
-  // acknowledged in a prefix call too (nothing was written there): a helper's
-  // wait for "consumed, call seq - 2" must hold whichever schedule that call ran,
-  // else the first stripe call after two prefix calls would wait forever.
-  const std::vector<int> read = windows_read_any(lane_.cp, lane_.rank);
-  const std::vector<int> unmerged_helpers = sched_ == Schedule::stripe ? std::vector<int>{} : stripe_helpers(lane_.cp, lane_.rank);
-  PB_CHECK(unmerged_helpers.empty() || !read.empty(), "MlaBlock: a helped rank that reads no window");
+  // Every window this rank may read under any schedule of the protocol is
+  // released, read or not. And every return slot this rank is helped into
+  // under the protocol but did not merge this call is acknowledged too
+  // (nothing was written there): a helper's wait for "consumed, call seq - 2"
+  // must hold whichever schedule that call ran, else e.g. the first stripe
+  // call after two prefix calls would wait forever.
+  const std::vector<Schedule> protocol = protocol_schedules(sched_);
+  const std::vector<int> read = windows_read_any(protocol, lane_.cp, lane_.rank);
+  const std::vector<int> unmerged = unmerged_helpers(protocol, sched_, lane_.cp, lane_.rank);
+  PB_CHECK(unmerged.empty() || !read.empty(), "MlaBlock: a helped rank that reads no window");
   if (!read.empty())
     tl.launch("fabric", "fabric.release_window", [&] {
       for (int k : read) lane_.fabric->release(k, Bell::released, doorbell_value(seq_, 0), tl);
-      for (int k : unmerged_helpers) lane_.fabric->release(k, Bell::consumed, doorbell_value(seq_, 0), tl);
+      for (int k : unmerged) lane_.fabric->release(k, Bell::consumed, doorbell_value(seq_, 0), tl);
     });
   const int64_t v_width = m_.heads * m_.v_head, t = live_rows();
   tl.launch("o_finalize", "o_finalize", [&] { o_finalize(o_acc_.get(), attn_.get(), t * v_width, tl.stream()); });
@@ -260,57 +271,58 @@ void MlaBlock::expand_keys(int k, Timeline& tl, const Blas& blas) {
   });
 }
 
-// One FMHA window. Local windows land in o_win_/lse_win_. A helped window
-// reads the owner's queries (over IPC in place, or staged into this rank's
-// memory; over NCCL from this rank's copy) and its (o, lse) goes to the
-// owner's return slot: written there in place, copied there from o_win_, or
-// written into this rank's outbox and sent.
+// One FMHA window over the rows window_shape gives (schedule.h): the query
+// rows of rank q, the key rows of rank k. Local windows land in o_win_/lse_win_,
+// compact ([tq, H, dv], [H, tq]). A helped window (cut 3's, or balance's moved
+// half) reads the owner's queries at its rows (over IPC in place, or staged
+// into this rank's memory; over NCCL from this rank's copy) and its (o, lse)
+// goes to the owner's return slot, compact as well: written there in place,
+// copied there from o_win_, or written into this rank's outbox and sent.
 void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
   cudaStream_t s = tl.stream();
   const int me = lane_.rank;
   const bool helped = w.q != me;
-  const int64_t tq = lane_.segments[w.q].len, tk = lane_.segments[w.k].len;
-  const int64_t heads = m_.heads, d_qk = m_.d_qk(), kvb_width = heads * (m_.qk_nope + m_.v_head);
+  const WindowShape rows = window_shape(w, rows_of_ranks());
+  const int64_t tq = rows.tq(), tk = rows.tk();
+  const int64_t heads = m_.heads, d_qk = m_.d_qk(), q_width = heads * d_qk, kvb_width = heads * (m_.qk_nope + m_.v_head);
   const int slab = return_slab(seq_);
   const int i = expanded_[w.k];
   PB_CHECK(i >= 0, "MlaBlock: a window over keys not expanded in this call");
   FmhaTensors t{};
-  t.q = own_window().q;
-  t.q_token_stride = heads * d_qk;
+  t.q = own_window().q + rows.q_rows.begin * q_width;
+  t.q_token_stride = q_width;
   t.q_head_stride = d_qk;
-  t.k = keys_[i].get();
-  t.k_token_stride = heads * d_qk;
+  t.k = keys_[i].get() + rows.k_rows.begin * q_width;
+  t.k_token_stride = q_width;
   t.k_head_stride = d_qk;
-  t.v = kvb_[i].get() + m_.qk_nope;
+  t.v = kvb_[i].get() + rows.k_rows.begin * kvb_width + m_.qk_nope;
   t.v_token_stride = kvb_width;
   t.v_head_stride = m_.qk_nope + m_.v_head;
+  t.o = o_win_.get();
+  t.lse = lse_win_.get();
   const SlabLayout* L = lane_.cp > 1 ? &lane_.fabric->layout() : nullptr;
-  // The in-place IPC form and NCCL write the FMHA's output where deliver() finds it.
-  const bool direct = helped && (lane_.helped_in_place || lane_.fabric->transport(w.q) == Transport::nccl);
   if (helped) {
-    t.o = o_win_.get();
-    t.lse = lse_win_.get();
-    if (direct) {
+    PB_CHECK(tq <= L->slot_rows(w.slot), "MlaBlock: a helped window's rows exceed its return slot");
+    // The in-place IPC form and NCCL write the FMHA's output where deliver() finds it.
+    if (lane_.helped_in_place || lane_.fabric->transport(w.q) == Transport::nccl) {
       t.o = static_cast<bf16*>(lane_.fabric->delivery_buffer(w.q, L->o[slab][w.slot]));
       t.lse = static_cast<float*>(lane_.fabric->delivery_buffer(w.q, L->lse[slab][w.slot]));
     }
     tl.launch("fabric", "fabric.wait_queries", [&] {
-      t.q = static_cast<const bf16*>(lane_.fabric->fetch(w.q, Bell::window, doorbell_value(seq_, 0),
-                                                         {queries_piece(w.q)}, tl,
-                                                         label(tl, "the queries of rank " + std::to_string(w.q)))[0]);
+      const bf16* owner_q = static_cast<const bf16*>(
+          lane_.fabric->fetch(w.q, Bell::window, doorbell_value(seq_, 0), {queries_piece(w.q)}, tl,
+                              label(tl, "the queries of rank " + std::to_string(w.q)))[0]);
+      t.q = owner_q + rows.q_rows.begin * q_width;
       if (seq_ >= 2)  // the owner merged what this slot held two calls ago (same slab)
         lane_.fabric->await_free(w.q, Bell::consumed, doorbell_value_done(seq_, 2), tl,
                                  label(tl, "rank " + std::to_string(w.q) + " to consume return slot " +
                                                std::to_string(w.slot)));
       const bool in_place_read = lane_.fabric->transport(w.q) == Transport::ipc;
       if (in_place_read && !lane_.helped_in_place) {  // fetch the queries: the window runs on local memory
-        PB_CUDA(cudaMemcpyAsync(staged_q_.get(), t.q, size_t(tq * heads * d_qk) * 2, cudaMemcpyDeviceToDevice, s));
+        PB_CUDA(cudaMemcpyAsync(staged_q_.get(), t.q, size_t(tq * q_width) * 2, cudaMemcpyDeviceToDevice, s));
         t.q = staged_q_.get();
       }
     });
-  } else {
-    t.o = o_win_.get();
-    t.lse = lse_win_.get();
   }
   FmhaShape shape;
   shape.tq = tq;
@@ -330,23 +342,29 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
     });
 }
 
-void MlaBlock::merge(const MergeStep& step, bool reset, Variant v, Timeline& tl) {
+// One lse_merge into the accumulator rows of step.rows (schedule.h), from this
+// rank's own window (o_win_, lse_win_) or a helper's return slot, both compact
+// over those rows.
+void MlaBlock::merge(const MergeStep& step, Variant v, Timeline& tl) {
   cudaStream_t s = tl.stream();
   const int64_t t = live_rows();
+  const RowRange rows = part_rows(t, step.rows);
   const int heads = int(m_.heads);
   const bf16* o = o_win_.get();
   const float* lse = lse_win_.get();
   if (step.slot >= 0)
     tl.launch("fabric", "fabric.wait_return", [&] {
       const std::vector<const void*> at =
-          lane_.fabric->fetch(step.k, Bell::returned, doorbell_value(seq_, step.slot), return_pieces(step.slot), tl,
+          lane_.fabric->fetch(step.k, Bell::returned, doorbell_value(seq_, step.slot),
+                              return_pieces(step.slot, rows.len()), tl,
                               label(tl, "rank " + std::to_string(step.k) + "'s return into slot " +
                                             std::to_string(step.slot)));
       o = static_cast<const bf16*>(at[0]);
       lse = static_cast<const float*>(at[1]);
     });
-  tl.launch("lse_merge", "lse_merge",
-            [&] { lse_merge(v, o, lse, o_acc_.get(), lse_acc_.get(), t, heads, reset, s); });
+  tl.launch("lse_merge", "lse_merge", [&] {
+    lse_merge(v, o, lse, o_acc_.get(), lse_acc_.get(), MergeRows{rows.len(), rows.begin, t}, heads, step.reset, s);
+  });
   if (step.slot >= 0)
     tl.launch("fabric", "fabric.release_return",
               [&] { lane_.fabric->release(step.k, Bell::consumed, doorbell_value(seq_, 0), tl); });

@@ -20,13 +20,20 @@
 //   window   k -> each reader of k's window, (seq, 0), after land.q_b
 //   released reader -> k, (seq, 0), after its last read of k's window;
 //            k waits for all its readers at (seq - 1) before land.kv_a.
-//            Readers and windows read are taken over both schedules
-//            (schedule.h *_any), so consecutive calls may switch cut 3.
+//            Readers and windows read are taken over every schedule of the
+//            contiguous protocol (schedule.h protocol_schedules, *_any:
+//            prefix, stripe, balance), so consecutive calls may switch cuts 3 and 7.
 //   returned helper -> owner, (seq, slot), after the helped FMHA wrote the slot
-//   consumed owner -> helper, (seq, 0), after merging that slot; return slabs
-//            alternate by seq parity, so a helper waits for (seq - 2) first
-// Merge order is the schedule's (schedule.h); cut 4 switches lse_merge, cut 5
-// mul_sigmoid, cut 1 every land, cut 3 the schedule.
+//   consumed owner -> helper, (seq, 0), after merging that slot, and at the
+//            end of a call for every helper of the protocol whose slot it did
+//            not merge (schedule.h unmerged_helpers); return slabs alternate
+//            by seq parity, so a helper waits for (seq - 2) first
+// Helped windows are the stripe's (cut 3) and, under balance (cut 7, even
+// cp), the moved half: rank o - 1 runs rows [t/2, t) of odd rank o's queries
+// over its own keys into o's balance slot, and o merges its kept pair
+// (o, o - 1) as two row ranges (schedule.h). Merge order is the schedule's;
+// cut 4 switches lse_merge, cut 5 mul_sigmoid, cut 1 every land, cuts 3 and 7
+// the schedule (attention_schedule).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -124,19 +131,21 @@ class MlaBlock : private MlaBlockBuffers {
   // The fabric's pieces (fabric.h): rank k's keys, rank q's queries, a return slot of this call.
   Piece keys_piece(int k) const;
   Piece queries_piece(int q) const;
-  std::vector<Piece> return_pieces(int slot) const;
+  // `rows` rows of return slot `slot` of this call's return slab.
+  std::vector<Piece> return_pieces(int slot, int64_t rows) const;
+  std::vector<int64_t> rows_of_ranks() const;  // every rank's segment length
   std::vector<Piece> window_pieces_for(int reader) const;
   WaitLabel label(const Timeline& tl, const std::string& what) const;
   void expect_arrivals(const RankAttention& a, Timeline& tl);
   void expand_keys(int k, Timeline& tl, const Blas& blas);
   void run_window(const FmhaWindow& w, Timeline& tl);
-  void merge(const MergeStep& step, bool reset, Variant v, Timeline& tl);
+  void merge(const MergeStep& step, Variant v, Timeline& tl);
 
   ModelShape m_;
   const MlaWeights& w_;
   int64_t seq_ = 0;                      // this call's sequence number
   CutSet cuts_;                          // this call's cut switches
-  Schedule sched_ = Schedule::prefix;    // this call's schedule (cut 3)
+  Schedule sched_ = Schedule::prefix;    // this call's schedule (cuts 3 and 7)
   MlaLane lane_;
   FmhaEngine engine_;
   int64_t b_;

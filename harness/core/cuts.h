@@ -3,8 +3,8 @@
 // refines the stripe, so it needs the stripe on). A scenario spells a cut set
 // as `all`, `none`, `seed` (the five of the seed), a list of names, or a map
 // name -> on/off. `all` and the each-cut variants hold the cuts the device
-// blocks run (device_cut): balance is built in the plan only so far, and is
-// asked for by name (e.g. `[stripe, balance]`) until the blocks run it.
+// blocks run (device_cut): balance is not enabled on the device yet (run,
+// lane and verify refuse it), and is asked for by name (e.g. `[stripe, balance]`).
 #pragma once
 
 #include <array>

@@ -443,8 +443,8 @@ std::string device_run_problem(const Scenario& s, const std::vector<CutSet>& cut
     for (auto v = s.variants.rbegin(); v != s.variants.rend(); ++v)  // the first variant of this cut set
       if (v->cuts == cuts) name = v->name;
     return s.source + ": cut set '" + name + "' turns on balance at cp " + std::to_string(s.cp) + ": the " +
-           schedule_name(sched) + " schedule is " + not_yet + " (`prefill-bench plan` shows it); for " + command +
-           " leave balance off (e.g. --cuts seed, or list the cuts without balance)";
+           schedule_name(sched) + " schedule is not enabled on the device yet (`prefill-bench plan` shows it); for " +
+           command + " leave balance off (e.g. --cuts seed, or list the cuts without balance)";
   }
   return "";
 }

@@ -105,10 +105,10 @@ Scenario load_scenario(const std::string& path, const ScenarioOverrides& overrid
 // also accepts a single process computing every rank.
 std::string world_size_problem(const Scenario& s, int world_size, bool plan);
 
-// "" when the device blocks run what the plan says for every cut set (and the
-// layout); else the message naming what is built in the plan only (balance
-// where it moves windows, layout zigzag). run, lane and verify refuse such
-// scenarios; `command` names the refusing command in the message.
+// "" when the device runs what the plan says for every cut set (and the
+// layout); else the message naming what is not enabled on the device (balance
+// where it moves windows; layout zigzag, built in the plan only). run, lane
+// and verify refuse such scenarios; `command` names the refusing command.
 std::string device_run_problem(const Scenario& s, const std::vector<CutSet>& cut_sets, const std::string& command);
 // The same over the scenario's variants.
 std::string device_run_problem(const Scenario& s, const std::string& command);

@@ -274,8 +274,7 @@ std::vector<int> window_readers(Schedule schedule, int cp, int k) {
 
 std::vector<Schedule> protocol_schedules(Schedule schedule) {
   if (schedule == Schedule::zigzag) return {Schedule::zigzag};
-  if (schedule == Schedule::balance) return {Schedule::prefix, Schedule::stripe, Schedule::balance};
-  return {Schedule::prefix, Schedule::stripe};
+  return {Schedule::prefix, Schedule::stripe, Schedule::balance};
 }
 
 std::vector<int> windows_read_any(const std::vector<Schedule>& schedules, int cp, int rank) {
@@ -298,6 +297,28 @@ std::vector<int> windows_read_any(int cp, int rank) {
 
 std::vector<int> window_readers_any(int cp, int k) {
   return window_readers_any(protocol_schedules(Schedule::stripe), cp, k);
+}
+
+std::vector<int> unmerged_helpers(const std::vector<Schedule>& protocol, Schedule schedule, int cp, int owner) {
+  std::set<int> any;
+  for (Schedule s : protocol)
+    for (int k : helpers_of(s, cp, owner)) any.insert(k);
+  for (int k : helpers_of(schedule, cp, owner)) any.erase(k);
+  return {any.begin(), any.end()};
+}
+
+std::vector<FmhaWindow> helped_windows_any(const std::vector<Schedule>& protocol, int cp, int rank) {
+  std::vector<FmhaWindow> out;
+  for (Schedule s : protocol)
+    for (const auto& step : rank_attention(s, cp, rank).steps) {
+      const FmhaWindow& w = step.window;
+      if (step.is_merge || w.q == rank) continue;
+      bool seen = false;
+      for (const FmhaWindow& o : out) seen = seen || (o.q == w.q && o.slot == w.slot);
+      if (!seen) out.push_back(w);
+    }
+  std::sort(out.begin(), out.end(), [](const FmhaWindow& a, const FmhaWindow& b) { return a.slot < b.slot; });
+  return out;
 }
 
 double expected_load(Schedule schedule, int cp, int rank) {

@@ -232,18 +232,28 @@ WindowShape window_shape(const FmhaWindow& w, const std::vector<int64_t>& rows_o
 std::vector<int> windows_read(Schedule schedule, int cp, int rank);
 std::vector<int> window_readers(Schedule schedule, int cp, int k);
 // The schedules whose doorbell sets one call honours, so that consecutive
-// calls may switch between them (A/B of cuts 3 and 7 in one run): prefix and
-// stripe for both (what the device blocks run), with balance for a balance
-// call; zigzag alone. When the MLA block runs balance, every contiguous call
-// takes {prefix, stripe, balance} (then cp 2 gains a released bell from
-// rank 0 to rank 1).
+// calls may switch between them (A/B of cuts 3 and 7 in one run): every
+// contiguous call honours prefix, stripe and balance (what the MLA block
+// runs; at even cp balance adds a released bell from o - 1 to every odd o,
+// at odd cp nothing); zigzag alone.
 std::vector<Schedule> protocol_schedules(Schedule schedule);
 // The union over a set of schedules.
 std::vector<int> windows_read_any(const std::vector<Schedule>& schedules, int cp, int rank);
 std::vector<int> window_readers_any(const std::vector<Schedule>& schedules, int cp, int k);
-// The same over prefix and stripe (the device blocks' set).
+// The same over the contiguous protocol (protocol_schedules(Schedule::stripe)).
 std::vector<int> windows_read_any(int cp, int rank);
 std::vector<int> window_readers_any(int cp, int k);
+// The helpers of `owner` under some schedule of `protocol` whose returns a
+// call under `schedule` does not merge, ascending. The owner acknowledges
+// their slots (consumed) at the end of such a call, though nothing was
+// written there: a helper's wait for "consumed, call seq - 2" must hold
+// whichever schedule that call ran.
+std::vector<int> unmerged_helpers(const std::vector<Schedule>& protocol, Schedule schedule, int cp, int owner);
+
+// The helped windows a rank runs under any schedule of `protocol` (runner ==
+// rank != q), each (q, slot) once, by slot: the owners whose queries it reads
+// and the return slots it writes.
+std::vector<FmhaWindow> helped_windows_any(const std::vector<Schedule>& protocol, int cp, int rank);
 
 // docs/design.md §3's load: r + 1/2 (prefix); 1/2 + |kept| + |helped| (stripe);
 // cp/2 (balance at even cp, zigzag); balance at odd cp is the stripe's.

@@ -20,6 +20,12 @@ Region place(int64_t& cursor, int64_t bytes) {
 
 }  // namespace
 
+int64_t SlabLayout::slot_rows(int slot) const {
+  PB_CHECK(slot >= 0 && slot < slots, "SlabLayout::slot_rows: slot " + std::to_string(slot) + " outside [0, " +
+                                          std::to_string(slots) + ")");
+  return balance_moves(cp) && slot == balance_slot(cp) ? seg - seg / 2 : seg;
+}
+
 const char* bell_name(Bell kind) {
   switch (kind) {
     case Bell::window: return "window";
@@ -76,7 +82,7 @@ SlabLayout slab_layout(int cp, int64_t seg, int heads, int kv_rank, int rope_dim
   L.rope_dim = rope_dim;
   L.qk_dim = qk_dim;
   L.v_dim = v_dim;
-  L.slots = (cp - 1) / 2;
+  L.slots = return_slots(Schedule::balance, cp);
 
   const int64_t bf16 = 2, f32 = 4, u64 = 8;
   int64_t cursor = 0;
@@ -87,8 +93,8 @@ SlabLayout slab_layout(int cp, int64_t seg, int heads, int kv_rank, int rope_dim
   for (int s = 0; s < 2; ++s) {
     int64_t begin = align_up(cursor);
     for (int i = 0; i < L.slots; ++i) {
-      L.o[s].push_back(place(cursor, seg * int64_t(heads) * v_dim * bf16));
-      L.lse[s].push_back(place(cursor, int64_t(heads) * seg * f32));
+      L.o[s].push_back(place(cursor, L.slot_rows(i) * int64_t(heads) * v_dim * bf16));
+      L.lse[s].push_back(place(cursor, int64_t(heads) * L.slot_rows(i) * f32));
     }
     L.return_slab[s] = {begin, align_up(cursor) - begin};
   }
@@ -125,24 +131,24 @@ SlabLayout with_nccl_staging(const SlabLayout& shared, int rank, const std::vect
   bool any = false;
   for (int p = 0; p < cp; ++p) any |= over_nccl(p);
   if (!any) return L;
-  const int64_t bf16 = 2, f32 = 4;
   int64_t cursor = L.shared_bytes;
   L.bells_out = place(cursor, int64_t(L.n_doorbells()) * 8);
   L.in_kv.assign(size_t(cp), Region{});
   L.in_q.assign(size_t(cp), Region{});
   for (int k = 0; k < rank; ++k)
     if (over_nccl(k)) L.in_kv[size_t(k)] = place(cursor, L.kv.bytes);
-  const std::vector<int> owners = helped(cp, rank);
-  for (int q : owners)
-    if (over_nccl(q)) L.in_q[size_t(q)] = place(cursor, L.q.bytes);
+  // The owners it helps under any schedule of the contiguous protocol, by slot.
+  const std::vector<FmhaWindow> owners = helped_windows_any(protocol_schedules(Schedule::stripe), cp, rank);
+  for (int q = 0; q < cp; ++q)  // in peer order: regions() lists them so
+    for (const FmhaWindow& h : owners)
+      if (h.q == q && over_nccl(q) && L.in_q[size_t(q)].bytes == 0) L.in_q[size_t(q)] = place(cursor, L.q.bytes);
   for (int s = 0; s < 2; ++s) {
     L.out_o[s].assign(size_t(L.slots), Region{});
     L.out_lse[s].assign(size_t(L.slots), Region{});
-    for (int q : owners) {
-      if (!over_nccl(q)) continue;
-      const int slot = (q - rank) / 2 - 1;  // schedule.h: slot i of helper h serves owner h + 2(i + 1)
-      L.out_o[s][size_t(slot)] = place(cursor, int64_t(L.seg) * L.heads * L.v_dim * bf16);
-      L.out_lse[s][size_t(slot)] = place(cursor, int64_t(L.heads) * L.seg * f32);
+    for (const FmhaWindow& h : owners) {
+      if (!over_nccl(h.q)) continue;
+      L.out_o[s][size_t(h.slot)] = place(cursor, L.o[s][size_t(h.slot)].bytes);
+      L.out_lse[s][size_t(h.slot)] = place(cursor, L.lse[s][size_t(h.slot)].bytes);
     }
   }
   if (L.hidden > 0) {

@@ -7,9 +7,12 @@
 //                                              | at a time): per token the normed
 //                                              | latent, then the rope half
 //   q          [seg, heads * qk_dim] bf16      |
-//   return slab s in {0, 1}, slot i in [0, (cp - 1) / 2):
-//     o        [seg, heads, v_dim] bf16    a helper's FMHA output for this rank's queries
-//     lse      [heads, seg]      f32       its log-sum-exp, natural log
+//   return slab s in {0, 1}, slot i in [0, slots), slots = return_slots(
+//   Schedule::balance, cp) (schedule.h): the stripe's (cp - 1) / 2, and at
+//   even cp balance's slot (cp - 1) / 2 after them, which holds a half window:
+//     o        [rows, heads, v_dim] bf16   a helper's FMHA output for this rank's queries
+//     lse      [heads, rows]     f32       its log-sum-exp, natural log
+//     rows = slot_rows(i): seg, or seg - seg / 2 for balance's slot
 //   KDA (when the layout is given KDA shapes), parity p = seq % 2 of the KDA call:
 //     halo[p]    [4, hidden] bf16        the upstream rank's last 3 normed rows (row 3 unused)
 //     M[p], D[p] [kda_heads, d, d] f32   this rank's affine state package, read in place
@@ -23,10 +26,11 @@
 // The shared regions keep their offsets on every rank (IPC peers address
 // them); the staging differs per rank and no peer addresses it.
 //
-// Every region starts on a kAlign-byte boundary. Both return slabs hold all
-// (cp - 1) / 2 slots (docs/design.md's sizing) and alternate by the call's sequence
-// number (return_slab): a helper writing call seq's result only needs the
-// owner to have merged call seq - 2's, so helpers run a call ahead of owners.
+// Every region starts on a kAlign-byte boundary. Both return slabs hold every
+// slot (docs/design.md's sizing, plus balance's half slot) and alternate by
+// the call's sequence number (return_slab): a helper writing call seq's result
+// only needs the owner to have merged call seq - 2's, so helpers run a call
+// ahead of owners.
 //
 // Doorbell values: (seq + 1) * 4096 + window, waited on with GEQ, so a flag only
 // ever grows and a wait for an older (seq, window) passes at once.
@@ -81,7 +85,7 @@ struct SlabLayout {
   int cp = 0;
   int64_t seg = 0;  // token capacity of one segment (the bucket's seg_cap)
   int heads = 0, kv_rank = 0, rope_dim = 0, qk_dim = 0, v_dim = 0;
-  int slots = 0;  // return slots per slab: (cp - 1) / 2
+  int slots = 0;  // return slots per slab: return_slots(Schedule::balance, cp)
 
   Region doorbells;          // [cp * kBellKinds] u64
   Region kv, q;              // the published window
@@ -100,6 +104,9 @@ struct SlabLayout {
   int64_t total_bytes = 0;
 
   int n_doorbells() const { return cp * kBellKinds; }
+  // The rows return slot `slot` holds: seg; seg - seg / 2 for balance's slot
+  // (the moved part 1 of an owner's rows, schedule.h).
+  int64_t slot_rows(int slot) const;
   // Every region in address order, with a name, for tests and printing
   // (staging regions only where present).
   std::vector<std::pair<std::string, Region>> regions() const;
@@ -120,10 +127,11 @@ SlabLayout slab_layout_with_kda(int cp, int64_t seg, int heads, int kv_rank, int
                                 int64_t hidden, int kda_heads, int kda_dim);
 
 // `shared` plus rank `rank`'s NCCL staging for the peers p with nccl_peer[p]
-// (size cp): inboxes for the windows it may read under either schedule (kv of
-// every k < rank, q of every owner it helps under the stripe) and, with KDA
-// regions, for the packages of every j < rank; outboxes for its returns to
-// the owners it helps and for the halo rows to rank + 1.
+// (size cp): inboxes for the windows it may read under any schedule of the
+// contiguous protocol (kv of every k < rank, q of every owner it helps under
+// the stripe or balance) and, with KDA regions, for the packages of every
+// j < rank; outboxes for its returns to the owners it helps (in their slots)
+// and for the halo rows to rank + 1.
 SlabLayout with_nccl_staging(const SlabLayout& shared, int rank, const std::vector<bool>& nccl_peer);
 
 // The whole CP lane's slab for a model: MLA window and returns, KDA halo and packages.

@@ -9,6 +9,8 @@
 //   m = fmaxf(la, lw); merged = m + logf(expf(la - m) + expf(lw - m));
 //   acc = __fmaf_rn(f32(o), expf(lw - merged), __fmul_rn(acc, expf(la - merged))); lse = merged
 //   la == lw == -inf: row untouched; reset: acc = f32(o), lse = lw.
+// Over a row range (MergeRows): the launchers offset o_acc and lse_acc by row0,
+// and the kernels read lse_acc with head stride acc_rows (lse_win's is t_q).
 // Both variants call the same device functions (merge_weights, merge_element),
 // compiled with --fmad=false and no fast-math, so they agree bit for bit.
 //
@@ -59,25 +61,26 @@ __device__ __forceinline__ float merge_element(float acc, float o, const MergeWe
 __global__ void __launch_bounds__(kHeadDim)
 lse_merge_baseline_kernel(const bf16* __restrict__ o_win, const float* __restrict__ lse_win,
                           float* __restrict__ o_acc, float* __restrict__ lse_acc, int64_t t_q,
-                          int heads, bool reset) {
+                          int64_t acc_stride, int heads, bool reset) {
   const int64_t row = blockIdx.x;
   const int64_t q = row / heads;
   const int64_t head = row - q * heads;
   const int64_t li = head * t_q + q;
+  const int64_t la_i = head * acc_stride + q;
   const int64_t e = row * kHeadDim + threadIdx.x;
   const float lw = lse_win[li];
   const float o = __bfloat162float(o_win[e]);
   if (reset) {
     o_acc[e] = o;
-    if (threadIdx.x == 0) lse_acc[li] = lw;
+    if (threadIdx.x == 0) lse_acc[la_i] = lw;
     return;
   }
-  const float la = lse_acc[li];
+  const float la = lse_acc[la_i];
   __syncthreads();  // every thread has read la before thread 0 overwrites it
   if (merge_untouched(la, lw)) return;
   const MergeWeights w = merge_weights(la, lw);
   o_acc[e] = merge_element(o_acc[e], o, w);
-  if (threadIdx.x == 0) lse_acc[li] = w.merged;
+  if (threadIdx.x == 0) lse_acc[la_i] = w.merged;
 }
 
 // ---------------------------------------------------------------------------
@@ -131,7 +134,7 @@ __device__ __forceinline__ float4 merge4(float4 a, float o0, float o1, float o2,
 __global__ void __launch_bounds__(kCutThreads)
 lse_merge_cut_kernel(const bf16* __restrict__ o_win, const float* __restrict__ lse_win,
                      float* __restrict__ o_acc, float* __restrict__ lse_acc, int64_t t_q,
-                     int heads, bool reset) {
+                     int64_t acc_stride, int heads, bool reset) {
   const int64_t tiles = (t_q + kTileRows - 1) / kTileRows * heads;
   const int64_t t = int64_t(blockIdx.x) * kCutWarps + threadIdx.x / 32;
   if (t >= tiles) return;  // warp-uniform
@@ -151,10 +154,11 @@ lse_merge_cut_kernel(const bf16* __restrict__ o_win, const float* __restrict__ l
 
   const bool mine_live = lane32 < live;
   const int64_t li = head * t_q + qb * kTileRows + lane32;  // this lane's slot's lse
+  const int64_t la_i = head * acc_stride + qb * kTileRows + lane32;
   float lw = 0.0f, la = 0.0f;
   if (mine_live) {
     lw = lse_win[li];
-    if (!reset) la = lse_acc[li];
+    if (!reset) la = lse_acc[la_i];
   }
 
   MergeWeights w{0.0f, 0.0f, 0.0f};
@@ -178,10 +182,10 @@ lse_merge_cut_kernel(const bf16* __restrict__ o_win, const float* __restrict__ l
       bool mine = false;
       if (mine_live) {
         if (reset) {
-          lse_acc[li] = lw;
+          lse_acc[la_i] = lw;
         } else if (!merge_untouched(la, lw)) {
           w = merge_weights(la, lw);
-          lse_acc[li] = w.merged;
+          lse_acc[la_i] = w.merged;
           mine = true;
         }
       }
@@ -242,12 +246,19 @@ o_finalize_kernel(const float* __restrict__ acc, bf16* __restrict__ o, int64_t n
 
 // Checks the common contract; returns false for an empty shape.
 bool check_merge_contract(const char* who, const bf16* o_win, const float* lse_win,
-                          const float* o_acc, const float* lse_acc, int64_t t_q, int heads) {
-  PB_CHECK(t_q >= 0 && heads >= 0, std::string(who) + ": negative shape");
-  if (t_q == 0 || heads == 0) return false;
+                          const float* o_acc, const float* lse_acc, MergeRows rows, int heads) {
+  PB_CHECK(rows.n >= 0 && heads >= 0, std::string(who) + ": negative shape");
+  PB_CHECK(rows.row0 >= 0 && rows.row0 + rows.n <= rows.acc_rows,
+           std::string(who) + ": rows [row0, row0 + n) = [" + std::to_string(rows.row0) + ", " +
+               std::to_string(rows.row0 + rows.n) + ") outside the accumulator's " + std::to_string(rows.acc_rows) +
+               " rows");
+  if (rows.n == 0 || heads == 0) return false;
   PB_CHECK(o_win && lse_win && o_acc && lse_acc, std::string(who) + ": null pointer");
   return true;
 }
+
+// The accumulator's first row of the range.
+float* acc_rows_at(float* o_acc, MergeRows rows, int heads) { return o_acc + rows.row0 * heads * kHeadDim; }
 
 }  // namespace
 
@@ -256,28 +267,37 @@ bool check_merge_contract(const char* who, const bf16* o_win, const float* lse_w
 // ---------------------------------------------------------------------------
 
 void lse_merge_baseline(const bf16* o_win, const float* lse_win, float* o_acc, float* lse_acc,
+                        MergeRows rows, int heads, bool reset, cudaStream_t stream) {
+  if (!check_merge_contract("lse_merge_baseline", o_win, lse_win, o_acc, lse_acc, rows, heads)) return;
+  PB_CHECK(rows.n <= INT_MAX / heads, "lse_merge_baseline: t_q * heads exceeds the 1D grid");
+  const unsigned blocks = unsigned(rows.n * heads);
+  lse_merge_baseline_kernel<<<blocks, kHeadDim, 0, stream>>>(o_win, lse_win, acc_rows_at(o_acc, rows, heads),
+                                                             lse_acc + rows.row0, rows.n, rows.acc_rows, heads, reset);
+  PB_CUDA_LAUNCH();
+}
+
+void lse_merge_baseline(const bf16* o_win, const float* lse_win, float* o_acc, float* lse_acc,
                         int64_t t_q, int heads, bool reset, cudaStream_t stream) {
-  if (!check_merge_contract("lse_merge_baseline", o_win, lse_win, o_acc, lse_acc, t_q, heads)) {
-    return;
-  }
-  PB_CHECK(t_q <= INT_MAX / heads, "lse_merge_baseline: t_q * heads exceeds the 1D grid");
-  const unsigned blocks = unsigned(t_q * heads);
-  lse_merge_baseline_kernel<<<blocks, kHeadDim, 0, stream>>>(o_win, lse_win, o_acc, lse_acc, t_q,
-                                                             heads, reset);
+  lse_merge_baseline(o_win, lse_win, o_acc, lse_acc, MergeRows{t_q, 0, t_q}, heads, reset, stream);
+}
+
+void lse_merge_cut(const bf16* o_win, const float* lse_win, float* o_acc, float* lse_acc,
+                   MergeRows rows, int heads, bool reset, cudaStream_t stream) {
+  if (!check_merge_contract("lse_merge_cut", o_win, lse_win, o_acc, lse_acc, rows, heads)) return;
+  float* acc = acc_rows_at(o_acc, rows, heads);
+  PB_CHECK(aligned_to(o_win, 16) && aligned_to(acc, 16),
+           "lse_merge_cut: o_win and o_acc must be 16-byte aligned");
+  const int64_t tiles = (rows.n + kTileRows - 1) / kTileRows * heads;
+  const int64_t blocks = (tiles + kCutWarps - 1) / kCutWarps;
+  PB_CHECK(blocks <= INT_MAX, "lse_merge_cut: grid too large");
+  lse_merge_cut_kernel<<<unsigned(blocks), kCutThreads, 0, stream>>>(o_win, lse_win, acc, lse_acc + rows.row0, rows.n,
+                                                                     rows.acc_rows, heads, reset);
   PB_CUDA_LAUNCH();
 }
 
 void lse_merge_cut(const bf16* o_win, const float* lse_win, float* o_acc, float* lse_acc,
                    int64_t t_q, int heads, bool reset, cudaStream_t stream) {
-  if (!check_merge_contract("lse_merge_cut", o_win, lse_win, o_acc, lse_acc, t_q, heads)) return;
-  PB_CHECK(aligned_to(o_win, 16) && aligned_to(o_acc, 16),
-           "lse_merge_cut: o_win and o_acc must be 16-byte aligned");
-  const int64_t tiles = (t_q + kTileRows - 1) / kTileRows * heads;
-  const int64_t blocks = (tiles + kCutWarps - 1) / kCutWarps;
-  PB_CHECK(blocks <= INT_MAX, "lse_merge_cut: grid too large");
-  lse_merge_cut_kernel<<<unsigned(blocks), kCutThreads, 0, stream>>>(o_win, lse_win, o_acc,
-                                                                     lse_acc, t_q, heads, reset);
-  PB_CUDA_LAUNCH();
+  lse_merge_cut(o_win, lse_win, o_acc, lse_acc, MergeRows{t_q, 0, t_q}, heads, reset, stream);
 }
 
 void o_finalize(const float* o_acc, bf16* o, int64_t n, cudaStream_t stream) {
@@ -297,12 +317,17 @@ void o_finalize(const float* o_acc, bf16* o, int64_t n, cudaStream_t stream) {
 // ---------------------------------------------------------------------------
 
 void lse_merge(Variant v, const bf16* o_win, const float* lse_win, float* o_acc, float* lse_acc,
-               int64_t t_q, int heads, bool reset, cudaStream_t stream) {
+               MergeRows rows, int heads, bool reset, cudaStream_t stream) {
   if (v == Variant::cut) {
-    lse_merge_cut(o_win, lse_win, o_acc, lse_acc, t_q, heads, reset, stream);
+    lse_merge_cut(o_win, lse_win, o_acc, lse_acc, rows, heads, reset, stream);
   } else {
-    lse_merge_baseline(o_win, lse_win, o_acc, lse_acc, t_q, heads, reset, stream);
+    lse_merge_baseline(o_win, lse_win, o_acc, lse_acc, rows, heads, reset, stream);
   }
+}
+
+void lse_merge(Variant v, const bf16* o_win, const float* lse_win, float* o_acc, float* lse_acc,
+               int64_t t_q, int heads, bool reset, cudaStream_t stream) {
+  lse_merge(v, o_win, lse_win, o_acc, lse_acc, MergeRows{t_q, 0, t_q}, heads, reset, stream);
 }
 
 }  // namespace pb

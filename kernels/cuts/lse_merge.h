@@ -31,6 +31,13 @@
 //             weights by __shfl_sync. Eight row pairs' loads are in flight
 //             before their math. o_win and o_acc must be 16-byte aligned.
 //
+// A window over part of the accumulator's rows (MergeRows): the window's n
+// rows, o_win [n, h, 128] and lse_win [h, n], fold into accumulator rows
+// [row0, row0 + n) of o_acc [acc_rows, h, 128] and lse_acc [h, acc_rows]; the
+// per-row map above is unchanged (row q of the window meets accumulator row
+// row0 + q). The t_q forms are {t_q, 0, t_q}. o_acc + row0 * h * 128 must be
+// 16-byte aligned for the cut (it is when o_acc is).
+//
 //   o_finalize   o [n] bf16 = __float2bfloat16_rn(acc [n] f32)   (n = t_q * h * 128)
 #pragma once
 
@@ -46,13 +53,25 @@ namespace pb {
 
 constexpr int kLseMergeHeadDim = 128;
 
+struct MergeRows {
+  int64_t n = 0;         // the window's rows
+  int64_t row0 = 0;      // the accumulator row its row 0 merges into
+  int64_t acc_rows = 0;  // the accumulator's rows (lse_acc's head stride)
+};
+
+void lse_merge_baseline(const __nv_bfloat16* o_win, const float* lse_win, float* o_acc,
+                        float* lse_acc, MergeRows rows, int heads, bool reset, cudaStream_t stream);
 void lse_merge_baseline(const __nv_bfloat16* o_win, const float* lse_win, float* o_acc,
                         float* lse_acc, int64_t t_q, int heads, bool reset, cudaStream_t stream);
 
 void lse_merge_cut(const __nv_bfloat16* o_win, const float* lse_win, float* o_acc,
+                   float* lse_acc, MergeRows rows, int heads, bool reset, cudaStream_t stream);
+void lse_merge_cut(const __nv_bfloat16* o_win, const float* lse_win, float* o_acc,
                    float* lse_acc, int64_t t_q, int heads, bool reset, cudaStream_t stream);
 
 // The one dispatch point on the cut switch.
+void lse_merge(Variant v, const __nv_bfloat16* o_win, const float* lse_win, float* o_acc,
+               float* lse_acc, MergeRows rows, int heads, bool reset, cudaStream_t stream);
 void lse_merge(Variant v, const __nv_bfloat16* o_win, const float* lse_win, float* o_acc,
                float* lse_acc, int64_t t_q, int heads, bool reset, cudaStream_t stream);
 
@@ -61,6 +80,8 @@ void lse_merge(Variant v, const __nv_bfloat16* o_win, const float* lse_win, floa
 void o_finalize(const float* o_acc, __nv_bfloat16* o, int64_t n, cudaStream_t stream);
 
 namespace ref {
+void lse_merge(const uint16_t* o_win, const float* lse_win, float* o_acc, float* lse_acc,
+               MergeRows rows, int heads, bool reset, const Transcendentals& math);
 void lse_merge(const uint16_t* o_win, const float* lse_win, float* o_acc, float* lse_acc,
                int64_t t_q, int heads, bool reset, const Transcendentals& math);
 void o_finalize(const float* o_acc, uint16_t* o, int64_t n);

@@ -5,8 +5,9 @@
 //   - fabric nccl, every rank its own emulated host (CP2, CP4);
 //   - fabric auto, 2 emulated hosts x cp / 2 ranks (CP4): IPC inside an
 //     emulated host, NCCL across.
-// MLA calls switch schedules (prefix, stripe, cut 4) so both return slabs,
-// the helped windows and the acknowledgements of earlier calls are crossed;
+// MLA calls switch schedules (prefix, stripe, balance, cut 4) so both return
+// slabs, the helped windows (balance's moved halves among them: the tests run
+// at even cp) and the acknowledgements of earlier calls are crossed;
 // KDA calls cover both halo and package parities. Tiny widths with uneven
 // segments, and K3 widths at short length.
 //
@@ -136,9 +137,14 @@ Traffic check_mla(const ModelShape& m, int64_t context, int64_t pad_rows, const 
   INFO("MLA, model " << m.preset << " cp " << lane.cp << " rank " << lane.me << " fabric " << plan.mode);
   const MlaWeights w(m, 77, lane.stream);
   const Blas blas;
-  // Two prefix calls before the first stripe call, then back and forth (mla_block.h's acknowledgements).
+  // Two prefix calls before the first stripe call, then back and forth, balance
+  // among them (mla_block.h's acknowledgements).
+  CutSet balance = cuts_with(true, true);
+  balance.set(Cut::balance, true);
   const std::vector<CutSet> order = {cuts_with(false, false), cuts_with(false, true), cuts_with(true, true),
-                                     cuts_with(true, false),  cuts_with(false, false), cuts_with(true, true)};
+                                     cuts_with(true, false),  cuts_with(false, false), cuts_with(true, true),
+                                     balance,                 cuts_with(false, false), cuts_with(true, true),
+                                     balance,                 balance};
   const Calls calls = [&](Fabric& fab) {
     Timeline tl(lane.stream, false);
     tl.set_layer(1);

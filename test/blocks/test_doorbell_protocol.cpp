@@ -6,8 +6,9 @@
 //
 // Checked for cp 1..8 over call sequences that switch schedules the way
 // `verify` (prefix runs, then stripe runs) and `run` (variants interleaved) do,
-// and, ahead of the blocks, for the protocol balance (cut 7) and zigzag will
-// take (schedule.h protocol_schedules):
+// balance (cut 7) among them, under the contiguous protocol the MLA block
+// honours in every call (schedule.h protocol_schedules), and for the protocol
+// zigzag will take:
 //   - serialized turns (serialize_ranks): when a rank's turn runs, each of its
 //     waits already holds (a wait on a later turn is a hang);
 //   - concurrent ranks, many random interleavings of the ranks' streams: no
@@ -60,23 +61,8 @@ Op ring_op(int me, int target, Bell b, uint64_t v) { return {OpKind::ring, targe
 Op write_op(BufKey k, int64_t seq, const std::string& what) { return {OpKind::write, 0, 0, Bell::window, 0, k, seq, what}; }
 Op read_op(BufKey k, int64_t seq, const std::string& what) { return {OpKind::read, 0, 0, Bell::window, 0, k, seq, what}; }
 
-// The schedules whose doorbell sets every call honours: the blocks' today.
-const std::vector<Schedule> kDeviceProtocol = {Schedule::prefix, Schedule::stripe};
-
-// The helpers of `me` under any schedule of the protocol that this call's schedule does not merge.
-std::vector<int> unmerged_helpers(const std::vector<Schedule>& protocol, Schedule sched, int cp, int me) {
-  std::vector<int> out;
-  const std::vector<int> merged = helpers_of(sched, cp, me);
-  for (int k = 0; k < cp; ++k) {
-    bool any = false;
-    for (Schedule s : protocol) {
-      const std::vector<int> hs = helpers_of(s, cp, me);
-      any = any || std::find(hs.begin(), hs.end(), k) != hs.end();
-    }
-    if (any && std::find(merged.begin(), merged.end(), k) == merged.end()) out.push_back(k);
-  }
-  return out;
-}
+// The schedules whose doorbell sets every contiguous call of the MLA block honours.
+const std::vector<Schedule> kDeviceProtocol = protocol_schedules(Schedule::stripe);
 
 // ---- MlaBlock ----
 // project: wait until last call's readers released the window, write it, publish it.
@@ -87,9 +73,9 @@ void mla_project(Ops& ops, int cp, int me, int64_t seq, const std::vector<Schedu
   for (int r : readers) ops.push_back(ring_op(me, r, Bell::window, doorbell_value(seq, 0)));
 }
 
-// attend: the schedule's steps; then release every window possibly read and, in
-// a prefix call, acknowledge the stripe's return slots (ack_unmerged = false
-// drops that acknowledgement: the protocol before it was added).
+// attend: the schedule's steps; then release every window possibly read and
+// acknowledge the return slots of the protocol's helpers this call did not
+// merge (ack_unmerged = false drops that acknowledgement).
 void mla_attend(Ops& ops, int cp, int me, int64_t seq, Schedule sched, bool ack_unmerged,
                 const std::vector<Schedule>& protocol) {
   const RankAttention a = rank_attention(sched, cp, me);
@@ -122,7 +108,7 @@ void mla_attend(Ops& ops, int cp, int me, int64_t seq, Schedule sched, bool ack_
   }
   for (int k : windows_read_any(protocol, cp, me))
     ops.push_back(ring_op(me, k, Bell::released, doorbell_value(seq, 0)));
-  if (ack_unmerged)  // under the blocks' protocol: the stripe's helpers, in a prefix call
+  if (ack_unmerged)
     for (int k : unmerged_helpers(protocol, sched, cp, me))
       ops.push_back(ring_op(me, k, Bell::consumed, doorbell_value(seq, 0)));
 }
@@ -339,9 +325,12 @@ TEST_CASE("the lane's doorbells never hang and never expose a stale buffer, cp 1
   }
 }
 
-TEST_CASE("balance's and zigzag's protocols never hang and never expose a stale buffer, cp 1..8") {
+TEST_CASE("calls under balance, and zigzag's protocol, never hang and never expose a stale buffer, cp 1..8") {
   const std::vector<Schedule> contiguous = protocol_schedules(Schedule::balance);
   for (int cp = 1; cp <= 8; ++cp) {
+    std::vector<Call> verify = verify_order(6);  // verify with balance: its cut sets after the stripe's
+    for (int i = 0; i < 2; ++i) append_superstep(verify, 6, Schedule::balance);
+    check_all(cp, verify, "verify: prefix, stripe, then balance", contiguous);
     std::vector<Call> interleaved;  // run: baseline, stripe, balance variants interleaved
     for (int rep = 0; rep < 3; ++rep)
       for (Schedule s : contiguous) append_superstep(interleaved, 5, s);
@@ -354,7 +343,8 @@ TEST_CASE("balance's and zigzag's protocols never hang and never expose a stale 
 }
 
 TEST_CASE("with balance, a stripe call must acknowledge the balance slot too, else run hangs at even cp") {
-  // the acknowledgement rule of the blocks' protocol (the stripe's helpers, in non-stripe calls) is not enough
+  // acknowledging only the stripe's helpers (in non-stripe calls) is not enough: the owner
+  // acknowledges balance's helper o - 1 in stripe calls too (unmerged_helpers)
   const std::vector<Schedule> contiguous = protocol_schedules(Schedule::balance);
   for (int cp : {2, 4}) {
     CAPTURE(cp);

@@ -227,8 +227,11 @@ TEST_CASE("NCCL staging: inboxes for what a rank reads, outboxes for what it del
       const bool keys = k < rank;  // read under the prefix schedule, kept ones under the stripe
       CHECK((L.in_kv[size_t(k)].bytes > 0) == keys);
       CHECK((L.in_M[size_t(k)].bytes > 0) == keys);
+      // The owners it helps: under the stripe, and under balance its odd neighbour (cp 4 is even).
       const std::vector<int> owners = helped(cp, rank);
-      const bool helps = std::find(owners.begin(), owners.end(), k) != owners.end();
+      const bool stripe_helps = std::find(owners.begin(), owners.end(), k) != owners.end();
+      const bool balance_helps = rank % 2 == 0 && k == rank + 1;
+      const bool helps = stripe_helps || balance_helps;
       CHECK((L.in_q[size_t(k)].bytes > 0) == helps);
       if (keys) {
         CHECK(L.inbox(k, L.kv).offset == L.in_kv[size_t(k)].offset);
@@ -239,7 +242,7 @@ TEST_CASE("NCCL staging: inboxes for what a rank reads, outboxes for what it del
         CHECK_THROWS_AS(L.inbox(k, L.kv), Error);
       }
       if (helps) {
-        const int slot = (k - rank) / 2 - 1;
+        const int slot = stripe_helps ? (k - rank) / 2 - 1 : balance_slot(cp);
         CHECK(L.inbox(k, L.q).bytes == L.q.bytes);
         for (int s = 0; s < 2; ++s) {
           CHECK(L.outbox(L.o[s][size_t(slot)]).offset == L.out_o[s][size_t(slot)].offset);
@@ -263,13 +266,22 @@ TEST_CASE("NCCL staging only for NCCL peers; none without; a rank never reaches 
   const SlabLayout L = with_nccl_staging(shared, 2, {true, true, false, false});
   CHECK(L.in_kv[0].bytes > 0);
   CHECK(L.in_kv[1].bytes > 0);
-  CHECK(L.in_q[0].bytes == 0);  // rank 2 helps nobody at cp 4
+  CHECK(L.in_q[0].bytes == 0);  // rank 2 helps only rank 3 at cp 4 (balance), over IPC
+  CHECK(L.in_q[3].bytes == 0);
   CHECK(L.out_halo[0].bytes == 0);  // rank 3 is over IPC
   check_disjoint_and_inside(L);
   // Rank 0 with rank 2 over NCCL: its queries arrive in an inbox, its returns leave from an outbox.
   const SlabLayout r0 = with_nccl_staging(shared, 0, {false, false, true, false});
   CHECK(r0.in_q[2].bytes == shared.q.bytes);
   CHECK(r0.out_o[0][0].bytes == shared.o[0][0].bytes);
+  CHECK(r0.in_q[1].bytes == 0);  // balance's owner, rank 1, is over IPC
+  CHECK(r0.out_o[0][size_t(balance_slot(4))].bytes == 0);
+  // Rank 0 with rank 1 over NCCL: balance's half window of queries arrives, its return leaves from balance's slot.
+  const SlabLayout r0b = with_nccl_staging(shared, 0, {false, true, false, false});
+  CHECK(r0b.in_q[1].bytes == shared.q.bytes);
+  CHECK(r0b.out_o[1][size_t(balance_slot(4))].bytes == shared.o[1][size_t(balance_slot(4))].bytes);
+  CHECK(r0b.out_o[1][0].bytes == 0);
+  check_disjoint_and_inside(r0b);
   CHECK(r0.out_halo[0].bytes == 0);  // rank 1 is over IPC
   CHECK_THROWS_AS(with_nccl_staging(shared, 1, {false, true, false, false}), Error);
   CHECK_THROWS_AS(with_nccl_staging(shared, 1, {false, false}), Error);

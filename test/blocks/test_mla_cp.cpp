@@ -6,8 +6,15 @@
 //   - the argmax of a fixed projection of the last token agrees (last rank);
 //   - cut 4 (lse_merge) on and off is bit-identical on every rank, under both
 //     schedules, and a repeated call reproduces its bits (slabs alternate);
-//   - at CP1, all cuts == no cuts bit for bit (cuts 1, 4, 5 are exact; 3 is moot).
-// Tiny widths and K3 widths (96 heads, hidden 7168) at short length.
+//   - at CP1, all cuts == no cuts bit for bit (cuts 1, 4, 5 are exact; 3 is moot);
+//   - balance (cut 7; -np 2 and 4 are even cp, where it moves half windows):
+//     with the native FMHA every rank's output equals the stripe's bit for
+//     bit, over calls that switch between prefix, stripe and balance so that
+//     the acknowledgements of the return slots cross schedules (schedule.h);
+//     with cuDNN (when built) within summation order, rel-L2 <= 1e-3, the
+//     last token's probe argmax equal.
+// Tiny widths (uneven segments: odd context, odd rows split in unequal
+// halves) and K3 widths (96 heads, hidden 7168) at short length.
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>
@@ -58,6 +65,17 @@ CutSet cuts_with(bool all, bool lse_merge) {
   return c;
 }
 
+// Every cut the device blocks run, cut 4 as given, and balance (cut 7) on.
+CutSet balance_cuts(bool lse_merge) {
+  CutSet c = cuts_with(true, lse_merge);
+  c.set(Cut::balance, true);
+  return c;
+}
+
+// Floor on rel-L2(balance, stripe) with cuDNN: the moved half window runs
+// with half the query rows, which may tile its sums differently.
+constexpr double kBalanceCudnnRelL2 = 1e-3;
+
 // Runs the block once and returns its live output rows [T, hidden].
 Bits run_block(MlaBlock& block, const __nv_bfloat16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl,
                const Blas& blas, Fabric* fab, int64_t hidden) {
@@ -69,6 +87,22 @@ Bits run_block(MlaBlock& block, const __nv_bfloat16* mixed, int64_t seq, const C
   return out;
 }
 
+// The whole seeded input [context, hidden] and this rank's rows of it in a
+// bucket of `rows` (rows >= its segment: anything).
+struct LaneInput {
+  std::vector<Segment> segs;
+  Segment mine;
+  DeviceBuffer<__nv_bfloat16> full, local;
+  LaneInput(const ModelShape& m, int64_t context, int cp, int me, int64_t rows, uint64_t seed, cudaStream_t stream)
+      : segs(contiguous_segments(context, cp)), mine(segs[size_t(me)]), full(size_t(context * m.hidden)),
+        local(size_t(rows * m.hidden)) {
+    fill_uniform_bf16(full.get(), context * m.hidden, seed, 1.0f, stream);
+    fill_uniform_bf16(local.get(), rows * m.hidden, seed + 1, 1.0f, stream);
+    PB_CUDA(cudaMemcpyAsync(local.get(), full.get() + mine.begin * m.hidden, size_t(mine.len * m.hidden) * 2,
+                            cudaMemcpyDeviceToDevice, stream));
+  }
+};
+
 void check_cp_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
   const Gang& gang = test_gang();
   const int cp = gang.size(), me = gang.rank();
@@ -77,13 +111,10 @@ void check_cp_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
   cudaStream_t stream;
   PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const MlaWeights w(m, 77, stream);
-  const std::vector<Segment> segs = contiguous_segments(context, cp);
-  const Segment mine = segs[me];
-  DeviceBuffer<__nv_bfloat16> full(size_t(context * m.hidden)), local(size_t(rows * m.hidden));
-  fill_uniform_bf16(full.get(), context * m.hidden, 5, 1.0f, stream);
-  fill_uniform_bf16(local.get(), rows * m.hidden, 6, 1.0f, stream);  // rows >= T: anything
-  PB_CUDA(cudaMemcpyAsync(local.get(), full.get() + mine.begin * m.hidden, size_t(mine.len * m.hidden) * 2,
-                          cudaMemcpyDeviceToDevice, stream));
+  const LaneInput in(m, context, cp, me, rows, 5, stream);
+  const std::vector<Segment>& segs = in.segs;
+  const Segment mine = in.mine;
+  const __nv_bfloat16 *full = in.full.get(), *local = in.local.get();
   const Blas blas;
   Timeline tl(stream, false);
 
@@ -91,8 +122,8 @@ void check_cp_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
   Bits cp1_none, cp1_all;
   {
     MlaBlock one(m, w, {0, 1, {{0, context}}, context, nullptr}, FmhaEngine::native);
-    const Bits a = run_block(one, full.get(), 0, cuts_with(false, false), tl, blas, nullptr, m.hidden);
-    const Bits b = run_block(one, full.get(), 1, cuts_with(true, true), tl, blas, nullptr, m.hidden);
+    const Bits a = run_block(one, full, 0, cuts_with(false, false), tl, blas, nullptr, m.hidden);
+    const Bits b = run_block(one, full, 1, cuts_with(true, true), tl, blas, nullptr, m.hidden);
     CHECK_MESSAGE(a == b, "CP1: all cuts differ from none (cuts 1, 4, 5 promise the same bits)");
     cp1_none.assign(a.begin() + mine.begin * m.hidden, a.begin() + (mine.begin + mine.len) * m.hidden);
     cp1_all.assign(b.begin() + mine.begin * m.hidden, b.begin() + (mine.begin + mine.len) * m.hidden);
@@ -105,12 +136,12 @@ void check_cp_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
   // Two prefix calls before the first stripe call: a helper's wait for the
   // owner's acknowledgement of call seq - 2 must hold after a prefix call too
   // (verify and run switch schedules that way); then back and forth.
-  const Bits prefix = run_block(block, local.get(), 0, cuts_with(false, false), tl, blas, &fab, m.hidden);
-  const Bits prefix_4 = run_block(block, local.get(), 1, cuts_with(false, true), tl, blas, &fab, m.hidden);
-  const Bits stripe = run_block(block, local.get(), 2, cuts_with(true, true), tl, blas, &fab, m.hidden);
-  const Bits stripe_no4 = run_block(block, local.get(), 3, cuts_with(true, false), tl, blas, &fab, m.hidden);
-  const Bits prefix_again = run_block(block, local.get(), 4, cuts_with(false, false), tl, blas, &fab, m.hidden);
-  const Bits stripe_again = run_block(block, local.get(), 5, cuts_with(true, true), tl, blas, &fab, m.hidden);
+  const Bits prefix = run_block(block, local, 0, cuts_with(false, false), tl, blas, &fab, m.hidden);
+  const Bits prefix_4 = run_block(block, local, 1, cuts_with(false, true), tl, blas, &fab, m.hidden);
+  const Bits stripe = run_block(block, local, 2, cuts_with(true, true), tl, blas, &fab, m.hidden);
+  const Bits stripe_no4 = run_block(block, local, 3, cuts_with(true, false), tl, blas, &fab, m.hidden);
+  const Bits prefix_again = run_block(block, local, 4, cuts_with(false, false), tl, blas, &fab, m.hidden);
+  const Bits stripe_again = run_block(block, local, 5, cuts_with(true, true), tl, blas, &fab, m.hidden);
 
   const double e_prefix = rel_l2_bf16(prefix, cp1_none), e_stripe = rel_l2_bf16(stripe, cp1_all);
   const double e_between = rel_l2_bf16(stripe, prefix);
@@ -136,6 +167,78 @@ void check_cp_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
   PB_CUDA(cudaStreamDestroy(stream));
 }
 
+// Balance against the stripe on one fabric, calls switching schedules:
+//   seq 0 stripe, 1 balance, 2 prefix, 3 prefix, 4 balance, 5 stripe,
+//   6 balance with cut 4 off, 7 balance. Before writing balance's slot of
+//   call seq, its helper waits for the owner's acknowledgement of call
+//   seq - 2: a prefix call's (seq 4), a balance call's (seq 6), a stripe
+//   call's (seq 7); the stripe's helpers likewise (seq 5 after a prefix call).
+void check_balance(const ModelShape& m, int64_t context, int64_t pad_rows, FmhaEngine engine) {
+  const Gang& gang = test_gang();
+  const int cp = gang.size(), me = gang.rank();
+  if (!balance_moves(cp)) {  // at odd cp balance is the stripe: nothing to compare
+    MESSAGE("cp " << cp << ": balance moves nothing");
+    return;
+  }
+  REQUIRE(attention_schedule(balance_cuts(true), Layout::contiguous, cp) == Schedule::balance);
+  const int64_t rows = contiguous_segments(context, cp)[0].len + pad_rows;
+  const bool native = engine == FmhaEngine::native;
+  INFO("model " << m.preset << " cp " << cp << " rank " << me << " context " << context << " engine "
+                << (native ? "native" : "cudnn"));
+  cudaStream_t stream;
+  PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const MlaWeights w(m, 91, stream);
+  const LaneInput in(m, context, cp, me, rows, 15, stream);
+  const Segment mine = in.mine;
+  const Blas blas;
+  Timeline tl(stream, false);
+  Fabric fab(gang, slab_layout(cp, rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()), int(m.v_head)),
+             30.0);
+  MlaBlock block(m, w, {me, cp, in.segs, rows, &fab}, engine);
+  const auto call = [&](int64_t seq, const CutSet& cuts) {
+    return run_block(block, in.local.get(), seq, cuts, tl, blas, &fab, m.hidden);
+  };
+  const Bits stripe = call(0, cuts_with(true, true));
+  const Bits balance = call(1, balance_cuts(true));
+  const Bits prefix = call(2, cuts_with(false, true));
+  call(3, cuts_with(false, false));
+  const Bits balance_after_prefix = call(4, balance_cuts(true));
+  const Bits stripe_again = call(5, cuts_with(true, true));
+  const Bits balance_no4 = call(6, balance_cuts(false));
+  const Bits balance_again = call(7, balance_cuts(true));
+
+  const double e_balance = rel_l2_bf16(balance, stripe), e_prefix = rel_l2_bf16(balance, prefix);
+  CHECK(e_prefix <= kMlaCpRelL2Floor);  // the same attention, merged in another order
+  if (native) {
+    CHECK_MESSAGE(balance == stripe, "balance differs from the stripe (native FMHA promises the same bits)");
+    CHECK_MESSAGE(balance_after_prefix == stripe, "balance after two prefix calls differs from the stripe");
+    CHECK_MESSAGE(balance_no4 == stripe, "balance with cut 4 off differs from the stripe");
+    CHECK_MESSAGE(balance_again == stripe, "a repeated balance call differs from the stripe");
+    CHECK_MESSAGE(stripe_again == stripe, "a stripe call after balance calls changed bits");
+  } else {
+    for (const Bits* b : {&balance, &balance_after_prefix, &balance_no4, &balance_again})
+      CHECK(rel_l2_bf16(*b, stripe) <= kBalanceCudnnRelL2);
+    CHECK(rel_l2_bf16(stripe_again, stripe) <= kBalanceCudnnRelL2);
+  }
+  if (me == cp - 1) {
+    const int64_t last = (mine.len - 1) * m.hidden;
+    CHECK(probe_argmax(balance.data() + last, m.hidden) == probe_argmax(stripe.data() + last, m.hidden));
+  }
+  std::printf("[%s cp %d rank %d %s] balance vs stripe rel-L2 %.2e, vs prefix %.2e\n", m.preset.c_str(), cp, me,
+              native ? "native" : "cudnn", e_balance, e_prefix);
+  gang.barrier();  // no peer touches our slab any more
+  PB_CUDA(cudaStreamDestroy(stream));
+}
+
+// cuDNN's checks where this build has it (every rank agrees: one build).
+void check_balance_cudnn(const ModelShape& m, int64_t context, int64_t pad_rows) {
+  if (!fmha_cudnn_available()) {
+    MESSAGE("built without cuDNN: balance under cuDNN not checked");
+    return;
+  }
+  check_balance(m, context, pad_rows, FmhaEngine::cudnn);
+}
+
 }  // namespace
 
 TEST_CASE("MLA across the CP lane, tiny widths") {
@@ -146,4 +249,17 @@ TEST_CASE("MLA across the CP lane, tiny widths") {
 TEST_CASE("MLA across the CP lane, K3 widths at short length") {
   ModelShape m = model_preset("k3");
   check_cp_lane(m, 256, 16);
+}
+
+TEST_CASE("MLA under balance == the stripe, bit for bit with the native FMHA, tiny widths, uneven segments") {
+  check_balance(model_preset("tiny"), 203, 13, FmhaEngine::native);
+}
+
+TEST_CASE("MLA under balance == the stripe, bit for bit with the native FMHA, K3 widths at short length") {
+  check_balance(model_preset("k3"), 256, 16, FmhaEngine::native);
+}
+
+TEST_CASE("MLA under balance == the stripe within summation order with cuDNN, tiny and K3 widths") {
+  check_balance_cudnn(model_preset("tiny"), 203, 13);
+  check_balance_cudnn(model_preset("k3"), 256, 16);
 }

@@ -457,7 +457,7 @@ void mla_call(Gang& g, int rank, int64_t seq, Schedule sched, int layer) {
     }
   }
   const std::vector<int> read = windows_read_any(cp, rank);
-  const std::vector<int> unmerged = sched == Schedule::stripe ? std::vector<int>{} : stripe_helpers(cp, rank);
+  const std::vector<int> unmerged = unmerged_helpers(protocol_schedules(sched), sched, cp, rank);
   if (!read.empty()) {
     const int64_t r = compute("fabric.release_window", 1);
     for (int k : read) g.ring(r, k, Bell::released, doorbell_value(seq, 0));

@@ -171,15 +171,16 @@ TEST_CASE("window readers mirror the windows read; prefix readers are the downst
         }
 }
 
-TEST_CASE("the *_any sets are the union over both schedules and mirror each other") {
+TEST_CASE("the *_any sets are the union over the contiguous protocol's schedules and mirror each other") {
   for (int cp = 1; cp <= 9; ++cp)
     for (int s = 0; s < cp; ++s)
       for (int k = 0; k < cp; ++k) {
         const std::vector<int> read = windows_read_any(cp, s), readers = window_readers_any(cp, k);
         const bool reads = std::find(read.begin(), read.end(), k) != read.end();
         CHECK(reads == (std::find(readers.begin(), readers.end(), s) != readers.end()));
-        // Prefix: every upstream window; stripe adds the owners a rank helps.
-        CHECK(reads == (k < s || (k > s && (k - s) % 2 == 0)));
+        // Prefix: every upstream window; stripe adds the owners a rank helps;
+        // balance (even cp) the odd neighbour of an even rank.
+        CHECK(reads == (k < s || (k > s && (k - s) % 2 == 0) || (cp % 2 == 0 && s % 2 == 0 && k == s + 1)));
       }
 }
 
@@ -586,12 +587,13 @@ TEST_CASE("windows read: balance adds the helper o - 1 as a reader of o's window
             CHECK(s_reads_k == (stripe_reads || (cp % 2 == 0 && s % 2 == 0 && k == s + 1)));
           if (sched == Schedule::zigzag) CHECK(s_reads_k == (s != k));
         }
-  // the protocol sets: the device's {prefix, stripe}, balance added for balance calls, zigzag alone
-  CHECK(protocol_schedules(Schedule::prefix) == std::vector<Schedule>{Schedule::prefix, Schedule::stripe});
-  CHECK(protocol_schedules(Schedule::balance).size() == 3);
+  // the protocol sets: every contiguous call honours prefix, stripe and balance; zigzag alone
+  const std::vector<Schedule> contiguous = {Schedule::prefix, Schedule::stripe, Schedule::balance};
+  for (Schedule s : {Schedule::prefix, Schedule::stripe, Schedule::balance}) CHECK(protocol_schedules(s) == contiguous);
   CHECK(protocol_schedules(Schedule::zigzag) == std::vector<Schedule>{Schedule::zigzag});
   CHECK(windows_read_any(protocol_schedules(Schedule::balance), 2, 0) == std::vector<int>{1});
-  CHECK(windows_read_any(2, 0).empty());
+  CHECK(windows_read_any(2, 0) == std::vector<int>{1});
+  CHECK(windows_read_any({Schedule::prefix, Schedule::stripe}, 2, 0).empty());
 }
 
 // ---- KDA pieces ----
@@ -732,4 +734,25 @@ TEST_CASE("KDA pieces: contiguous folds the upstream ranks; zigzag folds the pac
   CHECK(r1[1].halo_readers == std::vector<int>{0});
   const std::vector<KdaPiece> r0 = kda_pieces(Layout::zigzag, 4, 0);
   CHECK_FALSE(r0[1].package);  // chunk 7 ends the sequence: nobody folds it
+}
+
+TEST_CASE("unmerged helpers: what a call acknowledges without merging, under the contiguous protocol") {
+  for (int cp = 1; cp <= 12; ++cp)
+    for (int owner = 0; owner < cp; ++owner) {
+      CAPTURE(cp);
+      CAPTURE(owner);
+      const std::vector<Schedule> protocol = protocol_schedules(Schedule::stripe);
+      std::vector<int> balance_helper;  // balance's helper of an odd owner at even cp
+      if (cp % 2 == 0 && owner % 2 == 1) balance_helper.push_back(owner - 1);
+      // A balance call merges every helper of the protocol.
+      CHECK(unmerged_helpers(protocol, Schedule::balance, cp, owner).empty());
+      CHECK(unmerged_helpers(protocol, Schedule::stripe, cp, owner) == balance_helper);
+      std::vector<int> all = stripe_helpers(cp, owner);
+      all.insert(all.end(), balance_helper.begin(), balance_helper.end());
+      std::sort(all.begin(), all.end());
+      CHECK(unmerged_helpers(protocol, Schedule::prefix, cp, owner) == all);
+      // Over prefix and stripe alone: the stripe's helpers, in a prefix call.
+      CHECK(unmerged_helpers({Schedule::prefix, Schedule::stripe}, Schedule::prefix, cp, owner) ==
+            stripe_helpers(cp, owner));
+    }
 }

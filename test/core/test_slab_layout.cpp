@@ -29,12 +29,13 @@ void check_layout(const SlabLayout& L) {
 
 }  // namespace
 
-TEST_CASE("slab at cp 8, seg 16896, 96 heads: docs/design.md's sizes") {
+TEST_CASE("slab at cp 8, seg 16896, 96 heads: docs/design.md's sizes, plus balance's half slot") {
   const int64_t seg = 16896;
   SlabLayout L = slab_layout(8, seg, 96);
   check_layout(L);
-  CHECK(L.slots == 3);
-  CHECK(L.slots == return_slots(8));
+  CHECK(L.slots == 4);
+  CHECK(L.slots == return_slots(8) + 1);
+  CHECK(L.slots == return_slots(Schedule::balance, 8));
   CHECK(L.doorbells.bytes == 8 * kBellKinds * 8);
   CHECK(L.kv.bytes == seg * (512 + 64) * 2);
   CHECK(L.q.bytes == seg * 96 * 192 * 2);
@@ -42,33 +43,42 @@ TEST_CASE("slab at cp 8, seg 16896, 96 heads: docs/design.md's sizes") {
   CHECK(L.window.bytes == 642318336);
   const int64_t slot_bytes = seg * 96 * 128 * 2 + 96 * seg * 4;
   CHECK(slot_bytes == 421724160);
+  const int64_t half = seg / 2;  // balance's slot: rows [seg / 2, seg) of an owner
+  const int64_t half_slot_bytes = half * 96 * 128 * 2 + 96 * half * 4;
+  CHECK(half_slot_bytes == 210862080);
   for (int s = 0; s < 2; ++s) {
-    CHECK(L.return_slab[s].bytes == 3 * slot_bytes);
-    for (int i = 0; i < 3; ++i) {
-      CHECK(L.o[s][i].bytes == seg * 96 * 128 * 2);
-      CHECK(L.lse[s][i].bytes == 96 * seg * 4);
+    CHECK(L.return_slab[s].bytes == 3 * slot_bytes + half_slot_bytes);
+    for (int i = 0; i < 4; ++i) {
+      const int64_t rows = i == balance_slot(8) ? half : seg;
+      CHECK(L.slot_rows(i) == rows);
+      CHECK(L.o[s][i].bytes == rows * 96 * 128 * 2);
+      CHECK(L.lse[s][i].bytes == 96 * rows * 4);
       CHECK(L.o[s][i].offset >= L.return_slab[s].offset);
       CHECK(L.lse[s][i].end() <= L.return_slab[s].end());
     }
   }
   CHECK(L.return_slab[0].end() <= L.return_slab[1].offset);
-  CHECK(L.total_bytes == 8 * kBellKinds * 8 + 642318336 + 2 * 3 * int64_t(421724160));  // doorbells: 512 B, aligned
+  CHECK(L.total_bytes ==
+        8 * kBellKinds * 8 + 642318336 + 2 * (3 * int64_t(421724160) + 210862080));  // doorbells: 512 B, aligned
+  CHECK_THROWS(L.slot_rows(4));
 }
 
-TEST_CASE("slab at cp 4, seg 16896: one slot per return slab") {
+TEST_CASE("slab at cp 4, seg 16896: the stripe's slot and balance's half slot per return slab") {
   SlabLayout L = slab_layout(4, 16896, 96);
   check_layout(L);
-  CHECK(L.slots == 1);
-  CHECK(L.total_bytes == 256 + 642318336 + 2 * int64_t(421724160));
+  CHECK(L.slots == 2);
+  CHECK(L.total_bytes == 256 + 642318336 + 2 * (int64_t(421724160) + 210862080));
 }
 
-TEST_CASE("odd shapes stay aligned and disjoint; cp 1 and 2 have no return slots") {
+TEST_CASE("odd shapes stay aligned and disjoint; cp 1 has no return slot, cp 2 balance's only") {
   for (int cp : {1, 2, 3, 5, 7, 8, 16})
     for (int64_t seg : {1, 3, 17, 1000}) {
       INFO("cp " << cp << " seg " << seg);
       SlabLayout L = slab_layout(cp, seg, 3, 5, 7, 11, 13);
       check_layout(L);
-      CHECK(L.slots == (cp - 1) / 2);
+      CHECK(L.slots == (cp - 1) / 2 + (cp % 2 == 0 ? 1 : 0));
+      for (int i = 0; i < L.slots; ++i)
+        CHECK(L.slot_rows(i) == (cp % 2 == 0 && i == L.slots - 1 ? seg - seg / 2 : seg));
       CHECK(L.o[0].size() == size_t(L.slots));
       CHECK(L.lse[1].size() == size_t(L.slots));
       CHECK(L.doorbells.bytes == int64_t(cp) * kBellKinds * 8);
@@ -77,19 +87,25 @@ TEST_CASE("odd shapes stay aligned and disjoint; cp 1 and 2 have no return slots
   CHECK_THROWS(slab_layout(4, 0, 96));
 }
 
-TEST_CASE("return slabs alternate by call; every slot the stripe uses exists in both") {
+TEST_CASE("return slabs alternate by call; every slot the stripe and balance use exists in both, and holds its rows") {
   for (int seq = 0; seq < 7; ++seq) CHECK(return_slab(seq) == seq % 2);
-  // Every return slot the schedule uses exists in its slab.
-  for (int cp : {3, 4, 5, 8, 9}) {
-    SlabLayout L = slab_layout(cp, 64, 4);
-    for (const RankAttention& ra : gang_attention(Schedule::stripe, cp))
-      for (const auto& step : ra.steps) {
-        int slot = step.is_merge ? step.merge.slot : step.window.slot;
-        if (slot < 0) continue;
-        CHECK(slot < L.slots);
-        for (int slab = 0; slab < 2; ++slab) CHECK(size_t(slot) < L.o[slab].size());
-      }
-  }
+  // Every return slot the schedules use exists in its slab and holds the rows returned into it.
+  for (int cp : {2, 3, 4, 5, 8, 9})
+    for (int64_t extra : {0, 1}) {
+      const int64_t context = 64 * cp - extra;  // uneven: the earlier ranks hold one row more
+      const std::vector<int64_t> rows = rank_rows(Layout::contiguous, context, cp);
+      SlabLayout L = slab_layout(cp, rows[0], 4);
+      for (Schedule sched : {Schedule::stripe, Schedule::balance})
+        for (const RankAttention& ra : gang_attention(sched, cp))
+          for (const auto& step : ra.steps) {
+            if (step.is_merge || step.window.slot < 0) continue;
+            const int slot = step.window.slot;
+            REQUIRE(slot < L.slots);
+            for (int slab = 0; slab < 2; ++slab) CHECK(size_t(slot) < L.o[slab].size());
+            const WindowShape shape = window_shape(step.window, rows);
+            CHECK(shape.tq() <= L.slot_rows(slot));
+          }
+    }
 }
 
 TEST_CASE("doorbells: one flag per (kind, sender), values grow with seq then window") {

@@ -1,7 +1,8 @@
 // lse_merge (cut 4) and o_finalize on the device: the cut, the baseline and
 // the C++ reference (fed the device's expf/logf) agree bit for bit window after
 // window, ±inf / NaN lse included; the merged windows equal one softmax over
-// their concatenation (computed in double) within f32 rounding.
+// their concatenation (computed in double) within f32 rounding; a window merged
+// over row ranges of the accumulator equals the whole window's merge.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu_test.h"
@@ -227,6 +229,115 @@ TEST_CASE("lse_merge: sequential windows == one softmax over the concatenation (
     }
     CHECK(bad == 0);
   }
+}
+
+// Rows [a, b) of window k: o [b - a, h, 128] and lse [h, b - a].
+void window_rows(const Windows& w, size_t k, int64_t t_q, int heads, int64_t a, int64_t b,
+                 std::vector<uint16_t>* o, std::vector<float>* lse) {
+  o->assign(w.o[k].begin() + a * heads * kD, w.o[k].begin() + b * heads * kD);
+  lse->clear();
+  for (int h = 0; h < heads; ++h)
+    for (int64_t q = a; q < b; ++q) lse->push_back(w.lse[k][size_t(h * t_q + q)]);
+}
+
+// schedule.h's balance merges a window in two row ranges, each from its own
+// compact (o, lse): rows [0, t/2) and [t/2, t) of the accumulator.
+TEST_CASE("lse_merge over row ranges: cut == baseline == reference, and the halves == the whole window, bit for bit") {
+  for (int64_t t : {1, 2, 15, 33, 70, 97}) {  // halves below, at and across the cut's 32-row tiles
+    for (int heads : {1, 3}) {
+      INFO("t " << t << " heads " << heads);
+      const Windows w = make_windows(t, heads, 3, 300 + uint64_t(t));
+      const int64_t half = t / 2;
+      const std::pair<int64_t, int64_t> ranges[2] = {{0, half}, {half, t}};
+      const State want = evaluate_with_device_math([&](const ref::Transcendentals& math) {
+        State s{std::vector<float>(size_t(t) * heads * kD), std::vector<float>(size_t(t) * heads)};
+        for (size_t k = 0; k < 2; ++k)
+          ref::lse_merge(w.o[k].data(), w.lse[k].data(), s.acc.data(), s.lse.data(), t, heads, k == 0, math);
+        State whole = s;
+        ref::lse_merge(w.o[2].data(), w.lse[2].data(), whole.acc.data(), whole.lse.data(), t, heads, false, math);
+        for (auto [a, b] : ranges) {
+          std::vector<uint16_t> o;
+          std::vector<float> l;
+          window_rows(w, 2, t, heads, a, b, &o, &l);
+          ref::lse_merge(o.data(), l.data(), s.acc.data(), s.lse.data(), MergeRows{b - a, a, t}, heads, false, math);
+        }
+        check_state(s, whole, "reference halves vs whole", 2);
+        return s;
+      });
+      for (Variant v : {Variant::baseline, Variant::cut}) {
+        const size_t rows = size_t(t) * heads;
+        DeviceBuffer<__nv_bfloat16> o_win(rows * kD);
+        DeviceBuffer<float> lse_win(rows), acc(rows * kD), lse(rows);
+        for (size_t k = 0; k < 2; ++k) {
+          o_win.upload(w.o[k]);
+          lse_win.upload(w.lse[k]);
+          lse_merge(v, o_win.get(), lse_win.get(), acc.get(), lse.get(), t, heads, k == 0, nullptr);
+        }
+        for (auto [a, b] : ranges) {
+          if (b == a) continue;
+          std::vector<uint16_t> o;
+          std::vector<float> l;
+          window_rows(w, 2, t, heads, a, b, &o, &l);
+          DeviceBuffer<__nv_bfloat16> o_part(o.size());
+          DeviceBuffer<float> l_part(l.size());
+          o_part.upload(o);
+          l_part.upload(l);
+          lse_merge(v, o_part.get(), l_part.get(), acc.get(), lse.get(), MergeRows{b - a, a, t}, heads, false,
+                    nullptr);
+          PB_CUDA(cudaDeviceSynchronize());
+        }
+        check_state({acc.download(), lse.download()}, want, variant_name(v), 2);
+      }
+    }
+  }
+}
+
+TEST_CASE("lse_merge over a row range touches no row outside it (reset and merge, the tail included)") {
+  const int64_t acc_rows = 70;
+  const int heads = 3;
+  for (const std::pair<int64_t, int64_t>& range : {std::pair<int64_t, int64_t>{0, 35}, {35, 35}, {5, 33}, {69, 1}}) {
+    const int64_t row0 = range.first, n = range.second;
+    INFO("row0 " << row0 << " n " << n);
+    const Windows w = make_windows(n, heads, 2, 500 + uint64_t(row0));
+    for (Variant v : {Variant::baseline, Variant::cut}) {
+      DeviceBuffer<__nv_bfloat16> o_win(size_t(n) * heads * kD);
+      DeviceBuffer<float> lse_win(size_t(n) * heads), acc(size_t(acc_rows) * heads * kD), lse(size_t(acc_rows) * heads);
+      acc.poison();
+      lse.poison();
+      const std::vector<float> acc0 = acc.download(), lse0 = lse.download();
+      for (size_t k = 0; k < 2; ++k) {
+        o_win.upload(w.o[k]);
+        lse_win.upload(w.lse[k]);
+        lse_merge(v, o_win.get(), lse_win.get(), acc.get(), lse.get(), MergeRows{n, row0, acc_rows}, heads, k == 0,
+                  nullptr);
+      }
+      PB_CUDA(cudaDeviceSynchronize());
+      const std::vector<float> got_acc = acc.download(), got_lse = lse.download();
+      // Inside: the whole-window merge of the same two windows on a compact accumulator.
+      const State want = reference(w, n, heads)[1];
+      int64_t outside_changed = 0, inside_wrong = 0;
+      for (int64_t q = 0; q < acc_rows; ++q)
+        for (int h = 0; h < heads; ++h) {
+          const size_t li = size_t(h * acc_rows + q), row = size_t(q * heads + h);
+          const bool inside = q >= row0 && q < row0 + n;
+          const float* want_acc = inside ? &want.acc[size_t(((q - row0) * heads + h) * kD)] : &acc0[row * kD];
+          const float* want_lse = inside ? &want.lse[size_t(h * n + q - row0)] : &lse0[li];
+          const bool same = std::memcmp(&got_acc[row * kD], want_acc, kD * 4) == 0 &&
+                            std::memcmp(&got_lse[li], want_lse, 4) == 0;
+          if (!same) ++(inside ? inside_wrong : outside_changed);
+        }
+      CHECK_MESSAGE(inside_wrong == 0, variant_name(v) << ": rows of the range differ from the whole-window merge");
+      CHECK_MESSAGE(outside_changed == 0, variant_name(v) << ": rows outside the range changed");
+    }
+  }
+  DeviceBuffer<__nv_bfloat16> o_win(2 * kD);
+  DeviceBuffer<float> lse_win(2), acc(4 * kD), lse(4);
+  CHECK_THROWS_AS(lse_merge(Variant::cut, o_win.get(), lse_win.get(), acc.get(), lse.get(), MergeRows{2, 3, 4}, 1,
+                            true, nullptr),
+                  pb::Error);
+  CHECK_THROWS_AS(lse_merge(Variant::baseline, o_win.get(), lse_win.get(), acc.get(), lse.get(), MergeRows{2, -1, 4},
+                            1, true, nullptr),
+                  pb::Error);
 }
 
 TEST_CASE("o_finalize == reference, bit for bit (vector, tail and unaligned paths)") {

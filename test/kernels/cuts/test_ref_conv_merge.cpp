@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "check.h"
 #include "conv_silu_chunk.h"
 #include "lse_merge.h"
 #include "ref_math.h"
@@ -212,6 +213,69 @@ TEST_CASE("ref::lse_merge: reset, -inf on one side, -inf on both sides") {
   CHECK(lse_acc[1] == 0.75f);
   CHECK(lse_acc[2] == 1.25f);
   CHECK(lse_acc[3] == 0.0f + math.log(2.0f));
+}
+
+// Rows [a, b) of a window: o [t, h, 128] -> [b - a, h, 128], lse [h, t] -> [h, b - a].
+void window_rows(const std::vector<uint16_t>& o, const std::vector<float>& lse, int64_t t, int heads, int64_t a,
+                 int64_t b, std::vector<uint16_t>* o_rows, std::vector<float>* lse_rows) {
+  constexpr int kD = kLseMergeHeadDim;
+  o_rows->assign(o.begin() + a * heads * kD, o.begin() + b * heads * kD);
+  lse_rows->clear();
+  for (int h = 0; h < heads; ++h)
+    for (int64_t q = a; q < b; ++q) lse_rows->push_back(lse[size_t(h * t + q)]);
+}
+
+// A window merged in two row ranges, each at its own rows of the accumulator
+// (schedule.h's balance: the kept half and the moved half), leaves the
+// accumulator bit for bit as the whole window does; a range touches no other row.
+TEST_CASE("ref::lse_merge over row ranges == the whole window, bit for bit; rows outside untouched") {
+  constexpr int kD = kLseMergeHeadDim;
+  ref::HostMath math;
+  for (int64_t t : {1, 2, 7, 33}) {
+    for (int heads : {1, 3}) {
+      INFO("t " << t << " heads " << heads);
+      const size_t rows = size_t(t) * heads;
+      std::vector<std::vector<uint16_t>> o;
+      std::vector<std::vector<float>> lse;
+      for (int k = 0; k < 3; ++k) {
+        o.push_back(random_bf16_bits(rows * kD, 70 + k + 3 * uint64_t(t)));
+        std::vector<float> l = random_floats(rows, 80 + k + 3 * uint64_t(t), 4.0f);
+        for (size_t r = k; r < rows; r += 5) l[r] = -kInf;  // some -inf rows, on either side
+        lse.push_back(l);
+      }
+      std::vector<float> acc(rows * kD), lse_acc(rows);
+      for (int k = 0; k < 2; ++k)
+        ref::lse_merge(o[k].data(), lse[k].data(), acc.data(), lse_acc.data(), t, heads, k == 0, math);
+      std::vector<float> whole = acc, whole_lse = lse_acc;
+      ref::lse_merge(o[2].data(), lse[2].data(), whole.data(), whole_lse.data(), t, heads, false, math);
+      const int64_t half = t / 2;
+      std::vector<float> split = acc, split_lse = lse_acc;
+      for (auto [a, b] : {std::pair<int64_t, int64_t>{0, half}, std::pair<int64_t, int64_t>{half, t}}) {
+        std::vector<uint16_t> o_rows;
+        std::vector<float> l_rows;
+        window_rows(o[2], lse[2], t, heads, a, b, &o_rows, &l_rows);
+        std::vector<float> before = split, before_lse = split_lse;
+        ref::lse_merge(o_rows.data(), l_rows.data(), split.data(), split_lse.data(), MergeRows{b - a, a, t}, heads,
+                       false, math);
+        for (int64_t q = 0; q < t; ++q) {  // rows outside [a, b) keep their bits
+          if (q >= a && q < b) continue;
+          for (int h = 0; h < heads; ++h) {
+            CHECK(std::memcmp(&split_lse[size_t(h * t + q)], &before_lse[size_t(h * t + q)], 4) == 0);
+            CHECK(std::memcmp(&split[size_t((q * heads + h) * kD)], &before[size_t((q * heads + h) * kD)], kD * 4) ==
+                  0);
+          }
+        }
+      }
+      CHECK(std::memcmp(split.data(), whole.data(), split.size() * 4) == 0);
+      CHECK(std::memcmp(split_lse.data(), whole_lse.data(), split_lse.size() * 4) == 0);
+    }
+  }
+  std::vector<uint16_t> o(2 * kD);
+  std::vector<float> l(2), acc(4 * kD), la(4);
+  CHECK_THROWS_AS(ref::lse_merge(o.data(), l.data(), acc.data(), la.data(), MergeRows{2, 3, 4}, 1, true, math),
+                  pb::Error);
+  CHECK_THROWS_AS(ref::lse_merge(o.data(), l.data(), acc.data(), la.data(), MergeRows{2, -1, 4}, 1, true, math),
+                  pb::Error);
 }
 
 TEST_CASE("ref::o_finalize rounds to nearest even, NaN canonical, overflow to inf") {
