@@ -7,7 +7,8 @@
 #                                  (e.g. --set,serialize_ranks=true,--set,reps=5)
 #   verify=<scenario>[=opts]       mpirun -np <cp> prefill-bench verify
 #   plan=<scenario>[=opts]         prefill-bench plan (the memory budget and roofline)
-# The build runs first, always (carry .deps). Every step gets PB_STEP_TIMEOUT seconds (default 540).
+# The build runs first, always (carry .deps): every target, or PB_BUILD_TARGETS (e.g. prefill-bench,
+# when no test step follows: about half the build). Every step gets PB_STEP_TIMEOUT seconds (default 540).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$here/../../gpu-out}
@@ -15,7 +16,7 @@ mkdir -p "$OUT"
 source "$here/../env.sh"
 cd "$PB_ROOT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used,memory.total --format=csv,noheader >"$OUT/env.txt" 2>&1
-pb_build_logged "$OUT/build.log" || exit 1
+pb_build_logged "$OUT/build.log" ${PB_BUILD_TARGETS:-} || exit 1
 B=$PB_BUILD
 summary=()
 limit=${PB_STEP_TIMEOUT:-540}
