@@ -293,6 +293,39 @@ TEST_CASE("results: empty tables and a plan without outputs round-trip") {
   check_equal(pb::read_results(dir.file("kernels.h5")), kernels);
 }
 
+// The number of filters on /variants/<v>/spans.
+int span_filters(const std::string& path, const std::string& variant) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  REQUIRE(file >= 0);
+  const hid_t dataset = H5Dopen2(file, ("variants/" + variant + "/spans").c_str(), H5P_DEFAULT);
+  REQUIRE(dataset >= 0);
+  const hid_t properties = H5Dget_create_plist(dataset);
+  const int filters = H5Pget_nfilters(properties);
+  H5Pclose(properties);
+  H5Dclose(dataset);
+  H5Fclose(file);
+  return filters;
+}
+
+TEST_CASE("results: a large table is stored deflated and reads back the same; a small one is stored plain") {
+  if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0) return;  // this HDF5 has no deflate: plain storage
+  TempDir dir;
+  pb::RunResult run;
+  run.kind = "plan";
+  pb::VariantResult big, small;
+  big.name = "big";
+  small.name = "small";
+  for (int i = 0; i < 5000; ++i)  // 5000 rows of 10 fields: over the threshold, not a whole chunk
+    big.spans.push_back({-1, i % 8, i % 93, "gemm", "gemm.q_a", 10.0 + i, 1e6 * i, 2e9 * i});
+  small.spans.push_back({-1, 0, 3, "fmha", "fmha.dense", 88.0, 1e9, 2e12});
+  run.variants = {big, small};
+  const std::string path = dir.file("big.h5");
+  pb::write_results(path, run, false);
+  CHECK(span_filters(path, "big") == 2);  // shuffle, deflate
+  CHECK(span_filters(path, "small") == 0);
+  check_equal(pb::read_results(path), run);
+}
+
 TEST_CASE("results: find_variant") {
   const pb::RunResult run = make_run();
   REQUIRE(run.find_variant("all") != nullptr);
