@@ -61,7 +61,8 @@ endforeach()
 target_link_libraries(test_ref_fmha PRIVATE pb_kernels)
 
 # harness/core: pure host code.
-foreach(name test_compare test_plan test_projection test_results test_scenario test_schedule test_slab_layout test_trace test_power_state test_wall_split)
+foreach(name test_compare test_plan test_projection test_results test_scenario test_schedule test_slab_layout test_trace test_power_state test_wall_split
+             test_gemm_ceiling test_activity_spans)
   pb_cpu_test(test/core/${name}.cpp)
 endforeach()
 # The gang on 4 ranks.
@@ -200,7 +201,34 @@ add_test(NAME mpi_gpu.run_smoke_cp2
   COMMAND ${PB_MPIRUN} -np 2 $<TARGET_FILE:prefill-bench> run ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp2.yaml
           --set serialize_ranks=true --output ${CMAKE_BINARY_DIR}/test-out/run-smoke-cp2.h5 --overwrite)
 set_tests_properties(mpi_gpu.run_smoke mpi_gpu.run_smoke_cp2 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 3
-  TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "wrote .*run-smoke")
+  TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}"
+  PASS_REGULAR_EXPRESSION "GEMM ceiling: burst [0-9.]+ TFLOP/s, sustained [0-9.]+ TFLOP/s.*wrote .*run-smoke")
+
+# timing: cupti against timing: events on smoke (scenario key timing): the same
+# scenario run both ways, every family's median within 2%. Without CUPTI's
+# library the cupti run fails naming what is missing.
+foreach(timing events cupti)
+  add_test(NAME gpu.run_smoke_timing_${timing}
+    COMMAND $<TARGET_FILE:prefill-bench> run ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml --set timing=${timing}
+            --set reps=20 --set ceiling_sustained_s=0
+            --output ${CMAKE_BINARY_DIR}/test-out/run-smoke-${timing}.h5 --overwrite)
+  set_tests_properties(gpu.run_smoke_timing_${timing} PROPERTIES LABELS gpu SKIP_RETURN_CODE 3 TIMEOUT 300
+    FIXTURES_SETUP smoke_timing PASS_REGULAR_EXPRESSION "wrote .*run-smoke-${timing}.h5")
+endforeach()
+if(PB_PYTHON)
+  add_test(NAME gpu.timing_cupti_agrees_with_events
+    COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_timing_agree.py
+            ${CMAKE_BINARY_DIR}/test-out/run-smoke-events.h5 ${CMAKE_BINARY_DIR}/test-out/run-smoke-cupti.h5
+            --tolerance 0.02 --expect events,cupti)
+  set_tests_properties(gpu.timing_cupti_agrees_with_events PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 60
+    FIXTURES_REQUIRED smoke_timing)
+  # The comparison itself, on a committed file against itself (no GPU).
+  add_test(NAME cpu.timing_agree_script
+    COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_timing_agree.py ${CMAKE_SOURCE_DIR}/results/h200/cp1-16k.h5
+            ${CMAKE_SOURCE_DIR}/results/h200/cp1-16k.h5 --expect events,events)
+  set_tests_properties(cpu.timing_agree_script PROPERTIES LABELS cpu TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "30 families compared, 0 outside 2.0%")
+endif()
 
 # `prefill-bench verify` (tiny model): cp 1, cp 2 against cp 1, and cp 4 with
 # serialized ranks against cp 1.
@@ -243,6 +271,19 @@ add_test(NAME cpu.plan_gb300_datasheet
           -o ${CMAKE_BINARY_DIR}/test-out/plan-gb300.h5 --overwrite)
 set_tests_properties(cpu.plan_gb300_datasheet PROPERTIES LABELS cpu TIMEOUT 60
   PASS_REGULAR_EXPRESSION "copy +8.00 TB/s +datasheet: NVIDIA B300.*note: datasheet peaks.*CP8 gangs")
+# --ceiling sustained: the roofline's tensor work at the rate the H200 holds;
+# a datasheet profile has no such figure, and says so.
+add_test(NAME cpu.plan_sustained_ceiling
+  COMMAND $<TARGET_FILE:prefill-bench> plan ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml --ceiling sustained
+          -o ${CMAKE_BINARY_DIR}/test-out/plan-sustained.h5 --overwrite)
+set_tests_properties(cpu.plan_sustained_ceiling PROPERTIES LABELS cpu TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "GEMM +659 TFLOP/s +sustained, measured.*tensor work at the sustained GEMM ceiling, 659 TFLOP/s")
+add_test(NAME cpu.plan_sustained_ceiling_datasheet
+  COMMAND $<TARGET_FILE:prefill-bench> plan ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml --profile h100
+          --ceiling sustained -o ${CMAKE_BINARY_DIR}/test-out/plan-sustained-h100.h5 --overwrite)
+set_tests_properties(cpu.plan_sustained_ceiling_datasheet PROPERTIES LABELS cpu TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "profile h100 has no sustained GEMM figure.*allowed for it: burst"
+  FAIL_REGULAR_EXPRESSION "variant baseline")
 add_test(NAME cpu.plan_calibrated_cp1_16k
   COMMAND $<TARGET_FILE:prefill-bench> plan ${CMAKE_SOURCE_DIR}/scenarios/cp1-16k.yaml
           --set variants=each-cut --set moe_gemm=cutlass

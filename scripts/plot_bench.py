@@ -213,9 +213,12 @@ def ceiling_line(f):
     parts = []
     if "ceiling" in f.attrs:
         parts.append("ceiling: " + pr.text(f.attrs["ceiling"]))
-    for key, unit in (("copy_tbps", "TB/s copy"), ("gemm_tflops", "TFLOP/s GEMM")):
+    gemm = "TFLOP/s GEMM ({})".format(pr.text(f.attrs.get("gemm_ceiling", "burst")))  # the one fractions use
+    for key, unit in (("copy_tbps", "TB/s copy"), ("gemm_tflops", gemm)):
         if key in f.attrs:
             parts.append("{:.3g} {}".format(float(f.attrs[key]), unit))
+    if "gemm_tflops_sustained" in f.attrs and pr.text(f.attrs.get("gemm_ceiling", "burst")) == "burst":
+        parts.append("{:.3g} TFLOP/s GEMM sustained".format(float(f.attrs["gemm_tflops_sustained"])))
     return "; ".join(parts)
 
 

@@ -290,7 +290,7 @@ int bench_expert_gemms(const ModelShape& m, const MoeBenchOptions& o, const MoeW
     result.numbers[key + "_tflops"] = tflops;
     result.numbers[key + "_fraction"] = tflops / ceil.gemm_tflops;
     result.numbers[key + "_ms"] = us * 1e-3;
-    std::printf("expert GEMMs (gate_up + down), %-16s: %.1f us, %.1f TFLOP/s, %.3f of the GEMM ceiling\n",
+    std::printf("expert GEMMs (gate_up + down), %-16s: %.1f us, %.1f TFLOP/s, %.3f of the GEMM burst ceiling\n",
                 variants[i].name.c_str(), us, tflops, tflops / ceil.gemm_tflops);
   }
   return failed;
@@ -389,7 +389,7 @@ double number(const RunResult& r, const std::string& key) {
 
 // The short table, last.
 void print_summary(const RunResult& r, int failed) {
-  std::printf("\nsummary (GEMM ceiling %.1f TFLOP/s, copy %.3f TB/s)\n", number(r, "gemm_tflops"),
+  std::printf("\nsummary (GEMM burst ceiling %.1f TFLOP/s, copy %.3f TB/s)\n", number(r, "gemm_tflops"),
               number(r, "copy_tbps"));
   std::printf("  expert GEMMs (bf16 out)  gate_up TFLOP/s frac   down TFLOP/s frac   both ms  TFLOP/s frac\n");
   for (const char* e : {"grouped", "grouped_chunk128", "grouped_chunk256", "grouped_chunk512", "cutlass", "loop"}) {
@@ -439,9 +439,9 @@ int run_moe_bench(const MoeBenchOptions& o, RunResult& result) {
   ceil.copy_tbps = measure_copy_tbps(st);
   result.numbers["gemm_tflops"] = ceil.gemm_tflops;
   result.numbers["copy_tbps"] = ceil.copy_tbps;
-  result.text["ceiling"] = "cuBLAS bf16 GEMM 8192^3 f32 out, median of 20; device copy 2 GiB, median of 20";
+  result.text["ceiling"] = "GEMM burst: cuBLAS bf16 GEMM 8192^3 f32 out, median of 20; device copy 2 GiB, median of 20";
   result.text["scenario_yaml"] = s.text;
-  std::printf("ceilings: GEMM %.1f TFLOP/s (cuBLAS bf16 8192^3), copy %.3f TB/s\n", ceil.gemm_tflops,
+  std::printf("ceilings: GEMM burst %.1f TFLOP/s (cuBLAS bf16 8192^3), copy %.3f TB/s\n", ceil.gemm_tflops,
               ceil.copy_tbps);
   Blas blas;
   int failed = 0;

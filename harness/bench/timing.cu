@@ -75,31 +75,87 @@ double measure_copy_tbps(cudaStream_t stream, int reps) {
 }
 
 
+namespace {
+
+// An n^3 bf16 GEMM (f32 out) on random inputs, ready to launch.
+class GemmProbe {
+ public:
+  GemmProbe(cudaStream_t stream, int n) : n_(n) {
+    const size_t elems = size_t(n) * n;
+    PB_CUDA(cudaMalloc(&a_, elems * 2));
+    PB_CUDA(cudaMalloc(&b_, elems * 2));
+    PB_CUDA(cudaMalloc(&c_, elems * 4));
+    fill_uniform_bf16(a_, int64_t(elems), 1, 1.0f, stream);
+    fill_uniform_bf16(b_, int64_t(elems), 2, 1.0f, stream);
+    PB_CUBLAS(cublasCreate(&handle_));
+    PB_CUBLAS(cublasSetStream(handle_, stream));
+  }
+  ~GemmProbe() {
+    cublasDestroy(handle_);
+    PB_CUDA_NOTHROW(cudaFree(a_));
+    PB_CUDA_NOTHROW(cudaFree(b_));
+    PB_CUDA_NOTHROW(cudaFree(c_));
+  }
+  GemmProbe(const GemmProbe&) = delete;
+  GemmProbe& operator=(const GemmProbe&) = delete;
+
+  void launch() {
+    const float alpha = 1.0f, beta = 0.0f;
+    PB_CUBLAS(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, n_, n_, n_, &alpha, a_, CUDA_R_16BF, n_, b_,
+                           CUDA_R_16BF, n_, &beta, c_, CUDA_R_32F, n_, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+  double flops() const { return 2.0 * double(n_) * n_ * n_; }
+
+ private:
+  int n_;
+  __nv_bfloat16 *a_ = nullptr, *b_ = nullptr;
+  float* c_ = nullptr;
+  cublasHandle_t handle_ = nullptr;
+};
+
+float elapsed_ms(cudaEvent_t from, cudaEvent_t to) {
+  float ms = 0;
+  PB_CUDA(cudaEventElapsedTime(&ms, from, to));
+  return ms;
+}
+
+}  // namespace
+
 double measure_gemm_tflops(cudaStream_t stream, int n, int reps) {
-  const size_t elems = size_t(n) * n;
-  __nv_bfloat16 *a = nullptr, *b = nullptr;
-  float* c = nullptr;
-  PB_CUDA(cudaMalloc(&a, elems * 2));
-  PB_CUDA(cudaMalloc(&b, elems * 2));
-  PB_CUDA(cudaMalloc(&c, elems * 4));
-  fill_uniform_bf16(a, int64_t(elems), 1, 1.0f, stream);
-  fill_uniform_bf16(b, int64_t(elems), 2, 1.0f, stream);
-  cublasHandle_t handle;
-  PB_CUBLAS(cublasCreate(&handle));
-  PB_CUBLAS(cublasSetStream(handle, stream));
-  const float alpha = 1.0f, beta = 0.0f;
-  Timing t = time_launches(
-      [&](int, cudaStream_t) {
-        PB_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, a, CUDA_R_16BF, n, b,
-                               CUDA_R_16BF, n, &beta, c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT));
-      },
-      1, 3, reps, stream);
-  PB_CUBLAS(cublasDestroy(handle));
-  PB_CUDA(cudaFree(a));
-  PB_CUDA(cudaFree(b));
-  PB_CUDA(cudaFree(c));
-  return 2.0 * double(n) * n * n / (t.median_us * 1e6);
+  GemmProbe gemm(stream, n);
+  const Timing t = time_launches([&](int, cudaStream_t) { gemm.launch(); }, 1, 3, reps, stream);
+  return gemm.flops() / (t.median_us * 1e6);
+}
+
+SustainedGemm measure_gemm_sustained(cudaStream_t stream, double seconds, int n) {
+  PB_CHECK(seconds > 0, "measure_gemm_sustained: the window must be positive");
+  constexpr int kChunk = 32;  // GEMMs enqueued at a time; two chunks in flight keep the GPU fed
+  GemmProbe gemm(stream, n);
+  gemm.launch();  // cuBLAS's first call picks its kernel: outside the window
+  std::vector<cudaEvent_t> events;  // events[0]: the window's start; events[i + 1]: GEMM i's end
+  auto record = [&] {
+    cudaEvent_t e;
+    PB_CUDA(cudaEventCreate(&e));
+    PB_CUDA(cudaEventRecord(e, stream));
+    events.push_back(e);
+  };
+  record();
+  for (int chunk = 0;; ++chunk) {
+    for (int i = 0; i < kChunk; ++i) {
+      gemm.launch();
+      record();
+    }
+    if (chunk == 0) continue;
+    cudaEvent_t previous_end = events[events.size() - 1 - kChunk];  // the chunk before this one
+    PB_CUDA(cudaEventSynchronize(previous_end));
+    if (elapsed_ms(events[0], previous_end) >= seconds * 1e3) break;
+  }
+  PB_CUDA(cudaStreamSynchronize(stream));
+  std::vector<WindowGemm> window;
+  for (size_t i = 1; i < events.size(); ++i)
+    window.push_back({elapsed_ms(events[0], events[i]), elapsed_ms(events[i - 1], events[i])});
+  for (cudaEvent_t e : events) PB_CUDA(cudaEventDestroy(e));
+  return sustained_gemm(window, gemm.flops());
 }
 
 }  // namespace pb

@@ -8,6 +8,8 @@
 #include <functional>
 #include <vector>
 
+#include "gemm_ceiling.h"
+
 namespace pb {
 
 struct Timing {
@@ -29,7 +31,14 @@ int rotation_slots(double bytes);
 // Device-to-device copy rate, counting bytes read plus bytes written, TB/s.
 double measure_copy_tbps(cudaStream_t stream, int reps = 20);
 
-// cuBLAS bf16 GEMM rate (f32 accumulate) on an n^3 product of random data, TFLOP/s.
+// cuBLAS bf16 GEMM rate (f32 accumulate) on an n^3 product of random data,
+// TFLOP/s: the burst ceiling, the median of `reps` GEMMs after 3 warm-ups.
 double measure_gemm_tflops(cudaStream_t stream, int n = 8192, int reps = 20);
+
+// The sustained ceiling (gemm_ceiling.h): the same GEMM back to back on
+// `stream` for `seconds` of GPU time (the last chunk of 32 GEMMs may run past
+// it), each between two events, the queue kept ahead of the GPU; the median
+// rate over the window's settled part.
+SustainedGemm measure_gemm_sustained(cudaStream_t stream, double seconds, int n = 8192);
 
 }  // namespace pb

@@ -4,7 +4,9 @@
 
 #include <functional>
 
+#include "activity_spans.h"
 #include "check.h"
+#include "cupti_timing.h"
 #include "debug_delay.h"
 
 namespace pb {
@@ -53,7 +55,9 @@ cudaEvent_t Timeline::event(size_t i) {
 void Timeline::launch(const char* family, const std::string& kernel, const std::function<void()>& work) {
   PB_CHECK(!in_launch_, "Timeline: launch '" + kernel + "' inside another launch");
   const size_t i = pending_.size();
-  if (timed_) PB_CUDA(cudaEventRecord(event(2 * i), stream_));
+  const bool events = timed_ && !activity_, cupti = timed_ && activity_;
+  if (events) PB_CUDA(cudaEventRecord(event(2 * i), stream_));
+  if (cupti) activity_->enter(first_span_ + i);
   in_launch_ = true;
   bells_.clear();
   if (nvtx_) nvtx_push(nvtx_label_ + " L" + std::to_string(layer_) + " " + kernel, family);
@@ -61,7 +65,8 @@ void Timeline::launch(const char* family, const std::string& kernel, const std::
   if (nvtx_) nvtxDomainRangePop(nvtx_domain());
   in_launch_ = false;
   if (delay_us_ > 0 && family == delay_family_) gpu_delay(delay_us_, stream_);
-  if (timed_) PB_CUDA(cudaEventRecord(event(2 * i + 1), stream_));
+  if (cupti) activity_->leave();
+  if (events) PB_CUDA(cudaEventRecord(event(2 * i + 1), stream_));
   TimedLaunch l;
   l.layer = layer_;
   l.family = family;
@@ -77,7 +82,16 @@ void Timeline::note_bell(const BellNote& bell) {
 
 std::vector<TimedLaunch> Timeline::collect() {
   PB_CUDA(cudaStreamSynchronize(stream_));
-  if (timed_)
+  if (timed_ && activity_) {
+    std::vector<ApiCorrelation> calls;
+    std::vector<GpuActivity> activities;
+    activity_->drain(calls, activities);
+    const std::vector<SpanTime> times = span_times(first_span_, pending_.size(), calls, activities);
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      pending_[i].ms = times[i].ms;
+      pending_[i].start_ms = times[i].start_ms;
+    }
+  } else if (timed_) {
     for (size_t i = 0; i < pending_.size(); ++i) {
       float ms = 0;
       PB_CUDA(cudaEventElapsedTime(&ms, events_[2 * i], events_[2 * i + 1]));
@@ -86,6 +100,8 @@ std::vector<TimedLaunch> Timeline::collect() {
       PB_CUDA(cudaEventElapsedTime(&start, events_[0], events_[2 * i]));
       pending_[i].start_ms = start;
     }
+  }
+  first_span_ += pending_.size();
   std::vector<TimedLaunch> out;
   out.swap(pending_);
   return out;

@@ -11,6 +11,13 @@
 // Untimed (timed = false), launch() only runs the lambda and records the names:
 // verification runs and the plan-equality test use that.
 //
+// Timing (scenario key timing): events (default) puts a CUDA event before and
+// after every span; cupti (set_activity) enqueues nothing between launches and
+// times a span from CUPTI's records of the GPU work its CUDA calls launched,
+// on any stream: its first kernel's (memcpy's, memset's) start to its last
+// one's end (cupti_timing.h, activity_spans.h). A span that launched no GPU
+// work takes 0 ms under cupti. Either way collect() reports ms and start_ms.
+//
 // NVTX: every launch is also an NVTX range in the "prefill-bench" domain,
 // named "<label> L<layer> <kernel>" (label: e.g. "rank 3 all rep 2", set by the
 // command), coloured by family, so `nsys profile` shows the superstep by name.
@@ -27,6 +34,8 @@
 
 namespace pb {
 
+class KernelActivity;
+
 // A doorbell a launch rang or waited on (docs/design.md §3): flag is the index
 // in the receiver's doorbell array (doorbell_index), so a wait of rank r on
 // (flag, value) is met by the ring of its sender into r's flag with a value >= it.
@@ -41,8 +50,8 @@ struct TimedLaunch {
   int32_t layer = -1;
   std::string family;
   std::string kernel;
-  double ms = 0;        // between the launch's two events; 0 when untimed
-  double start_ms = 0;  // its first event after the first launch's since the last collect(); 0 untimed
+  double ms = 0;        // the span's time (events: between its two; cupti: its GPU work's); 0 when untimed
+  double start_ms = 0;  // its start after the first launch's since the last collect(); 0 untimed
   int32_t stream = 0;  // the rank's stream it ran on (0: the work stream)
   std::vector<BellNote> bells;
 };
@@ -66,6 +75,9 @@ class Timeline {
   int32_t layer() const { return layer_; }
   void set_nvtx(bool on) { nvtx_ = on; }
   void set_nvtx_label(const std::string& label) { nvtx_label_ = label; }
+  // timing: cupti: spans timed from `activity`'s records; null (the default): CUDA events.
+  // Set between collects; the activity outlives the timeline's use of it.
+  void set_activity(KernelActivity* activity) { activity_ = activity; }
 
   // Enqueues `work` (launches on stream()) between two events named family / kernel.
   void launch(const char* family, const std::string& kernel, const std::function<void()>& work);
@@ -88,6 +100,8 @@ class Timeline {
   bool nvtx_ = true;
   std::string nvtx_label_;
   std::vector<BellNote> bells_;  // the launch in progress's
+  KernelActivity* activity_ = nullptr;
+  uint64_t first_span_ = 0;  // the CUPTI span id of pending_[0]: ids never repeat within a process's timeline
 };
 
 }  // namespace pb

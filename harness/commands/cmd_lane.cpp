@@ -77,6 +77,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   if (gang.is_root()) check_results_path(path, args.overwrite);  // before the device and the long part
   const int device = select_gang_device(gang, "lane");
   if (device < 0) return 3;
+  check_span_timing(s);
   const int me = gang.rank(), cp = s.cp;
   const ModelShape& m = s.model;
   const int64_t layer = first_mla_layer(m), rows = s.bucket;
@@ -112,6 +113,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   MlaBlock block(m, weights, {me, cp, segs, rows, fab.get(), s.helped_in_place}, engine);
   Timeline tl(stream, true);
   tl.set_nvtx(s.nvtx);
+  const std::unique_ptr<KernelActivity> activity = start_span_timing(s, tl, result);
   tl.set_layer(int32_t(layer));
   const Turn turn = make_turn(gang, serial, fab.get(), stream, s.turn_settle_ms);
   size_t free_b = 0, total_b = 0;

@@ -63,7 +63,12 @@ void record_costing(const GpuProfile& profile, const LinkProfile& link, RunResul
   result.text["fp32_tflops_source"] = profile.fp32_source;
   if (!profile.note.empty()) result.text["gpu_profile_note"] = profile.note;
   result.numbers["copy_tbps"] = profile.copy_tbps;
-  result.numbers["gemm_tflops"] = profile.gemm_tflops;
+  result.numbers["gemm_tflops"] = profile.gemm_tflops;  // the ceiling the roofline used
+  result.text["gemm_ceiling"] = profile.gemm_ceiling;
+  if (profile.gemm_sustained_tflops > 0) {
+    result.numbers["gemm_tflops_sustained"] = profile.gemm_sustained_tflops;
+    result.text["gemm_tflops_sustained_source"] = profile.gemm_sustained_source;
+  }
   result.numbers["fp32_tflops"] = profile.fp32_tflops;
   result.text["link"] = link.name;
   result.text["link_source"] = link.source;
@@ -91,7 +96,8 @@ int cmd_plan(const Gang& gang, const ScenarioArgs& args) {
   const Scenario s = load_scenario_on_gang(gang, args);
   const std::string problem = world_size_problem(s, gang.size(), /*plan=*/true);
   PB_CHECK(problem.empty(), problem);
-  const GpuProfile profile = gpu_profile(args.profile.empty() ? s.gpu_profile : args.profile);
+  const GpuProfile profile =
+      at_gemm_ceiling(gpu_profile(args.profile.empty() ? s.gpu_profile : args.profile), args.ceiling);
   const LinkProfile link = link_profile(args.link.empty() ? profile.link : args.link);
   PB_CHECK(args.measured.empty() || !args.calibrate.empty(), "--measured compares a calibrated plan: give --calibrate too");
   const std::string path = output_path(args.output, s.name, "plan");

@@ -1,16 +1,21 @@
 // `prefill-bench run`: the measured superstep (harness/blocks/superstep.h) on
 // every rank of the gang, each variant of the scenario interleaved rep by
-// rep on the same inputs. Every launch is a span (CUDA events) named as in
-// `plan`, whose launch list it must equal; TTFT is the host time on the last
-// rank from a gang barrier to the first token read back. Writes HDF5 and
-// prints a per-rank, per-family summary of the last rep with TTFT min /
-// median / max per variant. The file is rewritten after every rep, marked
+// rep on the same inputs. Every launch is a span (CUDA events, or CUPTI's
+// records under timing: cupti) named as in `plan`, whose launch list it must
+// equal; TTFT is the host time on the last rank from a gang barrier to the
+// first token read back. Before the superstep, rank 0 measures its GPU's
+// ceilings: copy, GEMM burst and GEMM sustained. Writes HDF5 and prints a
+// per-rank, per-family summary of the last rep with TTFT min / median / max
+// per variant. The file is rewritten after every rep, marked
 // incomplete until the last: a run cut short (a failed rank, a wait that timed
 // out, Ctrl-C) leaves a valid file with the reps it finished.
 #include <cuda_runtime.h>
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <sstream>
@@ -66,6 +71,37 @@ double peak_device_bytes() {
   return double(total_b - free_b);
 }
 
+// Rank 0's GPU ceilings: the copy rate, the GEMM burst and, unless the
+// scenario's ceiling_sustained_s is 0, the GEMM rate held over that window
+// with the window's SM clock and power.
+void measure_ceilings(const Scenario& s, cudaStream_t stream, const GpuTelemetry& telemetry, RunResult& result) {
+  constexpr int kGemmN = 8192;
+  result.numbers["copy_tbps"] = measure_copy_tbps(stream);
+  result.numbers["gemm_tflops"] = measure_gemm_tflops(stream, kGemmN);
+  result.text["gemm_tflops_source"] = "burst: cuBLAS bf16 GEMM 8192^3, f32 out, median of 20 after 3 warm-ups";
+  if (s.ceiling_sustained_s <= 0) {
+    result.text["gemm_tflops_sustained_source"] = "not measured: ceiling_sustained_s is 0";
+    return;
+  }
+  const SustainedGemm g = measure_gemm_sustained(stream, s.ceiling_sustained_s, kGemmN);
+  const double end_ms = telemetry.now_ms();
+  result.numbers["gemm_tflops_sustained"] = g.tflops;
+  result.numbers["gemm_sustained_window_s"] = g.window_s;
+  result.numbers["gemm_sustained_settled_s"] = g.settled_s;
+  result.text["gemm_tflops_sustained_source"] = describe_sustained(g, kGemmN);
+  RankRep clocks;  // the settled part's samples, on the host clock that ended with the window
+  summarize_clocks(telemetry.between(end_ms - g.settled_s * 1e3, end_ms), clocks);
+  std::string clock_note = "no telemetry";
+  if (!std::isnan(clocks.sm_mhz)) {
+    result.numbers["gemm_sustained_sm_mhz"] = clocks.sm_mhz;
+    result.numbers["gemm_sustained_power_w"] = clocks.power_w;
+    result.numbers["gemm_sustained_power_capped"] = clocks.power_capped;
+    clock_note = fmt::format("SM clock median {:.0f} MHz, power up to {:.0f} W", clocks.sm_mhz, clocks.power_w);
+  }
+  std::printf("GEMM ceiling: burst %.1f TFLOP/s, sustained %.1f TFLOP/s (%s; %s)\n", result.numbers["gemm_tflops"],
+              g.tflops, result.text["gemm_tflops_sustained_source"].c_str(), clock_note.c_str());
+}
+
 }  // namespace
 
 int cmd_run(const Gang& gang, const ScenarioArgs& args) {
@@ -79,6 +115,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       ", so the superstep cannot run here.\n  `prefill-bench plan " + args.path +
           "` computes the superstep's analytic plan (launches, bytes, FLOPs,\n  roofline per rank) without a GPU.");
   if (device < 0) return 3;
+  check_span_timing(s);
   const int me = gang.rank(), cp = s.cp;
 
   RunResult result;
@@ -89,13 +126,10 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   record_fabric(fabric, result);
   cudaStream_t stream;
   PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  if (me == 0) {
-    result.numbers["copy_tbps"] = measure_copy_tbps(stream);
-    result.numbers["gemm_tflops"] = measure_gemm_tflops(stream);
-  }
+  GpuTelemetry telemetry(device);
+  if (me == 0) measure_ceilings(s, stream, telemetry, result);
   gang.barrier();
 
-  GpuTelemetry telemetry(device);
   GangMemory memory = superstep_memory(gang, device, s);
   record_memory(gang, memory, result);
   if (gang.is_root()) std::printf("memory: %s\n", memory.describe().c_str());
@@ -110,6 +144,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   const double peak_bytes = peak_device_bytes();
   Timeline tl(stream, true);
   tl.set_nvtx(s.nvtx);
+  const std::unique_ptr<KernelActivity> activity = start_span_timing(s, tl, result);
   const Turn turn = make_turn(gang, s.serialize_ranks, fab.get(), stream, s.turn_settle_ms,
                               s.debug.poison_arena ? &memory.memory() : nullptr);
 
@@ -252,9 +287,12 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
     const Schedule sched = attention_schedule(s.variants[vi].cuts, s.layout, s.cp);
     for (int r = 0; r < cp; ++r) pairs.push_back(rank_attention(sched, cp, r).load_pairs);
     const Summary t = summarize(v.ttft_ms);
+    PlanTableNotes timed;
+    timed.timing = s.timing;
     std::printf("\n%s\n", format_plan_table(last, cp, pairs, profile,
                                             "run " + s.name + ", variant " + v.name + " (" + v.cuts +
-                                                "), last rep, measured ms")
+                                                "), last rep, measured ms",
+                                            timed)
                               .c_str());
     if (fabric.any_nccl()) std::printf("%s", format_fabric_by_transport(v.rank_reps, s.reps - 1, cp).c_str());
     std::printf("variant %s: TTFT min %.1f / median %.1f / max %.1f ms over %zu reps, first token %lld, "

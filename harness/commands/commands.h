@@ -26,6 +26,7 @@ struct ScenarioArgs {
   std::string output;             // --output
   bool overwrite = false;         // --overwrite
   std::string profile;            // --profile (plan)
+  std::string ceiling = "burst";  // --ceiling (plan): the GEMM ceiling of the roofline, burst | sustained
   int ranks_per_gpu = 0;          // --ranks-per-gpu (plan's memory budget); 0: cp with serialize_ranks, else 1
   std::string link;               // --link (plan): the fabric's link profile; empty: the GPU profile's
   std::vector<std::string> calibrate;  // --calibrate (plan): benchmark files

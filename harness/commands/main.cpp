@@ -70,6 +70,9 @@ int main(int argc, char** argv) {
   CLI::App* plan = app.add_subcommand("plan", "analytic superstep per rank: launches, bytes, FLOPs, roofline");
   add_scenario_input(plan, plan_args, /*cuts=*/true);
   plan->add_option("--profile", plan_args.profile, "GPU profile for the roofline: h200, h100, gb300");
+  plan->add_option("--ceiling", plan_args.ceiling,
+                   "the GEMM ceiling of the roofline: burst (default), or sustained (what the card holds through a "
+                   "superstep; h200 only)");
   plan->add_option("--ranks-per-gpu", plan_args.ranks_per_gpu,
                    "the memory budget's placement (default: cp with serialize_ranks, else 1)")
       ->check(CLI::PositiveNumber);

@@ -130,6 +130,20 @@ void record_telemetry(const Gang& gang, int device, const GpuTelemetry& telemetr
   result.text["telemetry"] = notes.empty() ? "NVML, every 20 ms, the first rank of each GPU" : "none: " + notes;
 }
 
+void check_span_timing(const Scenario& s) {
+  if (s.timing != "cupti") return;
+  const std::string why = KernelActivity::unavailable_reason();
+  PB_CHECK(why.empty(), s.source + ": " + why);
+}
+
+std::unique_ptr<KernelActivity> start_span_timing(const Scenario& s, Timeline& tl, RunResult& result) {
+  result.text["timing"] = s.timing;
+  if (s.timing != "cupti") return nullptr;
+  auto activity = std::make_unique<KernelActivity>();
+  tl.set_activity(activity.get());
+  return activity;
+}
+
 std::string output_path(const std::string& requested, const std::string& name, const std::string& kind) {
   if (!requested.empty()) return requested;
   std::time_t now = std::time(nullptr);

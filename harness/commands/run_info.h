@@ -2,11 +2,14 @@
 // git sha + dirty flag, command line, hosts, library versions, NCCL_* settings.
 #pragma once
 
+#include <memory>
 #include <string>
 
+#include "cupti_timing.h"
 #include "device_memory.h"
 #include "gang.h"
 #include "telemetry.h"
+#include "timeline.h"
 #include "results.h"
 #include "scenario.h"
 
@@ -32,6 +35,14 @@ void record_memory(const Gang& gang, const GangMemory& memory, RunResult& result
 // The raw telemetry of every GPU (the samples of each GPU's first rank) into
 // result.telemetry, or text "telemetry" saying why there is none (collective).
 void record_telemetry(const Gang& gang, int device, const GpuTelemetry& telemetry, RunResult& result);
+
+// The scenario's span timing (key timing): under cupti, throws pb::Error
+// naming what is missing when libcupti does not load. Call before the long part.
+void check_span_timing(const Scenario& s);
+// Times `tl`'s spans as the scenario says and records text "timing" ("events"
+// or "cupti") in `result`. The returned recorder (null under events) must
+// outlive the timeline's spans; one per process.
+std::unique_ptr<KernelActivity> start_span_timing(const Scenario& s, Timeline& tl, RunResult& result);
 
 // runs/<name>-<kind>-<UTC time>.h5 when `requested` is empty, else `requested`.
 std::string output_path(const std::string& requested, const std::string& name, const std::string& kind);

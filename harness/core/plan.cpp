@@ -434,9 +434,13 @@ std::string format_plan_table(const std::vector<Span>& spans, int cp, const std:
   std::sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) { return a.second[deep] > b.second[deep]; });
 
   const bool measured = !spans.empty() && spans.front().rep >= 0;
-  std::string out = measured ? fmt::format("{}\nmeasured ms per superstep (CUDA events around every launch)\n", title)
-                             : fmt::format("{}\nroofline ms per superstep on {} ({})\n", title, profile.name,
-                                           profile.source);
+  const std::string timed_by = notes.timing == "cupti" ? "CUPTI's records of every launch's kernels"
+                                                        : "CUDA events around every launch";
+  std::string out = measured ? fmt::format("{}\nmeasured ms per superstep ({})\n", title, timed_by)
+                             : fmt::format("{}\nroofline ms per superstep on {} ({}); tensor work at the {} GEMM "
+                                           "ceiling, {:.0f} TFLOP/s\n",
+                                           title, profile.name, profile.source, profile.gemm_ceiling,
+                                           profile.gemm_tflops);
   out += fmt::format("{:<14}", "family");
   for (int r = 0; r < cp; ++r) out += fmt::format("{:>10}", fmt::format("rank{}{}", r, r == deep ? "*" : ""));
   if (!notes.family_marks.empty()) out += "  cut";

@@ -85,6 +85,7 @@ std::vector<std::string> cut_effect_notes(const std::vector<CutEffect>& effects)
 struct PlanTableNotes {
   std::map<std::string, std::string> family_marks;
   std::vector<std::string> lines;
+  std::string timing = "events";  // measured spans: how they were timed (scenario key timing)
 };
 
 // The per-family table of a gang, as printed by `prefill-bench plan` (and by

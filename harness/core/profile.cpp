@@ -12,11 +12,14 @@ const std::vector<GpuProfile>& profiles() {
       {"h200", "copy and GEMM measured on the H200 here (docs/design.md §5); f32 and link from the datasheet",
        4.25, "measured: device-to-device copy, read + write, on the H200 here (docs/design.md §5)",
        797.0, "measured: cuBLAS bf16 GEMM 8192^3 on the H200 here (docs/design.md §5)",
+       659.0, "measured: cuBLAS bf16 GEMM 8192^3 back to back for 60 s on the H200 here, median; the card at its 700 W "
+              "cap, SM clock 1.46 GHz",
        67.0, "datasheet: NVIDIA H200 SXM, 67 TFLOP/s FP32 (peak)",
        "nvlink4", ""},
       {"h100", "datasheet peaks (NVIDIA H100 SXM), not measured",
        3.35, "datasheet: NVIDIA H100 SXM, 3.35 TB/s HBM3 (peak, not measured)",
        989.0, "datasheet: NVIDIA H100 SXM, 989 TFLOP/s dense BF16 (peak, not measured)",
+       0.0, "none: a datasheet gives no sustained rate",
        67.0, "datasheet: NVIDIA H100 SXM, 67 TFLOP/s FP32 (peak)",
        "nvlink4",
        "datasheet peaks: the measured H200 reaches 89% of its 4.8 TB/s and 81% of its 989 TFLOP/s datasheet "
@@ -24,6 +27,7 @@ const std::vector<GpuProfile>& profiles() {
       {"gb300", "datasheet peaks (NVIDIA B300 / GB300 NVL72), not measured",
        8.0, "datasheet: NVIDIA B300, 8 TB/s HBM3e (peak, not measured)",
        2500.0, "datasheet: NVIDIA B300, 2.5 PFLOP/s dense BF16 (peak, not measured)",
+       0.0, "none: a datasheet gives no sustained rate",
        75.0, "datasheet: NVIDIA B300, 75 TFLOP/s FP32 (peak)",
        "nvlink5",
        "datasheet peaks, not measured (the H200 here reaches 89% of its datasheet copy rate and 81% of its "
@@ -57,8 +61,27 @@ GpuProfile gpu_profile(const std::string& name) {
 bool is_datasheet(const std::string& figure_source) { return figure_source.rfind("datasheet", 0) == 0; }
 
 std::string describe_figures(const GpuProfile& p) {
-  return fmt::format("  copy  {:>8.2f} TB/s      {}\n  GEMM  {:>8.0f} TFLOP/s   {}\n  f32   {:>8.0f} TFLOP/s   {}\n",
-                     p.copy_tbps, p.copy_source, p.gemm_tflops, p.gemm_source, p.fp32_tflops, p.fp32_source);
+  std::string out = fmt::format("  copy  {:>8.2f} TB/s      {}\n  GEMM  {:>8.0f} TFLOP/s   {}\n", p.copy_tbps,
+                                p.copy_source, p.gemm_tflops, p.gemm_source);
+  if (p.gemm_ceiling == "burst" && p.gemm_sustained_tflops > 0)
+    out += fmt::format("  GEMM  {:>8.0f} TFLOP/s   sustained (plan --ceiling sustained), {}\n",
+                       p.gemm_sustained_tflops, p.gemm_sustained_source);
+  return out + fmt::format("  f32   {:>8.0f} TFLOP/s   {}\n", p.fp32_tflops, p.fp32_source);
+}
+
+std::vector<std::string> gemm_ceiling_names() { return {"burst", "sustained"}; }
+
+GpuProfile at_gemm_ceiling(const GpuProfile& p, const std::string& ceiling) {
+  if (ceiling == "burst") return p;
+  PB_CHECK(ceiling == "sustained",
+           "unknown GEMM ceiling '" + ceiling + "'; allowed: " + joined(gemm_ceiling_names()));
+  PB_CHECK(p.gemm_sustained_tflops > 0, "profile " + p.name + " has no sustained GEMM figure (" +
+                                            p.gemm_sustained_source + "); allowed for it: burst");
+  GpuProfile out = p;
+  out.gemm_tflops = p.gemm_sustained_tflops;
+  out.gemm_source = "sustained, " + p.gemm_sustained_source;
+  out.gemm_ceiling = "sustained";
+  return out;
 }
 
 namespace {

@@ -3,6 +3,10 @@
 // figure carries its provenance: "measured ..." (on the H200 here,
 // docs/design.md §5) or "datasheet: ..." (a vendor's peak, not measured). A run
 // replaces the copy and GEMM rates with the ones it measures itself.
+//
+// Two GEMM ceilings: the burst (a short run of GEMMs from a cool, idle card)
+// and the sustained (the rate the card holds through a superstep, at its
+// power cap). `plan --ceiling sustained` costs tensor work at the second.
 #pragma once
 
 #include <string>
@@ -15,12 +19,15 @@ struct GpuProfile {
   std::string source;       // one line: where the figures come from
   double copy_tbps;         // device-to-device copy, read + write
   std::string copy_source;  // "measured: ..." or "datasheet: ..."
-  double gemm_tflops;       // dense bf16 tensor-core GEMM
+  double gemm_tflops;       // dense bf16 tensor-core GEMM, burst
   std::string gemm_source;
+  double gemm_sustained_tflops;  // the same GEMM held for a superstep's length; 0: no figure
+  std::string gemm_sustained_source;
   double fp32_tflops;       // plain f32 FMA (SIMT)
   std::string fp32_source;
   std::string link;         // the natural GPU-to-GPU link (link_profile name)
   std::string note;         // what a reader must know to compare this profile with a measurement; may be empty
+  std::string gemm_ceiling = "burst";  // which of the two gemm_tflops holds (at_gemm_ceiling)
 };
 
 std::vector<std::string> gpu_profile_names();
@@ -30,7 +37,16 @@ GpuProfile gpu_profile(const std::string& name);
 bool is_datasheet(const std::string& figure_source);
 // The profile's figures, one per line, each with its source:
 //   "  copy   4.25 TB/s       measured: ..."
+// At the burst ceiling, a sustained figure follows the GEMM line as its own
+// line ("  GEMM  659 TFLOP/s   sustained (plan --ceiling sustained), measured: ...").
 std::string describe_figures(const GpuProfile& p);
+
+// The GEMM ceilings a roofline can use: "burst" (gemm_tflops), "sustained".
+std::vector<std::string> gemm_ceiling_names();
+// The profile with its tensor rate (gemm_tflops, gemm_source) at `ceiling`;
+// "burst" returns it unchanged. Throws pb::Error naming the allowed values for
+// an unknown ceiling, and for "sustained" on a profile without that figure.
+GpuProfile at_gemm_ceiling(const GpuProfile& p, const std::string& ceiling);
 
 // A GPU-to-GPU link for costing fabric transfers: a transfer of n bytes takes
 // latency_us + n / (gbytes_per_s * 1e3) microseconds, one direction.

@@ -23,7 +23,7 @@ std::string join(const std::vector<std::string>& items) {
 const std::vector<std::string> kTopKeys = {
     "name", "model", "cp", "context", "bucket", "split_k", "fabric", "emulate_hosts", "fmha", "moe_gemm",
     "gpu_profile", "serialize_ranks", "share_memory", "turn_settle_ms", "helped_in_place", "wait_timeout_s", "nvtx",
-    "layout", "cuts",
+    "timing", "ceiling_sustained_s", "layout", "cuts",
     "variants", "warmup", "reps", "seed", "output", "debug"};
 const std::vector<std::string> kDebugKeys = {"delay_family", "delay_us", "poison_arena"};
 const std::vector<std::string> kVariantKeys = {"name", "cuts"};
@@ -294,6 +294,7 @@ std::vector<std::string> fabric_names() { return {"ipc", "nccl", "auto"}; }
 std::vector<std::string> fmha_engine_names() { return {"native", "cudnn", "auto"}; }
 std::vector<std::string> moe_gemm_engine_names() { return {"auto", "grouped", "loop", "cutlass"}; }
 std::vector<std::string> share_memory_names() { return {"vmm", "ipc"}; }
+std::vector<std::string> timing_names() { return {"events", "cupti"}; }
 
 CutSet parse_cut_list(const std::string& list, const std::string& where) {
   CutSet set;
@@ -392,6 +393,9 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
   if (root["turn_settle_ms"])
     s.turn_settle_ms = int(get_int(at, root["turn_settle_ms"], "turn_settle_ms", 0, 10000));
   if (root["nvtx"]) s.nvtx = get_bool(at, root["nvtx"], "nvtx");
+  if (root["timing"]) s.timing = get_choice(at, root["timing"], "timing", timing_names());
+  if (root["ceiling_sustained_s"])
+    s.ceiling_sustained_s = get_double(at, root["ceiling_sustained_s"], "ceiling_sustained_s", 0, kMaxCeilingSustainedS);
   if (root["helped_in_place"]) s.helped_in_place = get_bool(at, root["helped_in_place"], "helped_in_place");
   if (root["wait_timeout_s"])
     s.wait_timeout_s = get_double(at, root["wait_timeout_s"], "wait_timeout_s", 0.1, 86400);

@@ -16,6 +16,8 @@
 //   helped_in_place: false                 # cut 3's helped windows read/write the peer's slab in place
 //   wait_timeout_s: 300                    # a doorbell wait past this fails the gang
 //   nvtx: true                             # every span an NVTX range (nsys shows the superstep by name)
+//   timing: events                         # events | cupti: how a span is timed (timeline.h)
+//   ceiling_sustained_s: 8                 # run: the sustained GEMM ceiling's window, s (0: skip)
 //   layout: contiguous                     # contiguous | zigzag (2·cp chunks; context divisible by 2·cp)
 //   cuts: all                              # all | none | seed | [land, conv] | {land: on}
 //   variants: each-cut                     # or [{name: a, cuts: none}, ...]
@@ -38,6 +40,7 @@
 #include <vector>
 
 #include "cuts.h"
+#include "gemm_ceiling.h"
 #include "model.h"
 #include "schedule.h"
 
@@ -84,6 +87,8 @@ struct Scenario {
   bool helped_in_place = false;  // mla_block.h MlaLane::helped_in_place
   double wait_timeout_s = 0;     // a doorbell wait's deadline; 0: the command's default
   bool nvtx = true;              // timeline.h: every span an NVTX range
+  std::string timing = "events";  // timeline.h: a span between two CUDA events, or its kernels' CUPTI records
+  double ceiling_sustained_s = kDefaultCeilingSustainedS;  // gemm_ceiling.h; 0: run skips the sustained ceiling
   Layout layout = Layout::contiguous;  // schedule.h: where the tokens lie
   std::vector<VariantSpec> variants;  // at least one
   int warmup = 1;
@@ -122,5 +127,6 @@ std::vector<std::string> fabric_names();
 std::vector<std::string> fmha_engine_names();
 std::vector<std::string> moe_gemm_engine_names();  // grouped, loop, cutlass (moe_gemm_engine_from_name)
 std::vector<std::string> share_memory_names();     // vmm, ipc (share_mode_from_name)
+std::vector<std::string> timing_names();           // events, cupti
 
 }  // namespace pb

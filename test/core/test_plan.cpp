@@ -359,6 +359,79 @@ TEST_CASE("lse_merge: the call's first merge initializes the accumulator and mov
   CHECK(folds == 3);
 }
 
+// ---- the GEMM ceilings ----
+
+TEST_CASE("the GEMM ceilings: burst by default, sustained on the H200 from its measurement") {
+  const GpuProfile h200 = gpu_profile("h200");
+  CHECK(h200.gemm_ceiling == "burst");
+  CHECK(h200.gemm_sustained_tflops == 659.0);
+  CHECK(h200.gemm_sustained_source.rfind("measured", 0) == 0);
+  CHECK(h200.gemm_sustained_source.find("700 W cap") != std::string::npos);
+  const GpuProfile burst = at_gemm_ceiling(h200, "burst");
+  CHECK(burst.gemm_tflops == 797.0);
+  CHECK(burst.gemm_source == h200.gemm_source);
+  const GpuProfile held = at_gemm_ceiling(h200, "sustained");
+  CHECK(held.gemm_ceiling == "sustained");
+  CHECK(held.gemm_tflops == 659.0);
+  CHECK(held.gemm_source.rfind("sustained, measured", 0) == 0);
+  CHECK(held.copy_tbps == h200.copy_tbps);  // only the tensor rate moves
+  CHECK(held.fp32_tflops == h200.fp32_tflops);
+
+  // A compute-bound GEMM takes 797/659 as long at the sustained ceiling; a memory-bound landing the same.
+  const RankPlan p = plan_rank(k3(1, 16384), CutSet::none(), 0);
+  const Launch& g = first(p, "gemm.kda_q");
+  CHECK(roofline_us(g.cost, held) == doctest::Approx(g.cost.flops / 659e6));
+  CHECK(roofline_us(g.cost, held) / roofline_us(g.cost, burst) == doctest::Approx(797.0 / 659.0));
+  const Launch& l = first(p, "land.q_b");
+  CHECK(roofline_us(l.cost, held) == roofline_us(l.cost, burst));
+
+  // The burst profile lists the sustained figure too; the sustained one does not repeat it.
+  CHECK(describe_figures(h200).find("  GEMM       659 TFLOP/s   sustained (plan --ceiling sustained), measured") !=
+        std::string::npos);
+  CHECK(describe_figures(held).find("  GEMM       659 TFLOP/s   sustained, measured") != std::string::npos);
+  CHECK(describe_figures(held).find("797") == std::string::npos);
+}
+
+TEST_CASE("a GEMM ceiling a profile lacks, or an unknown one, names what is allowed") {
+  for (const char* name : {"h100", "gb300"}) {
+    INFO(name);
+    CHECK(gpu_profile(name).gemm_sustained_tflops == 0);
+    CHECK(describe_figures(gpu_profile(name)).find("sustained") == std::string::npos);
+    CHECK_THROWS_WITH_AS(at_gemm_ceiling(gpu_profile(name), "sustained"),
+                         doctest::Contains("has no sustained GEMM figure"), Error);
+    CHECK_THROWS_WITH_AS(at_gemm_ceiling(gpu_profile(name), "sustained"), doctest::Contains("allowed for it: burst"),
+                         Error);
+  }
+  CHECK_THROWS_WITH_AS(at_gemm_ceiling(gpu_profile("h200"), "peak"),
+                       doctest::Contains("unknown GEMM ceiling 'peak'; allowed: burst, sustained"), Error);
+}
+
+TEST_CASE("the table names the GEMM ceiling of its roofline, or the timing of its measured spans") {
+  const Scenario s = k3(1, 16384);
+  const RankPlan p = plan_rank(s, CutSet::none(), 0);
+  for (const char* ceiling : {"burst", "sustained"}) {
+    const GpuProfile profile = at_gemm_ceiling(gpu_profile("h200"), ceiling);
+    const std::string table = format_plan_table(plan_spans(p, profile), 1, {1.0}, profile, "t");
+    INFO(table);
+    CHECK(table.find(fmt::format("tensor work at the {} GEMM ceiling, {:.0f} TFLOP/s", ceiling, profile.gemm_tflops)) !=
+          std::string::npos);
+  }
+  // Measured spans say how they were timed instead.
+  std::vector<Span> measured = plan_spans(p, gpu_profile("h200"));
+  for (Span& sp : measured) sp.rep = 0;
+  PlanTableNotes cupti;
+  cupti.timing = "cupti";
+  CHECK(format_plan_table(measured, 1, {1.0}, gpu_profile("h200"), "t").find("(CUDA events around every launch)") !=
+        std::string::npos);
+  CHECK(format_plan_table(measured, 1, {1.0}, gpu_profile("h200"), "t", cupti)
+            .find("(CUPTI's records of every launch's kernels)") != std::string::npos);
+
+  const double burst = family_ms(plan_spans(p, gpu_profile("h200")), "gemm");
+  const double held = family_ms(plan_spans(p, at_gemm_ceiling(gpu_profile("h200"), "sustained")), "gemm");
+  CHECK(held > burst);
+  CHECK(held <= burst * 797.0 / 659.0 * (1 + 1e-9));
+}
+
 // ---- datasheet figures ----
 
 TEST_CASE("every profile figure says where it comes from; datasheet ones say so") {

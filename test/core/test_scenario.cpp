@@ -64,6 +64,8 @@ TEST_CASE("a good scenario parses with defaults") {
   CHECK(s.moe_gemm == "auto");
   CHECK(s.turn_settle_ms == 0);
   CHECK(s.share_memory == "vmm");
+  CHECK(s.timing == "events");
+  CHECK(s.ceiling_sustained_s == kDefaultCeilingSustainedS);
   REQUIRE(s.variants.size() == 1);
   CHECK(s.variants[0].name == "baseline");
   CHECK(s.variants[0].cuts == CutSet::none());
@@ -195,6 +197,17 @@ TEST_CASE("share_memory picks how the ranks of one GPU share memory") {
   CHECK(parse_scenario(kGood, "good.yaml", o).share_memory == "ipc");
 }
 
+TEST_CASE("timing picks how spans are timed; ceiling_sustained_s the sustained GEMM window") {
+  CHECK(parse_scenario(std::string(kGood) + "timing: cupti\n", "t.yaml").timing == "cupti");
+  CHECK(parse_scenario(std::string(kGood) + "ceiling_sustained_s: 0\n", "t.yaml").ceiling_sustained_s == 0);
+  CHECK(parse_scenario(std::string(kGood) + "ceiling_sustained_s: 60\n", "t.yaml").ceiling_sustained_s == 60);
+  ScenarioOverrides o;
+  o.sets = {"timing=cupti", "ceiling_sustained_s=2.5"};
+  const Scenario s = parse_scenario(kGood, "good.yaml", o);
+  CHECK(s.timing == "cupti");
+  CHECK(s.ceiling_sustained_s == 2.5);
+}
+
 struct BadCase {
   const char* what;
   std::string text;
@@ -227,6 +240,9 @@ TEST_CASE("bad inputs give errors naming file, line, key and allowed values") {
       {"bad fabric", g + "fabric: tcp\n", {"bad.yaml:6:9", "fabric", "'tcp'", "ipc, nccl, auto"}},
       {"bad fmha engine", g + "fmha: flash\n", {"fmha", "native, cudnn, auto"}},
       {"bad moe_gemm engine", g + "moe_gemm: cublaslt\n", {"bad.yaml:6", "moe_gemm", "'cublaslt'", "auto, grouped, loop, cutlass"}},
+      {"bad timing", g + "timing: nsys\n", {"bad.yaml:6", "timing", "'nsys'", "events, cupti"}},
+      {"ceiling_sustained_s out of range", g + "ceiling_sustained_s: 601\n",
+       {"bad.yaml:6", "ceiling_sustained_s", "between 0", "and 600"}},
       {"bad share_memory", g + "share_memory: nvshmem\n", {"bad.yaml:6", "share_memory", "'nvshmem'", "vmm, ipc"}},
       {"bad gpu profile", g + "gpu_profile: a100\n", {"gpu_profile", "h200, h100, gb300"}},
       {"unknown cut", g + "cuts: [land, fast]\n", {"cuts[1]", "unknown cut 'fast'", "lse_merge"}},
