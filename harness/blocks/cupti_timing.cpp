@@ -1,7 +1,6 @@
 #include "cupti_timing.h"
 
 #include <cupti.h>
-#include <dlfcn.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -9,6 +8,7 @@
 #include <sstream>
 
 #include "check.h"
+#include "runtime_library.h"
 
 #ifndef PB_CUPTI_DIRS
 #define PB_CUPTI_DIRS ""  // ':'-separated folders tried after the loader's path (CMakeLists.txt)
@@ -39,12 +39,6 @@ const CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPT
                                      CUPTI_ACTIVITY_KIND_RUNTIME,           CUPTI_ACTIVITY_KIND_DRIVER,
                                      CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
 
-template <class Fn>
-void resolve(void* lib, const char* name, Fn*& out, std::string& problem) {
-  out = reinterpret_cast<Fn*>(dlsym(lib, name));
-  if (!out && problem.empty()) problem = std::string("timing: cupti: the CUPTI library has no ") + name;
-}
-
 std::vector<std::string> library_candidates() {
   const std::string file = "libcupti.so." + std::to_string(CUPTI_API_VERSION / 10000);
   std::vector<std::string> names = {file, "libcupti.so"};
@@ -56,29 +50,24 @@ std::vector<std::string> library_candidates() {
 
 CuptiApi load_cupti() {
   CuptiApi a;
-  void* lib = nullptr;
   std::string tried;
-  for (const std::string& name : library_candidates()) {
-    lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib) break;
-    tried += (tried.empty() ? "" : ", ") + name;
-  }
+  void* lib = open_first(library_candidates(), RTLD_NOW | RTLD_LOCAL, tried);
   if (!lib) {
     a.problem = "timing: cupti needs CUPTI's library from the CUDA toolkit, and none loaded (tried " + tried +
                 "): add the folder holding libcupti.so to LD_LIBRARY_PATH, or use timing: events";
     return a;
   }
   std::string& p = a.problem;
-  resolve(lib, "cuptiGetVersion", a.GetVersion, p);
-  resolve(lib, "cuptiGetResultString", a.GetResultString, p);
-  resolve(lib, "cuptiActivityRegisterCallbacks", a.RegisterCallbacks, p);
-  resolve(lib, "cuptiActivityEnable", a.Enable, p);
-  resolve(lib, "cuptiActivityDisable", a.Disable, p);
-  resolve(lib, "cuptiActivityFlushAll", a.FlushAll, p);
-  resolve(lib, "cuptiActivityGetNextRecord", a.GetNextRecord, p);
-  resolve(lib, "cuptiActivityGetNumDroppedRecords", a.GetNumDroppedRecords, p);
-  resolve(lib, "cuptiActivityPushExternalCorrelationId", a.PushExternalCorrelationId, p);
-  resolve(lib, "cuptiActivityPopExternalCorrelationId", a.PopExternalCorrelationId, p);
+  resolve(lib, "cuptiGetVersion", a.GetVersion, p, "CUPTI (timing: cupti)");
+  resolve(lib, "cuptiGetResultString", a.GetResultString, p, "CUPTI (timing: cupti)");
+  resolve(lib, "cuptiActivityRegisterCallbacks", a.RegisterCallbacks, p, "CUPTI (timing: cupti)");
+  resolve(lib, "cuptiActivityEnable", a.Enable, p, "CUPTI (timing: cupti)");
+  resolve(lib, "cuptiActivityDisable", a.Disable, p, "CUPTI (timing: cupti)");
+  resolve(lib, "cuptiActivityFlushAll", a.FlushAll, p, "CUPTI (timing: cupti)");
+  resolve(lib, "cuptiActivityGetNextRecord", a.GetNextRecord, p, "CUPTI (timing: cupti)");
+  resolve(lib, "cuptiActivityGetNumDroppedRecords", a.GetNumDroppedRecords, p, "CUPTI (timing: cupti)");
+  resolve(lib, "cuptiActivityPushExternalCorrelationId", a.PushExternalCorrelationId, p, "CUPTI (timing: cupti)");
+  resolve(lib, "cuptiActivityPopExternalCorrelationId", a.PopExternalCorrelationId, p, "CUPTI (timing: cupti)");
   if (!p.empty()) return a;
   uint32_t version = 0;
   if (a.GetVersion(&version) != CUPTI_SUCCESS || version != CUPTI_API_VERSION)

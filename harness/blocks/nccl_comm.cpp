@@ -1,6 +1,5 @@
 #include "nccl_comm.h"
 
-#include <dlfcn.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -8,6 +7,7 @@
 #include <thread>
 
 #include "check.h"
+#include "runtime_library.h"
 
 namespace pb {
 
@@ -25,23 +25,10 @@ struct Loaded {
   std::string problem;  // empty when loaded
 };
 
-template <class Fn>
-bool resolve(void* lib, const char* name, Fn*& out, std::string& problem) {
-  out = reinterpret_cast<Fn*>(dlsym(lib, name));
-  if (!out && problem.empty()) problem = std::string("the NCCL library has no ") + name;
-  return out != nullptr;
-}
-
 Loaded load_nccl() {
   Loaded l;
-  void* lib = nullptr;
   std::string tried;
-  for (const char* name : {"libnccl.so.2", "libnccl.so"}) {
-    lib = dlopen(name, RTLD_NOW | RTLD_GLOBAL);
-    if (lib) break;
-    const char* why = dlerror();
-    tried += std::string(tried.empty() ? "" : "; ") + (why ? why : name);
-  }
+  void* lib = open_first({"libnccl.so.2", "libnccl.so"}, RTLD_NOW | RTLD_GLOBAL, tried);
   if (!lib) {
     l.problem = "NCCL is not available at run time (" + tried +
                 "): the NCCL fabric (fabric nccl or auto across hosts) needs libnccl.so.2 >= " +
@@ -51,19 +38,19 @@ Loaded load_nccl() {
   }
   NcclApi& a = l.api;
   std::string& p = l.problem;
-  resolve(lib, "ncclGetVersion", a.GetVersion, p);
-  resolve(lib, "ncclGetUniqueId", a.GetUniqueId, p);
-  resolve(lib, "ncclCommInitRankConfig", a.CommInitRankConfig, p);
-  resolve(lib, "ncclCommGetAsyncError", a.CommGetAsyncError, p);
-  resolve(lib, "ncclCommFinalize", a.CommFinalize, p);
-  resolve(lib, "ncclCommDestroy", a.CommDestroy, p);
-  resolve(lib, "ncclCommAbort", a.CommAbort, p);
-  resolve(lib, "ncclGroupStart", a.GroupStart, p);
-  resolve(lib, "ncclGroupEnd", a.GroupEnd, p);
-  resolve(lib, "ncclSend", a.Send, p);
-  resolve(lib, "ncclRecv", a.Recv, p);
-  resolve(lib, "ncclGetErrorString", a.GetErrorString, p);
-  resolve(lib, "ncclGetLastError", a.GetLastError, p);
+  resolve(lib, "ncclGetVersion", a.GetVersion, p, "NCCL");
+  resolve(lib, "ncclGetUniqueId", a.GetUniqueId, p, "NCCL");
+  resolve(lib, "ncclCommInitRankConfig", a.CommInitRankConfig, p, "NCCL");
+  resolve(lib, "ncclCommGetAsyncError", a.CommGetAsyncError, p, "NCCL");
+  resolve(lib, "ncclCommFinalize", a.CommFinalize, p, "NCCL");
+  resolve(lib, "ncclCommDestroy", a.CommDestroy, p, "NCCL");
+  resolve(lib, "ncclCommAbort", a.CommAbort, p, "NCCL");
+  resolve(lib, "ncclGroupStart", a.GroupStart, p, "NCCL");
+  resolve(lib, "ncclGroupEnd", a.GroupEnd, p, "NCCL");
+  resolve(lib, "ncclSend", a.Send, p, "NCCL");
+  resolve(lib, "ncclRecv", a.Recv, p, "NCCL");
+  resolve(lib, "ncclGetErrorString", a.GetErrorString, p, "NCCL");
+  resolve(lib, "ncclGetLastError", a.GetLastError, p, "NCCL");
   if (!p.empty()) return l;
   if (a.GetVersion(&a.version) != ncclSuccess) a.version = 0;
   if (a.version < kMinNcclVersion)

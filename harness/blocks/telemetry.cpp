@@ -1,10 +1,11 @@
 #include "telemetry.h"
 
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
+
+#include "runtime_library.h"
 
 namespace pb {
 
@@ -27,27 +28,24 @@ struct Nvml {
   std::string error;  // empty when every entry point loaded and nvmlInit succeeded
 };
 
-template <class F>
-bool load(void* lib, const char* symbol, F& fn) {
-  fn = reinterpret_cast<F>(dlsym(lib, symbol));
-  return fn != nullptr;
-}
-
 // Loaded and initialized once per process.
 const Nvml& nvml() {
   static const Nvml n = [] {
     Nvml x;
-    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    std::string tried;
+    void* lib = open_first({"libnvidia-ml.so.1"}, RTLD_NOW | RTLD_LOCAL, tried);
     if (!lib) {
       x.error = "libnvidia-ml.so.1 not found (no NVIDIA driver's NVML on this machine)";
       return x;
     }
-    const bool ok = load(lib, "nvmlInit_v2", x.init) && load(lib, "nvmlDeviceGetHandleByPciBusId_v2", x.by_bus_id) &&
-                    load(lib, "nvmlDeviceGetClockInfo", x.clock) && load(lib, "nvmlDeviceGetPowerUsage", x.power_mw) &&
-                    load(lib, "nvmlDeviceGetTemperature", x.temperature) &&
-                    load(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", x.reasons);
-    if (!ok) x.error = "libnvidia-ml.so.1 lacks an entry point the sampler needs";
-    else if (x.init() != kNvmlSuccess) x.error = "nvmlInit failed";
+    std::string& e = x.error;
+    resolve(lib, "nvmlInit_v2", x.init, e, "NVML");
+    resolve(lib, "nvmlDeviceGetHandleByPciBusId_v2", x.by_bus_id, e, "NVML");
+    resolve(lib, "nvmlDeviceGetClockInfo", x.clock, e, "NVML");
+    resolve(lib, "nvmlDeviceGetPowerUsage", x.power_mw, e, "NVML");
+    resolve(lib, "nvmlDeviceGetTemperature", x.temperature, e, "NVML");
+    resolve(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", x.reasons, e, "NVML");
+    if (e.empty() && x.init() != kNvmlSuccess) e = "nvmlInit failed";
     return x;
   }();
   return n;
