@@ -5,13 +5,67 @@
 // doctest's report; a failure on any rank fails the run.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include "check.h"
 #include "gang.h"
 #include "ref_math.h"
+#include "schedule.h"
 
 namespace pb {
 const Gang& test_gang();
 
 namespace test {
 using ref::rel_l2_bf16;
+
+// Every rank's rows [its rows, width] (bf16 bits, its token ranges in local
+// order: rank_tokens) put back in sequence order, [context, width], on rank
+// 0 of the gang; empty on the other ranks. Collective.
+inline std::vector<uint16_t> gather_in_sequence(const Gang& gang, const std::vector<uint16_t>& mine, Layout layout,
+                                                int64_t context, int64_t width) {
+  const std::vector<std::string> parts =
+      gang.gather(std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * 2));
+  if (!gang.is_root()) return {};
+  std::vector<uint16_t> all(size_t(context * width), 0);
+  for (int r = 0; r < gang.size(); ++r) {
+    int64_t rows = 0;
+    for (const Segment& seg : rank_tokens(layout, context, gang.size(), r)) rows += seg.len;
+    PB_CHECK(int64_t(parts[size_t(r)].size()) == rows * width * 2,
+             "gather_in_sequence: rank " + std::to_string(r) + " sent other than its rows");
+    const char* from = parts[size_t(r)].data();
+    for (const Segment& seg : rank_tokens(layout, context, gang.size(), r)) {
+      std::memcpy(all.data() + seg.begin * width, from, size_t(seg.len * width) * 2);
+      from += seg.len * width * 2;
+    }
+  }
+  return all;
+}
+
+// The rows of `ranges` of `all` [*, width], in order.
+inline std::vector<uint16_t> rows_of_ranges(const std::vector<uint16_t>& all, const std::vector<Segment>& ranges,
+                                            int64_t width) {
+  std::vector<uint16_t> out;
+  for (const Segment& seg : ranges)
+    out.insert(out.end(), all.begin() + seg.begin * width, all.begin() + (seg.begin + seg.len) * width);
+  return out;
+}
+
+// A rank's input under a layout: the rows of its token ranges of `full`
+// [context, hidden], in order, from row 0 of `local` (its bucket), on `stream`.
+inline void copy_rank_rows(const __nv_bfloat16* full, __nv_bfloat16* local, Layout layout, int64_t context, int cp,
+                           int rank, int64_t hidden, cudaStream_t stream) {
+  int64_t row = 0;
+  for (const Segment& seg : rank_tokens(layout, context, cp, rank)) {
+    PB_CUDA(cudaMemcpyAsync(local + row * hidden, full + seg.begin * hidden, size_t(seg.len * hidden) * 2,
+                            cudaMemcpyDeviceToDevice, stream));
+    row += seg.len;
+  }
+}
 }  // namespace test
 }  // namespace pb
