@@ -129,20 +129,16 @@ void check_kda_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
   gang.barrier();
 }
 
-// One layout's CP-N run on this rank's rows of `full` [context, hidden]: the
-// calls under `cuts` in order (seq 0, 1, ...), the outputs of each.
-std::vector<Out> run_layout(const ModelShape& m, const KdaWeights& w, const __nv_bfloat16* full, int64_t context,
-                            int64_t rows, Layout layout, const std::vector<CutSet>& cuts, cudaStream_t stream) {
+// One layout's CP-N run on this rank's rows of the input: the calls under
+// `cuts` in order (seq 0, 1, ...), the outputs of each.
+std::vector<Out> run_layout(const ModelShape& m, const KdaWeights& w, const test::LayoutInput& in, Layout layout,
+                            const std::vector<CutSet>& cuts) {
   const Gang& gang = test_gang();
-  const int cp = gang.size(), me = gang.rank();
-  DeviceBuffer<__nv_bfloat16> local(size_t(rows * m.hidden));
-  fill_uniform_bf16(local.get(), rows * m.hidden, 33, 1.0f, stream);  // the bucket's padding rows: anything
-  test::copy_rank_rows(full, local.get(), layout, context, cp, me, m.hidden, stream);
-  PB_CUDA(cudaStreamSynchronize(stream));
+  const DeviceBuffer<__nv_bfloat16> local = in.local(layout);
   const Blas blas;
-  Timeline tl(stream, false);
-  Fabric fab(gang, model_slab_layout(m, cp, rows, layout), 30.0);
-  KdaBlock block(m, w, {me, cp, lane_segments(layout, context, cp), rows, &fab, layout});
+  Timeline tl(in.stream, false);
+  Fabric fab(gang, model_slab_layout(m, in.cp, in.rows, layout), 30.0);
+  KdaBlock block(m, w, {in.me, in.cp, lane_segments(layout, in.context, in.cp), in.rows, &fab, layout});
   std::vector<Out> out;
   for (size_t i = 0; i < cuts.size(); ++i)
     out.push_back(run_block(block, local.get(), int64_t(i), cuts[i], tl, blas, &fab, m));
@@ -153,28 +149,21 @@ std::vector<Out> run_layout(const ModelShape& m, const KdaWeights& w, const __nv
 // Zigzag against the contiguous layout and CP1 on one input.
 void check_kda_zigzag(const ModelShape& m, int64_t context, int64_t pad_rows) {
   const Gang& gang = test_gang();
-  const int cp = gang.size(), me = gang.rank();
-  REQUIRE(context % (2 * cp) == 0);
-  const int64_t rows =
-      std::max(contiguous_segments(context, cp)[0].len, lane_segments(Layout::zigzag, context, cp)[0].len) + pad_rows;
+  const test::LayoutInput in(m.hidden, context, pad_rows, 37);
+  const int cp = in.cp, me = in.me;
   const int64_t inner = m.kda_inner();
   INFO("model " << m.preset << " cp " << cp << " rank " << me << " context " << context << " zigzag");
-  cudaStream_t stream;
-  PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const KdaWeights w(m, 93, stream);
-  DeviceBuffer<__nv_bfloat16> full(size_t(context * m.hidden));
-  fill_uniform_bf16(full.get(), context * m.hidden, 37, 1.0f, stream);
+  const KdaWeights w(m, 93, in.stream);
   Out cp1;
   {
     const Blas blas;
-    Timeline tl(stream, false);
+    Timeline tl(in.stream, false);
     KdaBlock one(m, w, {0, 1, {{0, context}}, context, nullptr});
-    cp1 = run_block(one, full.get(), 0, CutSet::none(), tl, blas, nullptr, m);
+    cp1 = run_block(one, in.full.get(), 0, CutSet::none(), tl, blas, nullptr, m);
   }
   const CutSet none = CutSet::none(), all = CutSet::all();
-  const std::vector<Out> contiguous = run_layout(m, w, full.get(), context, rows, Layout::contiguous, {none}, stream);
-  const std::vector<Out> zz =
-      run_layout(m, w, full.get(), context, rows, Layout::zigzag, {none, all, none, all}, stream);
+  const std::vector<Out> contiguous = run_layout(m, w, in, Layout::contiguous, {none});
+  const std::vector<Out> zz = run_layout(m, w, in, Layout::zigzag, {none, all, none, all});
   for (size_t i = 1; i < zz.size(); ++i) {
     CAPTURE(i);
     CHECK_MESSAGE(zz[i].block == zz[0].block,
@@ -211,7 +200,6 @@ void check_kda_zigzag(const ModelShape& m, int64_t context, int64_t pad_rows) {
                 m.preset.c_str(), cp, e_core, e_block, e_cp1);
   }
   gang.barrier();
-  PB_CUDA(cudaStreamDestroy(stream));
 }
 
 // Blocks until this rank's doorbell `flag` holds at least `value` (stored by

@@ -246,21 +246,19 @@ void check_balance_cudnn(const ModelShape& m, int64_t context, int64_t pad_rows)
   check_balance(m, context, pad_rows, FmhaEngine::cudnn);
 }
 
-// One layout's CP-N run: its fabric, its block on this rank's rows of `full`,
-// the calls under `cuts` in order (seq 0, 1, ...); the outputs of each.
-std::vector<Bits> run_layout(const ModelShape& m, const MlaWeights& w, const __nv_bfloat16* full, int64_t context,
-                             int64_t rows, Layout layout, const std::vector<CutSet>& cuts, cudaStream_t stream) {
+// One layout's CP-N run: its fabric, its block on this rank's rows of the
+// input, the calls under `cuts` in order (seq 0, 1, ...); the outputs of each.
+std::vector<Bits> run_layout(const ModelShape& m, const MlaWeights& w, const test::LayoutInput& in, Layout layout,
+                             const std::vector<CutSet>& cuts) {
   const Gang& gang = test_gang();
-  const int cp = gang.size(), me = gang.rank();
-  DeviceBuffer<__nv_bfloat16> local(size_t(rows * m.hidden));
-  fill_uniform_bf16(local.get(), rows * m.hidden, 31, 1.0f, stream);  // the bucket's padding rows: anything
-  test::copy_rank_rows(full, local.get(), layout, context, cp, me, m.hidden, stream);
+  const DeviceBuffer<__nv_bfloat16> local = in.local(layout);
   const Blas blas;
-  Timeline tl(stream, false);
-  Fabric fab(gang, slab_layout(cp, rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()), int(m.v_head),
-                               layout),
+  Timeline tl(in.stream, false);
+  Fabric fab(gang, slab_layout(in.cp, in.rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()),
+                               int(m.v_head), layout),
              30.0);
-  MlaBlock block(m, w, {me, cp, lane_segments(layout, context, cp), rows, &fab, false, layout}, FmhaEngine::native);
+  MlaBlock block(m, w, {in.me, in.cp, lane_segments(layout, in.context, in.cp), in.rows, &fab, false, layout},
+                 FmhaEngine::native);
   std::vector<Bits> out;
   for (size_t i = 0; i < cuts.size(); ++i)
     out.push_back(run_block(block, local.get(), int64_t(i), cuts[i], tl, blas, &fab, m.hidden));
@@ -271,30 +269,22 @@ std::vector<Bits> run_layout(const ModelShape& m, const MlaWeights& w, const __n
 // Zigzag against the contiguous layout and CP1 on one input.
 void check_zigzag(const ModelShape& m, int64_t context, int64_t pad_rows) {
   const Gang& gang = test_gang();
-  const int cp = gang.size(), me = gang.rank();
-  REQUIRE(context % (2 * cp) == 0);
-  const int64_t rows =
-      std::max(contiguous_segments(context, cp)[0].len, lane_segments(Layout::zigzag, context, cp)[0].len) + pad_rows;
+  const test::LayoutInput in(m.hidden, context, pad_rows, 29);
+  const int cp = in.cp, me = in.me;
   INFO("model " << m.preset << " cp " << cp << " rank " << me << " context " << context << " zigzag");
-  cudaStream_t stream;
-  PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const MlaWeights w(m, 63, stream);
-  DeviceBuffer<__nv_bfloat16> full(size_t(context * m.hidden));
-  fill_uniform_bf16(full.get(), context * m.hidden, 29, 1.0f, stream);
+  const MlaWeights w(m, 63, in.stream);
   Bits cp1;
   {
     const Blas blas;
-    Timeline tl(stream, false);
+    Timeline tl(in.stream, false);
     MlaBlock one(m, w, {0, 1, {{0, context}}, context, nullptr}, FmhaEngine::native);
-    cp1 = run_block(one, full.get(), 0, cuts_with(false, false), tl, blas, nullptr, m.hidden);
+    cp1 = run_block(one, in.full.get(), 0, cuts_with(false, false), tl, blas, nullptr, m.hidden);
   }
   const CutSet all = balance_cuts(true);  // every cut: 3 and 7 change nothing under zigzag
-  const std::vector<Bits> contiguous = run_layout(m, w, full.get(), context, rows, Layout::contiguous,
-                                                  {cuts_with(true, true)}, stream);
+  const std::vector<Bits> contiguous = run_layout(m, w, in, Layout::contiguous, {cuts_with(true, true)});
   REQUIRE(attention_schedule(all, Layout::zigzag, cp) == Schedule::zigzag);
   const std::vector<Bits> zz = run_layout(
-      m, w, full.get(), context, rows, Layout::zigzag,
-      {all, cuts_with(false, false), cuts_with(true, false), cuts_with(false, true), all}, stream);
+      m, w, in, Layout::zigzag, {all, cuts_with(false, false), cuts_with(true, false), cuts_with(false, true), all});
   for (size_t i = 1; i < zz.size(); ++i) {
     CAPTURE(i);
     CHECK_MESSAGE(zz[i] == zz[0], "zigzag: another cut set or a repeated call changed bits");
@@ -324,7 +314,6 @@ void check_zigzag(const ModelShape& m, int64_t context, int64_t pad_rows) {
     std::printf("[%s cp %d] zigzag rel-L2 vs contiguous %.2e, vs CP1 %.2e\n", m.preset.c_str(), cp, e_layouts, e_cp1);
   }
   gang.barrier();
-  PB_CUDA(cudaStreamDestroy(stream));
 }
 
 }  // namespace

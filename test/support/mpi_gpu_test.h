@@ -5,6 +5,7 @@
 // doctest's report; a failure on any rank fails the run.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -14,7 +15,9 @@
 #include <cuda_runtime_api.h>
 
 #include "check.h"
+#include "device_buffer.h"
 #include "gang.h"
+#include "random_fill.h"
 #include "ref_math.h"
 #include "schedule.h"
 
@@ -67,5 +70,36 @@ inline void copy_rank_rows(const __nv_bfloat16* full, __nv_bfloat16* local, Layo
     row += seg.len;
   }
 }
+
+// Layouts compared on one gang (-np cp): a seeded input [context, hidden], a
+// bucket that fits either layout's rows plus pad_rows (context divisible by
+// 2·cp), and the stream the calls run on.
+struct LayoutInput {
+  int cp = 0, me = 0;
+  int64_t context = 0, hidden = 0, rows = 0;
+  uint64_t seed = 0;
+  cudaStream_t stream = nullptr;
+  DeviceBuffer<__nv_bfloat16> full;
+  LayoutInput(int64_t hidden_, int64_t context_, int64_t pad_rows, uint64_t seed_)
+      : cp(test_gang().size()), me(test_gang().rank()), context(context_), hidden(hidden_), seed(seed_) {
+    PB_CHECK(context % (2 * cp) == 0, "LayoutInput: zigzag needs the context divisible by 2*cp");
+    rows = std::max(contiguous_segments(context, cp)[0].len, lane_segments(Layout::zigzag, context, cp)[0].len) +
+           pad_rows;
+    PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    full = DeviceBuffer<__nv_bfloat16>(size_t(context * hidden));
+    fill_uniform_bf16(full.get(), context * hidden, seed, 1.0f, stream);
+  }
+  ~LayoutInput() { PB_CUDA_NOTHROW(cudaStreamDestroy(stream)); }
+  LayoutInput(const LayoutInput&) = delete;
+  LayoutInput& operator=(const LayoutInput&) = delete;
+  // This rank's rows under `layout` in a bucket of `rows` (the padding rows seeded: anything).
+  DeviceBuffer<__nv_bfloat16> local(Layout layout) const {
+    DeviceBuffer<__nv_bfloat16> out(size_t(rows * hidden));
+    fill_uniform_bf16(out.get(), rows * hidden, seed + 1, 1.0f, stream);
+    copy_rank_rows(full.get(), out.get(), layout, context, cp, me, hidden, stream);
+    PB_CUDA(cudaStreamSynchronize(stream));
+    return out;
+  }
+};
 }  // namespace test
 }  // namespace pb
