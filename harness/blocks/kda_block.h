@@ -3,26 +3,38 @@
 //
 //   rmsnorm.kda_in  gemm.kda_g  gemm.kda_small  land.beta  land.f_a  land.out_gate
 //   gemm.kda_f_b
-//   [fabric.wait_halo_free  fabric.publish_halo]                  (rank < cp - 1)
-//   [fabric.wait_halo  gemm.halo_qkv  land.halo_q/k/v  fabric.release_halo]  (rank > 0)
-//   per stream q, k, v: gemm.kda_<s>, then conv.chunk_<s> (cut 2) or the
+//   per piece, per rank reading its tail:  [fabric.wait_halo_free  fabric.publish_halo]
+//   per piece with a carry from a peer:    [fabric.wait_halo  gemm.halo_qkv  land.halo_q/k/v  fabric.release_halo]
+//   per stream q, k, v: gemm.kda_<s>, then per piece conv.chunk_<s> (cut 2) or the
 //     retired path conv.land_<s>, conv.window_copy x <= 6, conv.decode_<s>, conv.carry_copy
-//   land.forget  kda.prepare
-//   [fabric.wait_state_free  kda.package  fabric.publish_state]   (rank < cp - 1)
-//   [fabric.wait_state  kda.fold  fabric.release_state]           (rank > 0)
-//   kda.forward  o_norm_gate  gemm.kda_o  land.kda_o
+//   land.forget  kda.prepare (per piece)
+//   per piece with a package:  [fabric.wait_state_free]  kda.package  [fabric.publish_state]
+//   per piece:  [fabric.wait_state]  [kda.fold]  [fabric.release_state]  kda.forward
+//   o_norm_gate  gemm.kda_o  land.kda_o
 //
+// A rank's rows are one or two pieces (schedule.h kda_pieces): contiguous,
+// one; layout zigzag, its two chunks (one on rank cp - 1, whose chunks
+// touch). Each piece is its own conv and state walk:
+//   - its conv carry is the last 3 normed rows of the piece before it in token
+//     order, delivered by that piece's rank into this rank's halo slot of the
+//     piece (slab_layout.h halo_slot) and projected here through the q/k/v
+//     bands at 4 rows; zeros at the sequence start;
+//   - its S_in is the fold of the (M, D) packages of every piece before it, in
+//     token order: packages are written into the packaging rank's slab
+//     (M_slot, D_slot of the piece) and read in place over IPC, from a copy
+//     over NCCL (fabric.h); a later piece continues the earlier piece's fold
+//     (S = S_in of the earlier piece, then S = S·M + D for each further package).
 // The partial of the big projection is [b, 4·inner] f32 (bands q | k | v | g,
-// DESIGN's wbig), each band GEMM writing its columns. The conv carry of rank
-// r > 0 is the upstream rank's last 3 normed rows, delivered into this rank's
-// slab (halo[parity]) and projected here through the q/k/v bands at 4 rows;
-// rank 0's carry is zeros. Packages (M, D) are written into the own slab
-// (M[parity], D[parity]) and folded by every downstream rank: in place over
-// IPC, from its copy over NCCL (fabric.h).
-// Doorbells (kinds halo, halo_read, state, state_read; value (seq + 1)·4096)
-// guard each parity slot: a writer waits for its readers' acknowledgement of
-// call seq - 2 before overwriting. seq = the KDA call's sequence number, the
-// same on every rank. Segments must hold >= 3 tokens.
+// DESIGN's wbig), each band GEMM writing its columns.
+// Doorbells (kinds halo, halo_read, state, state_read; value (seq + 1)·4096 +
+// window): halo and halo_read window 0 (a rank sends at most one halo to a
+// peer); state window = the package's piece index; a reader acknowledges a
+// sender once (state_read, window 0), after the fold that reads that sender's
+// packages last. Each parity slot is guarded: a writer waits for its readers'
+// acknowledgement of call seq - 2 before overwriting. seq = the KDA call's
+// sequence number, the same on every rank. Pieces must hold >= 3 tokens.
+// Under zigzag a piece's carry may come from a later rank (rank r + 1 for
+// r's part 1): ranks that take turns (serialize_ranks) cannot run it.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -41,6 +53,7 @@
 namespace pb {
 
 class Fabric;
+struct Piece;
 struct WaitLabel;
 
 // One weight set shared by every KDA layer (seeded).
@@ -60,9 +73,10 @@ struct KdaWeights {
 
 struct KdaLane {
   int rank = 0, cp = 1;
-  std::vector<Segment> segments;
+  std::vector<Segment> segments;  // lane_segments(layout, context, cp): every rank's rows (lengths used)
   int64_t rows = 0;  // b
   Fabric* fabric = nullptr;  // null at cp 1
+  Layout layout = Layout::contiguous;  // where the tokens lie (schedule.h)
 };
 
 // The block's buffers and where they live (device_memory.h): the mixer lane
@@ -73,6 +87,7 @@ struct KdaBlockBuffers {
   static KdaBlockBuffers take(DeviceMemory& mem, const ModelShape& m, const KdaLane& lane);
   DeviceBuffer<__nv_bfloat16> normed_, small_, out_gate_, forget_, qkv_[3], next_[3], carry_, core_, gated_,
       attn_out_;
+  // carry_ [piece][stream][4 rows][inner]; s_in_ [piece][heads, d, d]
   DeviceBuffer<float> partial_, small_partial_, forget_partial_, halo_partial_, o_partial_, s_in_, fold_scratch_;
   DeviceBuffer<unsigned char> conv_scratch_;
 };
@@ -101,7 +116,19 @@ class KdaBlock : private KdaBlockBuffers {
 
  private:
   void halo(Timeline& tl, const Blas& blas);
-  void conv_stream(int i, Timeline& tl, const Blas& blas);
+  void conv_piece(int i, size_t piece, Timeline& tl);
+  void prepare_piece(size_t piece, Timeline& tl);
+  void package_piece(size_t piece, Timeline& tl);
+  // The fold of piece `piece` (continuing the previous piece's) into its
+  // S_in; null when nothing comes before it.
+  const float* fold_piece(size_t piece, Timeline& tl, const Blas& blas);
+  // Per rank, the index of this rank's piece whose fold (past the previous
+  // piece's) reads that rank's packages last; -1: none, and for this rank
+  // (its own packages are read in place, never acknowledged).
+  std::vector<int> last_fold_of_rank() const;
+  // The KDA slots of a piece (slab_layout.h) this call's parity.
+  std::vector<Piece> package_pieces(int piece) const;
+  float* s_in(size_t piece) const;
   WaitLabel label(const Timeline& tl, const std::string& what) const;
 
   ModelShape m_;
@@ -110,7 +137,9 @@ class KdaBlock : private KdaBlockBuffers {
   int64_t b_, inner_;
   int64_t seq_ = 0;
   CutSet cuts_;
-  KdaWorkspace ws_;
+  std::vector<KdaPiece> pieces_;  // kda_pieces(layout, cp, rank)
+  std::vector<RowRange> piece_rows_;  // each piece's local rows
+  std::vector<KdaWorkspace> ws_;  // per piece
   KdaWalk forward_walk_ = kda_default_forward_walk();  // the forward's walk; the package takes kKdaPackageWalk
 };
 

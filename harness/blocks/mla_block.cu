@@ -50,7 +50,8 @@ MlaBlockBuffers MlaBlockBuffers::take(DeviceMemory& mem, const ModelShape& m, co
   // The attention's turn: windows, merges, o_finalize.
   k.o_win_ = mem.take<bf16>("o_win", longest * v_width, Home::mixer);
   k.lse_win_ = mem.take<float>("lse_win", heads * longest, Home::mixer);
-  const bool helps = lane.cp > 1 && !helped_windows_any(protocol_schedules(Schedule::stripe), lane.cp, lane.rank).empty();
+  const Schedule protocol = lane.layout == Layout::zigzag ? Schedule::zigzag : Schedule::stripe;
+  const bool helps = lane.cp > 1 && !helped_windows_any(protocol_schedules(protocol), lane.cp, lane.rank).empty();
   if (helps && !lane.helped_in_place) k.staged_q_ = mem.take<bf16>("staged_q", longest * q_width, Home::mixer);
   k.o_acc_ = mem.take<float>("o_acc", t * v_width, Home::mixer);
   k.lse_acc_ = mem.take<float>("lse_acc", heads * t, Home::mixer);
@@ -98,8 +99,9 @@ MlaBlock::Window MlaBlock::own_window() const {
   return {static_cast<bf16*>(lane_.fabric->at(lane_.rank, L.kv)), static_cast<bf16*>(lane_.fabric->at(lane_.rank, L.q))};
 }
 
-Piece MlaBlock::keys_piece(int k) const {
-  return {lane_.fabric->layout().kv, lane_.segments[k].len * (m_.kv_lora + m_.qk_rope) * 2};
+Piece MlaBlock::keys_piece(int k, Parts parts) const {
+  PB_CHECK(parts.begin == 0, "MlaBlock: keys are read from rank " + std::to_string(k) + "'s first row on");
+  return {lane_.fabric->layout().kv, part_rows(lane_.segments[k].len, parts).len() * (m_.kv_lora + m_.qk_rope) * 2};
 }
 
 Piece MlaBlock::queries_piece(int q) const {
@@ -126,7 +128,7 @@ std::vector<int64_t> MlaBlock::rows_of_ranks() const {
 std::vector<Piece> MlaBlock::window_pieces_for(int reader) const {
   std::vector<Piece> pieces;
   const RankAttention a = rank_attention(sched_, lane_.cp, reader);
-  if (contains(a.key_segments, lane_.rank)) pieces.push_back(keys_piece(lane_.rank));
+  if (contains(a.key_segments, lane_.rank)) pieces.push_back(keys_piece(lane_.rank, key_parts(a, lane_.rank)));
   bool queries = false;
   for (const auto& step : a.steps) queries = queries || (!step.is_merge && step.window.q == lane_.rank);
   if (queries && reader != lane_.rank) pieces.push_back(queries_piece(lane_.rank));
@@ -155,7 +157,7 @@ void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
   PB_CHECK(seq >= 0, "MlaBlock: negative sequence number");
   seq_ = seq;
   cuts_ = cuts;
-  sched_ = attention_schedule(cuts, Layout::contiguous, lane_.cp);
+  sched_ = attention_schedule(cuts, lane_.layout, lane_.cp);
   const Variant land_v = land_variant(cuts);
   cudaStream_t s = tl.stream();
   const int64_t fused = m_.mla_fused_width(), kv_width = m_.kv_lora + m_.qk_rope;
@@ -208,7 +210,8 @@ void MlaBlock::expect_arrivals(const RankAttention& a, Timeline& tl) {
     }
     const FmhaWindow& w = step.window;
     if (w.k != me && w.q == me)
-      lane_.fabric->expect(w.k, Bell::window, doorbell_value(seq_, 0), {keys_piece(w.k)}, tl, label(tl, "keys"));
+      lane_.fabric->expect(w.k, Bell::window, doorbell_value(seq_, 0), {keys_piece(w.k, key_parts(a, w.k))}, tl,
+                           label(tl, "keys"));
     if (w.q != me)
       lane_.fabric->expect(w.q, Bell::window, doorbell_value(seq_, 0), {queries_piece(w.q)}, tl, label(tl, "queries"));
   }
@@ -216,7 +219,8 @@ void MlaBlock::expect_arrivals(const RankAttention& a, Timeline& tl) {
 
 void MlaBlock::attend(Timeline& tl, const Blas& blas) {
   const Variant merge_v = cut_variant(cuts_, Cut::lse_merge);
-  const RankAttention a = rank_attention(sched_, lane_.cp, lane_.rank);
+  attention_ = rank_attention(sched_, lane_.cp, lane_.rank);
+  const RankAttention& a = attention_;
   if (lane_.cp > 1) expect_arrivals(a, tl);
   expanded_.assign(lane_.cp, -1);
   for (const auto& step : a.steps) {
@@ -247,10 +251,12 @@ void MlaBlock::attend(Timeline& tl, const Blas& blas) {
 }
 
 // kv_b on segment k's latents (read in place from k's window over IPC, from
-// this rank's copy over NCCL), bf16 out, then K.
+// this rank's copy over NCCL), bf16 out, then K: the rows this call's windows
+// read (key_parts, from row 0).
 void MlaBlock::expand_keys(int k, Timeline& tl, const Blas& blas) {
   cudaStream_t s = tl.stream();
-  const int64_t tk = lane_.segments[k].len, kv_width = m_.kv_lora + m_.qk_rope;
+  const Parts parts = key_parts(attention_, k);
+  const int64_t tk = part_rows(lane_.segments[k].len, parts).len(), kv_width = m_.kv_lora + m_.qk_rope;
   const int64_t kvb_width = m_.heads * (m_.qk_nope + m_.v_head);
   const bf16* kv = own_window().kv;
   const int i = k == lane_.rank ? 0 : 1;
@@ -259,7 +265,8 @@ void MlaBlock::expand_keys(int k, Timeline& tl, const Blas& blas) {
   expanded_[k] = i;
   if (k != lane_.rank)
     tl.launch("fabric", "fabric.wait_window", [&] {
-      kv = static_cast<const bf16*>(lane_.fabric->fetch(k, Bell::window, doorbell_value(seq_, 0), {keys_piece(k)}, tl,
+      kv = static_cast<const bf16*>(lane_.fabric->fetch(k, Bell::window, doorbell_value(seq_, 0),
+                                                        {keys_piece(k, parts)}, tl,
                                                         label(tl, "the window of rank " + std::to_string(k)))[0]);
     });
   tl.launch("gemm", "gemm.kv_b", [&] {

@@ -22,7 +22,8 @@
 //            k waits for all its readers at (seq - 1) before land.kv_a.
 //            Readers and windows read are taken over every schedule of the
 //            contiguous protocol (schedule.h protocol_schedules, *_any:
-//            prefix, stripe, balance), so consecutive calls may switch cuts 3 and 7.
+//            prefix, stripe, balance), so consecutive calls may switch cuts 3 and 7;
+//            under layout zigzag, those of the zigzag schedule alone.
 //   returned helper -> owner, (seq, slot), after the helped FMHA wrote the slot
 //   consumed owner -> helper, (seq, 0), after merging that slot, and at the
 //            end of a call for every helper of the protocol whose slot it did
@@ -34,6 +35,12 @@
 // (o, o - 1) as two row ranges (schedule.h). Merge order is the schedule's;
 // cut 4 switches lse_merge, cut 5 mul_sigmoid, cut 1 every land, cuts 3 and 7
 // the schedule (attention_schedule).
+//
+// Layout zigzag (MlaLane::layout, schedule.h): a rank's rows are its two
+// chunks in token order, so its own window is one causal window; it runs
+// every window itself (nothing helped, no return slots) and expands of a
+// peer's keys only the rows its windows read (key_parts: chunk k alone for
+// k < rank), which are all that peer publishes to it.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -73,7 +80,7 @@ struct MlaWeights {
 // Who this rank is in the CP lane. fabric is null at cp 1.
 struct MlaLane {
   int rank = 0, cp = 1;
-  std::vector<Segment> segments;  // contiguous_segments(context, cp)
+  std::vector<Segment> segments;  // lane_segments(layout, context, cp): every rank's rows (lengths used)
   int64_t rows = 0;               // b: the bucket's rows (>= every segment)
   Fabric* fabric = nullptr;
   // Helped windows (cut 3) read the owner's queries and write its return slot
@@ -82,6 +89,7 @@ struct MlaLane {
   // shared GPU in place ran ~1.2x a local pair, staged ~1.0x). Owners over
   // NCCL are always staged: their queries arrive in this rank's slab.
   bool helped_in_place = false;
+  Layout layout = Layout::contiguous;  // where the tokens lie (schedule.h)
 };
 
 // The block's buffers and where they live (device_memory.h): the mixer lane for
@@ -128,8 +136,9 @@ class MlaBlock : private MlaBlockBuffers {
     __nv_bfloat16* q = nullptr;   // [seg, heads, nope + rope]
   };
   Window own_window() const;
-  // The fabric's pieces (fabric.h): rank k's keys, rank q's queries, a return slot of this call.
-  Piece keys_piece(int k) const;
+  // The fabric's pieces (fabric.h): the rows `parts` of rank k's keys (parts
+  // from part 0: a prefix of its kv region), rank q's queries, a return slot of this call.
+  Piece keys_piece(int k, Parts parts) const;
   Piece queries_piece(int q) const;
   // `rows` rows of return slot `slot` of this call's return slab.
   std::vector<Piece> return_pieces(int slot, int64_t rows) const;
@@ -145,7 +154,8 @@ class MlaBlock : private MlaBlockBuffers {
   const MlaWeights& w_;
   int64_t seq_ = 0;                      // this call's sequence number
   CutSet cuts_;                          // this call's cut switches
-  Schedule sched_ = Schedule::prefix;    // this call's schedule (cuts 3 and 7)
+  Schedule sched_ = Schedule::prefix;    // this call's schedule (cuts 3 and 7, the layout)
+  RankAttention attention_;              // this call's steps on this rank
   MlaLane lane_;
   FmhaEngine engine_;
   int64_t b_;

@@ -24,14 +24,17 @@ using bf16 = __nv_bfloat16;
 constexpr float kAttnResEps = 1e-5f;
 constexpr int kSnapBlocks = kAttnResMaxBlocks;
 
-// Synthetic token ids: a hash of (seed, global position), the same on every rank.
-std::vector<int32_t> token_ids(uint64_t seed, const Segment& seg, int64_t rows, int64_t vocab) {
+// Synthetic token ids: a hash of (seed, global position), the same on every
+// rank; the rows of a rank's token ranges in order (rank_tokens), then zeros.
+std::vector<int32_t> token_ids(uint64_t seed, const std::vector<Segment>& ranges, int64_t rows, int64_t vocab) {
   std::vector<int32_t> ids(size_t(rows), 0);
-  for (int64_t r = 0; r < seg.len; ++r) {
-    uint64_t z = (seed + 0x9e3779b97f4a7c15ull) ^ uint64_t(seg.begin + r) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 31)) * 0x94d049bb133111ebull;
-    ids[size_t(r)] = int32_t((z ^ (z >> 29)) % uint64_t(vocab));
-  }
+  int64_t row = 0;
+  for (const Segment& seg : ranges)
+    for (int64_t r = 0; r < seg.len; ++r, ++row) {
+      uint64_t z = (seed + 0x9e3779b97f4a7c15ull) ^ uint64_t(seg.begin + r) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 31)) * 0x94d049bb133111ebull;
+      ids[size_t(row)] = int32_t((z ^ (z >> 29)) % uint64_t(vocab));
+    }
   return ids;
 }
 
@@ -46,7 +49,7 @@ bool any_layer(const ModelShape& m, bool (*pred)(const ModelShape&, int64_t)) {
 Superstep::Parts Superstep::take_parts(DeviceMemory& mem, const Scenario& s, int rank, cudaStream_t stream) {
   const ModelShape& m = s.model;
   const int cp = s.cp;
-  const std::vector<Segment> segs = contiguous_segments(s.context, cp);
+  const std::vector<Segment> segs = lane_segments(s.layout, s.context, cp);
   const int64_t b = s.bucket, t = segs.at(size_t(rank)).len, h = m.hidden;
   const uint64_t seed = s.seed;
   const WeightFill fill{mem, stream};
@@ -57,11 +60,12 @@ Superstep::Parts Superstep::take_parts(DeviceMemory& mem, const Scenario& s, int
   if (any_layer(m, [](const ModelShape& x, int64_t l) { return x.is_mla(l); })) {
     p.mla_w = std::make_unique<MlaWeights>(m, seed + 10, stream, mem);
     p.mla = std::make_unique<MlaBlockBuffers>(
-        MlaBlockBuffers::take(mem, m, MlaLane{rank, cp, segs, b, nullptr, s.helped_in_place}));
+        MlaBlockBuffers::take(mem, m, MlaLane{rank, cp, segs, b, nullptr, s.helped_in_place, s.layout}));
   }
   if (any_layer(m, [](const ModelShape& x, int64_t l) { return !x.is_mla(l); })) {
     p.kda_w = std::make_unique<KdaWeights>(m, seed + 20, stream, mem);
-    p.kda = std::make_unique<KdaBlockBuffers>(KdaBlockBuffers::take(mem, m, KdaLane{rank, cp, segs, b, nullptr}));
+    p.kda = std::make_unique<KdaBlockBuffers>(
+        KdaBlockBuffers::take(mem, m, KdaLane{rank, cp, segs, b, nullptr, s.layout}));
   }
   if (any_layer(m, [](const ModelShape& x, int64_t l) { return !x.is_dense_ffn(l); })) {
     p.moe_w = std::make_unique<MoeWeights>(make_moe_weights(m, seed + 30, stream, mem));
@@ -70,7 +74,7 @@ Superstep::Parts Superstep::take_parts(DeviceMemory& mem, const Scenario& s, int
   if (any_layer(m, [](const ModelShape& x, int64_t l) { return x.is_dense_ffn(l); }))
     p.dense = std::make_unique<DenseFfn>(m, b, seed + 40, stream, mem);
   // Ranks that share weights take the same set, the lm head included.
-  if (rank == cp - 1 || mem.placement().shares_weights())
+  if (rank == last_token_rank(s.layout, cp) || mem.placement().shares_weights())
     p.first = std::make_unique<FirstToken>(m, seed + 50, stream, mem);
   mem.begin_block("superstep");
   // Across turns: the residual stream, the snapshots, the token ids, the fingerprints.
@@ -86,7 +90,8 @@ Superstep::Parts Superstep::take_parts(DeviceMemory& mem, const Scenario& s, int
   p.scores = mem.take<float>("attnres_scores", b * (kSnapBlocks + 1), Home::trunk);
   if (cp > 1) {  // the fabric's slab with this rank's NCCL staging (fabric_plan.h: on one machine)
     mem.begin_block("fabric");
-    mem.note("slab", with_nccl_staging(model_slab_layout(m, cp, b), rank, scenario_fabric_plan(s).nccl_peers(rank))
+    mem.note("slab", with_nccl_staging(model_slab_layout(m, cp, b, s.layout), rank,
+                                       scenario_fabric_plan(s).nccl_peers(rank))
                          .total_bytes);
   }
   return p;
@@ -104,14 +109,19 @@ Superstep::Superstep(const Scenario& s, int rank, Fabric* fabric, const Blas& bl
       fmha_(fmha_engine_from_name(s.fmha)), moe_engine_(moe_gemm_engine_from_name(s.moe_gemm.c_str())),
       p_(take_parts(mem, s, rank, stream)) {
   PB_CHECK(!mem.counting_only(), "Superstep: a counting DeviceMemory only sizes (memory_needs)");
-  const std::vector<Segment> segs = contiguous_segments(s.context, cp_);
+  PB_CHECK(s.layout != Layout::zigzag || !s.serialize_ranks || cp_ == 1 || !p_.kda,
+           s.source + ": layout zigzag with serialize_ranks: a KDA piece's conv carry comes from a later rank's "
+                      "turn (kda_block.h); run the ranks concurrently (serialize_ranks: false)");
+  const std::vector<Segment> segs = lane_segments(s.layout, s.context, cp_);
   t_ = segs[rank_].len;
   if (p_.mla)
-    mla_ = std::make_unique<MlaBlock>(m_, *p_.mla_w, MlaLane{rank_, cp_, segs, b_, fabric, s.helped_in_place}, fmha_,
-                                      std::move(*p_.mla));
-  if (p_.kda) kda_ = std::make_unique<KdaBlock>(m_, *p_.kda_w, KdaLane{rank_, cp_, segs, b_, fabric}, std::move(*p_.kda));
+    mla_ = std::make_unique<MlaBlock>(m_, *p_.mla_w, MlaLane{rank_, cp_, segs, b_, fabric, s.helped_in_place, s.layout},
+                                      fmha_, std::move(*p_.mla));
+  if (p_.kda)
+    kda_ = std::make_unique<KdaBlock>(m_, *p_.kda_w, KdaLane{rank_, cp_, segs, b_, fabric, s.layout},
+                                      std::move(*p_.kda));
   if (p_.moe) moe_ = std::make_unique<MoeBlock>(m_, b_, t_, std::move(*p_.moe_w), std::move(*p_.moe));
-  p_.ids.upload(token_ids(s.seed, segs[rank_], b_, m_.vocab));
+  p_.ids.upload(token_ids(s.seed, rank_tokens(s.layout, s.context, cp_, rank_), b_, m_.vocab));
   PB_CUDA(cudaMemsetAsync(p_.snap.get(), 0, p_.snap.bytes(), stream));
   PB_CUDA(cudaStreamSynchronize(stream));
 }
@@ -236,14 +246,15 @@ void Superstep::run(const CutSet& cuts, Timeline& tl, const Turn& turn, bool che
     else ++kda_seq_;
   }
   tl.set_layer(-1);
+  const bool last_token = rank_ == last_token_rank(s_.layout, cp_);
   turn([&] {
-    if (rank_ != cp_ - 1) return;
+    if (!last_token) return;
     const int64_t last = t_ - 1;
     attnres_call(cuts, tl, 1, int(m_.nb_final()), p_.snap.get() + last * kSnapBlocks * h, p_.hidden.get() + last * h,
                  p_.sw.get() + 2 * m_.layers * h, p_.last_mixed.get());
     p_.first->run(tl, blas_, cuts, p_.last_mixed.get());
   });
-  have_first_token_ = rank_ == cp_ - 1;
+  have_first_token_ = last_token;
 }
 
 int64_t Superstep::first_token() const { return have_first_token_ ? p_.first->token() : -1; }

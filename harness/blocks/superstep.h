@@ -3,9 +3,11 @@
 // before the mixer (from layer 1), the snapshot on every 12th layer, the mixer
 // (KDA or MLA, across the CP lane), the residual add2 (snapshot layers restart
 // the partial sum from the mixer's output), AttnRes before the FFN, the FFN
-// (dense at layer 0, MoE elsewhere) and the residual add2; on the last rank
-// the first token (AttnRes of the last row over every block, final norm, lm
-// head, argmax). Weights are one seeded set per layer kind; activations are
+// (dense at layer 0, MoE elsewhere) and the residual add2; on the rank holding
+// the context's last token (last_token_rank: the last rank, rank 0 under
+// zigzag) the first token (AttnRes of its last row over every block, final
+// norm, lm head, argmax). A rank's rows are its token ranges in order
+// (rank_tokens: one segment, or zigzag's two chunks). Weights are one seeded set per layer kind; activations are
 // sized by the bucket and reused across layers.
 //
 // `turn` runs each phase of a layer: the caller makes ranks of one GPU take
@@ -57,7 +59,7 @@ class Superstep {
   // One superstep under `cuts`. With checksums, also fingerprints every
   // layer's output rows [0, T) (extra launches outside the timeline).
   void run(const CutSet& cuts, Timeline& tl, const Turn& turn, bool checksums);
-  // After run() and a stream sync: the first token (last rank only, else -1),
+  // After run() and a stream sync: the first token (last_token_rank only, else -1),
   // the layer fingerprints, the final hidden rows.
   int64_t first_token() const;
   std::vector<uint64_t> layer_checksums() const;
@@ -66,7 +68,7 @@ class Superstep {
   // (row i = i * (T - 1) / (rows - 1)), times the first `cols` columns of the
   // final hidden state, as f32 [rows, cols].
   std::vector<float> hidden_samples(int rows, int cols) const;
-  // After run(), last rank: the lm head's logits [vocab] as f32; else empty.
+  // After run(), on last_token_rank: the lm head's logits [vocab] as f32; else empty.
   std::vector<float> last_logits() const;
   int64_t live_rows() const { return t_; }
   // What the scenario's `auto` engines resolved to on this device: fmha,

@@ -81,7 +81,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   const int me = gang.rank(), cp = s.cp;
   const ModelShape& m = s.model;
   const int64_t layer = first_mla_layer(m), rows = s.bucket;
-  const std::vector<Segment> segs = contiguous_segments(s.context, cp);
+  const std::vector<Segment> segs = lane_segments(s.layout, s.context, cp);
   const FmhaEngine engine = fmha_engine_from_name(s.fmha);
   const bool serial = s.serialize_ranks;
 
@@ -108,9 +108,10 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   std::unique_ptr<Fabric> fab;
   if (cp > 1)
     fab = std::make_unique<Fabric>(
-        gang, slab_layout(cp, rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()), int(m.v_head)),
+        gang,
+        slab_layout(cp, rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()), int(m.v_head), s.layout),
         s.wait_timeout_or(kLaneWaitTimeoutS), fabric);
-  MlaBlock block(m, weights, {me, cp, segs, rows, fab.get(), s.helped_in_place}, engine);
+  MlaBlock block(m, weights, {me, cp, segs, rows, fab.get(), s.helped_in_place, s.layout}, engine);
   Timeline tl(stream, true);
   tl.set_nvtx(s.nvtx);
   const std::unique_ptr<KernelActivity> activity = start_span_timing(s, tl, result);

@@ -136,7 +136,8 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   const Blas blas;
   std::unique_ptr<Fabric> fab;
   if (cp > 1)
-    fab = std::make_unique<Fabric>(gang, model_slab_layout(s.model, cp, s.bucket), s.wait_timeout_or(kRunWaitTimeoutS),
+    fab = std::make_unique<Fabric>(gang, model_slab_layout(s.model, cp, s.bucket, s.layout),
+                                   s.wait_timeout_or(kRunWaitTimeoutS),
                                    fabric);
   Superstep step(s, me, fab.get(), blas, stream, memory.memory());
   memory.after_weights_filled(stream);
@@ -272,14 +273,14 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       uint64_t c;
       while (in >> c) v.outputs.checksums.push_back(c);
     }
-    v.outputs.first_token = std::stoll(token_parts.back());
+    v.outputs.first_token = std::stoll(token_parts.at(size_t(last_token_rank(s.layout, cp))));
     v.outputs.sample_rows = kSampleRows;
     v.outputs.sample_cols = kSampleCols;
     for (const auto& part : sample_parts) {
       const std::vector<float> f = bytes_as_floats(part);
       v.outputs.hidden_samples.insert(v.outputs.hidden_samples.end(), f.begin(), f.end());
     }
-    v.outputs.last_logits = bytes_as_floats(logit_parts.back());
+    v.outputs.last_logits = bytes_as_floats(logit_parts.at(size_t(last_token_rank(s.layout, cp))));
     std::vector<Span> last;
     for (const Span& sp : v.spans)
       if (sp.rep == s.reps - 1) last.push_back(sp);

@@ -45,8 +45,9 @@ struct Outcome {
   int64_t token = -1;
 };
 
+// The rows of `ranges` (of the superstep's local rows), in order, go to o.hidden.
 Outcome run_once(Superstep& step, const CutSet& cuts, Timeline& tl, const Turn& turn, Fabric* fab,
-                 int64_t row0, int64_t rows, int64_t hidden) {
+                 const std::vector<Segment>& ranges, int64_t hidden) {
   step.run(cuts, tl, turn, true);
   if (fab) {
     fab->drain();
@@ -56,8 +57,12 @@ Outcome run_once(Superstep& step, const CutSet& cuts, Timeline& tl, const Turn& 
   Outcome o;
   o.checksums = step.layer_checksums();
   o.token = step.first_token();
-  o.hidden.resize(size_t(rows * hidden));
-  PB_CUDA(cudaMemcpy(o.hidden.data(), step.hidden() + row0 * hidden, o.hidden.size() * 2, cudaMemcpyDeviceToHost));
+  for (const Segment& r : ranges) {
+    const size_t at = o.hidden.size();
+    o.hidden.resize(at + size_t(r.len * hidden));
+    PB_CUDA(cudaMemcpy(o.hidden.data() + at, step.hidden() + r.begin * hidden, size_t(r.len * hidden) * 2,
+                       cudaMemcpyDeviceToHost));
+  }
   return o;
 }
 
@@ -79,7 +84,8 @@ int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
   const Blas blas;
   std::unique_ptr<Fabric> fab;
   if (cp > 1)
-    fab = std::make_unique<Fabric>(gang, model_slab_layout(s.model, cp, s.bucket), s.wait_timeout_or(300.0), fabric);
+    fab = std::make_unique<Fabric>(gang, model_slab_layout(s.model, cp, s.bucket, s.layout), s.wait_timeout_or(300.0),
+                                   fabric);
   Superstep step(s, me, fab.get(), blas, stream, memory.memory());
   memory.after_weights_filled(stream);
   Timeline tl(stream, false);
@@ -89,7 +95,8 @@ int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
   const Turn turn = make_turn(gang, s.serialize_ranks, fab.get(), stream, s.turn_settle_ms);
   const Turn poisoned = make_turn(gang, s.serialize_ranks, fab.get(), stream, s.turn_settle_ms, &memory.memory());
   const int64_t h = s.model.hidden, t = step.live_rows();
-  const Segment mine = contiguous_segments(s.context, cp)[me];
+  const std::vector<Segment> live = {{0, t}};                          // this rank's rows
+  const std::vector<Segment> mine = rank_tokens(s.layout, s.context, cp, me);  // the same rows of the whole context
 
   std::vector<std::string> lines;
   bool ok = true;
@@ -97,17 +104,17 @@ int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
     lines.push_back(std::string(pass ? "  ok    " : "  FAIL  ") + what);
     ok &= pass;
   };
-  const Outcome base = run_once(step, CutSet::none(), tl, turn, fab.get(), 0, t, h);
-  const bool last = me == cp - 1;
+  const Outcome base = run_once(step, CutSet::none(), tl, turn, fab.get(), live, h);
+  const bool last = me == last_token_rank(s.layout, cp);
   if (memory.placement().shares_arena()) {
-    const Outcome o = run_once(step, CutSet::none(), tl, poisoned, fab.get(), 0, t, h);
+    const Outcome o = run_once(step, CutSet::none(), tl, poisoned, fab.get(), live, h);
     check(o.checksums == base.checksums && o.token == base.token,
           "turn-local arena poisoned after every turn: every layer's output bit-identical");
   }
   for (Cut c : {Cut::land, Cut::conv, Cut::lse_merge, Cut::elementwise, Cut::attnres}) {
     CutSet cuts = CutSet::none();
     cuts.on[int(c)] = true;
-    const Outcome o = run_once(step, cuts, tl, turn, fab.get(), 0, t, h);
+    const Outcome o = run_once(step, cuts, tl, turn, fab.get(), live, h);
     size_t first_diff = o.checksums.size();
     for (size_t l = 0; l < o.checksums.size(); ++l)
       if (o.checksums[l] != base.checksums[l]) {
@@ -122,8 +129,8 @@ int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
   }
   CutSet stripe_only = CutSet::none();
   stripe_only.on[int(Cut::stripe)] = true;
-  const Outcome stripe = run_once(step, stripe_only, tl, turn, fab.get(), 0, t, h);
-  const Outcome all = run_once(step, every_cut, tl, turn, fab.get(), 0, t, h);
+  const Outcome stripe = run_once(step, stripe_only, tl, turn, fab.get(), live, h);
+  const Outcome all = run_once(step, every_cut, tl, turn, fab.get(), live, h);
   const double e_stripe = ref::rel_l2_bf16(stripe.hidden, base.hidden);
   char buf[160];
   std::snprintf(buf, sizeof buf, "stripe: final hidden rel-L2 %.2e vs baseline (floor %.0e)", e_stripe, kVerifyRelL2Floor);
@@ -133,6 +140,7 @@ int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
   if (cp > 1) {
     Scenario one = s;
     one.cp = 1;
+    one.layout = Layout::contiguous;
     one.bucket = (s.context + 127) / 128 * 128;
     one.serialize_ranks = false;
     // Every rank of the GPU builds the whole context at once, beside the gang's superstep.
@@ -143,7 +151,7 @@ int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
     MPI_Allreduce(&fits, &all_fit, 1, MPI_INT, MPI_MIN, gang.comm());
     if (all_fit) {
       Superstep whole(one, 0, nullptr, blas, stream);
-      const Outcome o = run_once(whole, CutSet::none(), tl, direct, nullptr, mine.begin, mine.len, h);
+      const Outcome o = run_once(whole, CutSet::none(), tl, direct, nullptr, mine, h);
       const double e = ref::rel_l2_bf16(base.hidden, o.hidden);
       std::snprintf(buf, sizeof buf, "CP-%d vs CP-1: final hidden rel-L2 %.2e (floor %.0e)", cp, e, kVerifyRelL2Floor);
       check(e <= kVerifyRelL2Floor, buf);
@@ -162,7 +170,10 @@ int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
   MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, gang.comm());
   if (gang.is_root()) {
     std::printf("verify %s (cp %d, %lld tokens, first token %s; fabric %s)\n", s.name.c_str(), cp,
-                (long long)s.context, cp == 1 ? std::to_string(base.token).c_str() : "on the last rank",
+                (long long)s.context,
+                cp == 1                      ? std::to_string(base.token).c_str()
+                : s.layout == Layout::zigzag ? "on rank 0"
+                                             : "on the last rank",
                 fabric.describe_pairs().c_str());
     for (const std::string& r : reports) std::printf("%s", r.c_str());
     std::printf("verify: %s\n", any_bad ? "FAILED" : "passed");

@@ -25,7 +25,7 @@ class RankPlanner {
     plan.tokens = rank_tokens(s_.layout, s_.context, cp_, rank_);
     embedding();
     for (int64_t layer = 0; layer < m_.layers; ++layer) one_layer(layer);
-    if (rank_ == cp_ - 1) first_token();
+    if (rank_ == last_token_rank(s_.layout, cp_)) first_token();
     plan.launches = std::move(out_);
     plan.fmha_pairs = rank_attention(sched_, cp_, rank_).load_pairs;
     return plan;
@@ -286,7 +286,7 @@ class RankPlanner {
     add2(b_ * h);  // mlp_out = routed + shared
   }
 
-  // The last rank's last token: AttnRes over every block, norm, lm head, argmax.
+  // The last token's rank (last_token_rank), its last row: AttnRes over every block, norm, lm head, argmax.
   void first_token() {
     layer_ = -1;
     attnres(1, m_.nb_final());

@@ -73,6 +73,21 @@ std::vector<int64_t> rank_rows(Layout layout, int64_t context, int cp) {
   return rows;
 }
 
+std::vector<Segment> lane_segments(Layout layout, int64_t context, int cp) {
+  if (layout == Layout::contiguous) return contiguous_segments(context, cp);
+  std::vector<Segment> segs;
+  for (int r = 0; r < cp; ++r) {
+    const std::vector<Segment> mine = rank_tokens(layout, context, cp, r);
+    segs.push_back({mine.front().begin, mine.front().len + mine.back().len});
+  }
+  return segs;
+}
+
+int last_token_rank(Layout layout, int cp) {
+  PB_CHECK(cp >= 1, "last_token_rank: cp < 1");
+  return layout == Layout::zigzag ? 0 : cp - 1;
+}
+
 RowRange part_rows(int64_t rows, Parts parts) {
   PB_CHECK(parts.begin >= 0 && parts.begin < parts.end && parts.end <= 2, "part_rows: parts out of range");
   const int64_t half = rows / 2;

@@ -129,6 +129,14 @@ Schedule attention_schedule(const CutSet& cuts, Layout layout, int cp);
 std::vector<Segment> rank_tokens(Layout layout, int64_t context, int cp, int rank);
 // Each rank's row count under a layout.
 std::vector<int64_t> rank_rows(Layout layout, int64_t context, int cp);
+// Each rank's rows as one segment: contiguous_segments under contiguous;
+// under zigzag begin = its first chunk's first token, len = its two chunks'
+// rows (the blocks' lanes take lengths only).
+std::vector<Segment> lane_segments(Layout layout, int64_t context, int cp);
+// The rank holding the context's last token, which computes the first
+// generated token: cp - 1 (contiguous); 0 under zigzag (chunk 2cp - 1 is rank
+// 0's part 1, its local last row).
+int last_token_rank(Layout layout, int cp);
 
 // A range [begin, end) of a rank's two parts.
 struct Parts {

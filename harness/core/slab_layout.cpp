@@ -26,6 +26,32 @@ int64_t SlabLayout::slot_rows(int slot) const {
   return balance_moves(cp) && slot == balance_slot(cp) ? seg - seg / 2 : seg;
 }
 
+namespace {
+
+Region kda_slot(const std::array<Region, 2>& regions, int slots, int parity, int piece, const char* what) {
+  PB_CHECK(slots > 0, std::string("SlabLayout::") + what + ": the layout has no KDA regions");
+  PB_CHECK(parity >= 0 && parity < 2 && piece >= 0 && piece < slots,
+           std::string("SlabLayout::") + what + ": parity " + std::to_string(parity) + " or piece " +
+               std::to_string(piece) + " outside [0, 2) x [0, " + std::to_string(slots) + ")");
+  const int64_t bytes = regions[size_t(parity)].bytes / slots;
+  return {regions[size_t(parity)].offset + piece * bytes, bytes};
+}
+
+// The region of `regions` (either parity) that holds `r`, or null.
+const Region* holder(const std::array<Region, 2>& regions, const Region& r) {
+  for (const Region& x : regions)
+    if (x.bytes > 0 && r.offset >= x.offset && r.offset < x.end()) return &x;
+  return nullptr;
+}
+
+}  // namespace
+
+Region SlabLayout::halo_slot(int parity, int piece) const {
+  return kda_slot(halo, kda_slots, parity, piece, "halo_slot");
+}
+Region SlabLayout::M_slot(int parity, int piece) const { return kda_slot(M, kda_slots, parity, piece, "M_slot"); }
+Region SlabLayout::D_slot(int parity, int piece) const { return kda_slot(D, kda_slots, parity, piece, "D_slot"); }
+
 const char* bell_name(Bell kind) {
   switch (kind) {
     case Bell::window: return "window";
@@ -70,7 +96,8 @@ uint64_t doorbell_value_done(int64_t seq, int back) {
 int64_t doorbell_seq(uint64_t value) { return int64_t(value / uint64_t(kWindowsPerSeq)) - 1; }
 int doorbell_window(uint64_t value) { return int(value % uint64_t(kWindowsPerSeq)); }
 
-SlabLayout slab_layout(int cp, int64_t seg, int heads, int kv_rank, int rope_dim, int qk_dim, int v_dim) {
+SlabLayout slab_layout(int cp, int64_t seg, int heads, int kv_rank, int rope_dim, int qk_dim, int v_dim,
+                       Layout layout) {
   PB_CHECK(cp >= 1, "slab_layout: cp < 1");
   PB_CHECK(seg >= 1 && heads >= 1 && kv_rank >= 1 && rope_dim >= 1 && qk_dim >= 1 && v_dim >= 1,
            "slab_layout: every shape must be positive");
@@ -82,7 +109,8 @@ SlabLayout slab_layout(int cp, int64_t seg, int heads, int kv_rank, int rope_dim
   L.rope_dim = rope_dim;
   L.qk_dim = qk_dim;
   L.v_dim = v_dim;
-  L.slots = return_slots(Schedule::balance, cp);
+  L.layout = layout;
+  L.slots = layout == Layout::zigzag ? 0 : return_slots(Schedule::balance, cp);
 
   const int64_t bf16 = 2, f32 = 4, u64 = 8;
   int64_t cursor = 0;
@@ -103,18 +131,21 @@ SlabLayout slab_layout(int cp, int64_t seg, int heads, int kv_rank, int rope_dim
 }
 
 SlabLayout slab_layout_with_kda(int cp, int64_t seg, int heads, int kv_rank, int rope_dim, int qk_dim, int v_dim,
-                                int64_t hidden, int kda_heads, int kda_dim) {
+                                int64_t hidden, int kda_heads, int kda_dim, Layout layout) {
   PB_CHECK(hidden >= 1 && kda_heads >= 1 && kda_dim >= 1, "slab_layout_with_kda: every shape must be positive");
-  SlabLayout L = slab_layout(cp, seg, heads, kv_rank, rope_dim, qk_dim, v_dim);
+  SlabLayout L = slab_layout(cp, seg, heads, kv_rank, rope_dim, qk_dim, v_dim, layout);
   L.hidden = hidden;
   L.kda_heads = kda_heads;
   L.kda_dim = kda_dim;
+  L.kda_slots = layout == Layout::zigzag ? 2 : 1;
   int64_t cursor = L.total_bytes;
+  // Slots of a region follow each other unaligned: halo rows and packages are
+  // multiples of 16 bytes (hidden and kda_dim^2 even).
   const int64_t package = int64_t(kda_heads) * kda_dim * kda_dim * 4;
   for (int p = 0; p < 2; ++p) {
-    L.halo[p] = place(cursor, 4 * hidden * 2);
-    L.M[p] = place(cursor, package);
-    L.D[p] = place(cursor, package);
+    L.halo[p] = place(cursor, L.kda_slots * 4 * hidden * 2);
+    L.M[p] = place(cursor, L.kda_slots * package);
+    L.D[p] = place(cursor, L.kda_slots * package);
   }
   L.total_bytes = L.shared_bytes = align_up(cursor);
   return L;
@@ -135,10 +166,12 @@ SlabLayout with_nccl_staging(const SlabLayout& shared, int rank, const std::vect
   L.bells_out = place(cursor, int64_t(L.n_doorbells()) * 8);
   L.in_kv.assign(size_t(cp), Region{});
   L.in_q.assign(size_t(cp), Region{});
-  for (int k = 0; k < rank; ++k)
-    if (over_nccl(k)) L.in_kv[size_t(k)] = place(cursor, L.kv.bytes);
-  // The owners it helps under any schedule of the contiguous protocol, by slot.
-  const std::vector<FmhaWindow> owners = helped_windows_any(protocol_schedules(Schedule::stripe), cp, rank);
+  const bool zigzag = L.layout == Layout::zigzag;
+  for (int k = 0; k < cp; ++k)  // every other rank's keys under zigzag, the earlier ranks' else
+    if (over_nccl(k) && (zigzag ? k != rank : k < rank)) L.in_kv[size_t(k)] = place(cursor, L.kv.bytes);
+  // The owners it helps under any schedule of the layout's protocol, by slot (none under zigzag).
+  const std::vector<FmhaWindow> owners =
+      helped_windows_any(protocol_schedules(zigzag ? Schedule::zigzag : Schedule::stripe), cp, rank);
   for (int q = 0; q < cp; ++q)  // in peer order: regions() lists them so
     for (const FmhaWindow& h : owners)
       if (h.q == q && over_nccl(q) && L.in_q[size_t(q)].bytes == 0) L.in_q[size_t(q)] = place(cursor, L.q.bytes);
@@ -154,12 +187,20 @@ SlabLayout with_nccl_staging(const SlabLayout& shared, int rank, const std::vect
   if (L.hidden > 0) {
     L.in_M.assign(size_t(cp), Region{});
     L.in_D.assign(size_t(cp), Region{});
-    for (int j = 0; j < rank; ++j)
-      if (over_nccl(j)) {
+    const std::vector<KdaPiece> pieces = kda_pieces(L.layout, cp, rank);
+    std::vector<bool> folds(size_t(cp), false);
+    bool halo_to_nccl = false;
+    for (const KdaPiece& piece : pieces) {
+      for (const PieceRef& f : piece.fold)
+        if (f.rank != rank) folds[size_t(f.rank)] = true;
+      for (int r : piece.halo_readers) halo_to_nccl = halo_to_nccl || over_nccl(r);
+    }
+    for (int j = 0; j < cp; ++j)
+      if (folds[size_t(j)] && over_nccl(j)) {
         L.in_M[size_t(j)] = place(cursor, L.M[0].bytes);
         L.in_D[size_t(j)] = place(cursor, L.D[0].bytes);
       }
-    if (rank + 1 < cp && over_nccl(rank + 1))
+    if (halo_to_nccl)
       for (int p = 0; p < 2; ++p) L.out_halo[p] = place(cursor, L.halo[p].bytes);
   }
   L.total_bytes = align_up(cursor);
@@ -170,35 +211,38 @@ Region SlabLayout::inbox(int sender, const Region& pulled) const {
   PB_CHECK(sender >= 0 && sender < cp, "SlabLayout::inbox: sender " + std::to_string(sender) + " outside [0, cp)");
   const auto at = [&](const std::vector<Region>& v) { return v.empty() ? Region{} : v[size_t(sender)]; };
   Region r;
+  int64_t within = 0;  // a piece of M or D (one package slot) lands at the same place of the inbox
   if (pulled.offset == kv.offset) r = at(in_kv);
   else if (pulled.offset == q.offset) r = at(in_q);
-  else if (hidden > 0 && (pulled.offset == M[0].offset || pulled.offset == M[1].offset)) r = at(in_M);
-  else if (hidden > 0 && (pulled.offset == D[0].offset || pulled.offset == D[1].offset)) r = at(in_D);
+  else if (const Region* m = hidden > 0 ? holder(M, pulled) : nullptr) r = at(in_M), within = pulled.offset - m->offset;
+  else if (const Region* d = hidden > 0 ? holder(D, pulled) : nullptr) r = at(in_D), within = pulled.offset - d->offset;
   else throw_error(__FILE__, __LINE__, "SlabLayout::inbox: the region at offset " + std::to_string(pulled.offset) +
                                            " is not pulled (kv, q, M, D)");
-  PB_CHECK(r.bytes >= pulled.bytes && r.bytes > 0,
+  PB_CHECK(r.bytes >= within + pulled.bytes && r.bytes > 0,
            "SlabLayout::inbox: no NCCL inbox for that region of rank " + std::to_string(sender));
-  return r;
+  return {r.offset + within, r.bytes - within};
 }
 
 Region SlabLayout::outbox(const Region& delivered) const {
   Region r;
   bool found = false;
+  int64_t within = 0;  // a piece of a halo region (one slot) waits at the same place of the outbox
   for (int p = 0; p < 2 && !found; ++p) {
-    if (hidden > 0 && delivered.offset == halo[p].offset) r = out_halo[p], found = true;
+    if (hidden > 0 && delivered.offset >= halo[p].offset && delivered.offset < halo[p].end())
+      r = out_halo[p], within = delivered.offset - halo[p].offset, found = true;
     for (int i = 0; i < slots && !found && !out_o[p].empty(); ++i) {
       if (delivered.offset == o[p][size_t(i)].offset) r = out_o[p][size_t(i)], found = true;
       else if (delivered.offset == lse[p][size_t(i)].offset) r = out_lse[p][size_t(i)], found = true;
     }
   }
-  PB_CHECK(found && r.bytes >= delivered.bytes && r.bytes > 0,
+  PB_CHECK(found && r.bytes >= within + delivered.bytes && r.bytes > 0,
            "SlabLayout::outbox: no NCCL outbox for the region at offset " + std::to_string(delivered.offset));
-  return r;
+  return {r.offset + within, r.bytes - within};
 }
 
-SlabLayout model_slab_layout(const ModelShape& m, int cp, int64_t rows) {
+SlabLayout model_slab_layout(const ModelShape& m, int cp, int64_t rows, Layout layout) {
   return slab_layout_with_kda(cp, rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()), int(m.v_head),
-                              m.hidden, int(m.kda_heads), int(m.kda_head_dim));
+                              m.hidden, int(m.kda_heads), int(m.kda_head_dim), layout);
 }
 
 std::vector<std::pair<std::string, Region>> SlabLayout::regions() const {

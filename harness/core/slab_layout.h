@@ -13,16 +13,21 @@
 //     o        [rows, heads, v_dim] bf16   a helper's FMHA output for this rank's queries
 //     lse      [heads, rows]     f32       its log-sum-exp, natural log
 //     rows = slot_rows(i): seg, or seg - seg / 2 for balance's slot
-//   KDA (when the layout is given KDA shapes), parity p = seq % 2 of the KDA call:
-//     halo[p]    [4, hidden] bf16        the upstream rank's last 3 normed rows (row 3 unused)
-//     M[p], D[p] [kda_heads, d, d] f32   this rank's affine state package, read in place
-//                                        by every downstream rank's fold
+//   KDA (when the layout is given KDA shapes), parity p = seq % 2 of the KDA call,
+//   one slot per KDA piece of a rank (schedule.h kda_pieces: 1 contiguous, 2 zigzag):
+//     halo[p]    [pieces][4, hidden] bf16        per piece, the last 3 normed rows of
+//                                                the piece before it (row 3 unused)
+//     M[p], D[p] [pieces][kda_heads, d, d] f32   per piece, its affine state package,
+//                                                read in place by the pieces after it
+//   Under layout zigzag there are no return slots (nothing is helped).
 //
 // NCCL staging (with_nccl_staging), appended per rank after the regions
 // above, for the peers this rank reaches over NCCL (fabric.h): a copy of
 // each pulled window (kv, q) and package (M, D) lands in an inbox per sender;
 // what this rank delivers (returns, halo rows) waits in an outbox until its
 // send completes; bells_out holds the doorbell value each message carries.
+// A piece of a region (a piece's halo slot or package) lands at the same
+// place of the region's inbox or outbox.
 // The shared regions keep their offsets on every rank (IPC peers address
 // them); the staging differs per rank and no peer addresses it.
 //
@@ -40,6 +45,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "schedule.h"
 
 namespace pb {
 
@@ -85,7 +92,8 @@ struct SlabLayout {
   int cp = 0;
   int64_t seg = 0;  // token capacity of one segment (the bucket's seg_cap)
   int heads = 0, kv_rank = 0, rope_dim = 0, qk_dim = 0, v_dim = 0;
-  int slots = 0;  // return slots per slab: return_slots(Schedule::balance, cp)
+  Layout layout = Layout::contiguous;
+  int slots = 0;  // return slots per slab: return_slots(Schedule::balance, cp); 0 under zigzag
 
   Region doorbells;          // [cp * kBellKinds] u64
   Region kv, q;              // the published window
@@ -94,7 +102,8 @@ struct SlabLayout {
   std::array<Region, 2> return_slab;          // the whole of slab s
   int64_t hidden = 0;                         // KDA regions present when > 0
   int kda_heads = 0, kda_dim = 0;
-  std::array<Region, 2> halo, M, D;           // [parity]
+  int kda_slots = 0;                          // KDA pieces per rank: 1, or 2 under zigzag
+  std::array<Region, 2> halo, M, D;           // [parity], kda_slots slots each
   int64_t shared_bytes = 0;                   // [0, shared_bytes): the regions every rank's slab shares
   // NCCL staging of this rank (bytes 0 where the peer is not over NCCL):
   Region bells_out;                                   // [cp * kBellKinds] u64
@@ -107,6 +116,11 @@ struct SlabLayout {
   // The rows return slot `slot` holds: seg; seg - seg / 2 for balance's slot
   // (the moved part 1 of an owner's rows, schedule.h).
   int64_t slot_rows(int slot) const;
+  // The KDA slot of piece `piece` (kda_pieces' index on the receiving rank for
+  // halo_slot, on the packaging rank for M_slot and D_slot) of parity `parity`.
+  Region halo_slot(int parity, int piece) const;
+  Region M_slot(int parity, int piece) const;
+  Region D_slot(int parity, int piece) const;
   // Every region in address order, with a name, for tests and printing
   // (staging regions only where present).
   std::vector<std::pair<std::string, Region>> regions() const;
@@ -121,22 +135,24 @@ struct SlabLayout {
 // Shapes default to the model's MLA: kv latent 512, rope 64, q/k head dim 192
 // (128 nope + 64 rope), v head dim 128.
 SlabLayout slab_layout(int cp, int64_t seg, int heads, int kv_rank = 512, int rope_dim = 64, int qk_dim = 192,
-                       int v_dim = 128);
+                       int v_dim = 128, Layout layout = Layout::contiguous);
 // The same plus the KDA regions (halo rows, state packages).
 SlabLayout slab_layout_with_kda(int cp, int64_t seg, int heads, int kv_rank, int rope_dim, int qk_dim, int v_dim,
-                                int64_t hidden, int kda_heads, int kda_dim);
+                                int64_t hidden, int kda_heads, int kda_dim, Layout layout = Layout::contiguous);
 
 // `shared` plus rank `rank`'s NCCL staging for the peers p with nccl_peer[p]
 // (size cp): inboxes for the windows it may read under any schedule of the
-// contiguous protocol (kv of every k < rank, q of every owner it helps under
-// the stripe or balance) and, with KDA regions, for the packages of every
-// j < rank; outboxes for its returns to the owners it helps (in their slots)
-// and for the halo rows to rank + 1.
+// layout's protocol (contiguous: kv of every k < rank, q of every owner it
+// helps under the stripe or balance; zigzag: kv of every other rank) and,
+// with KDA regions, for the packages of every rank whose pieces it folds
+// (kda_pieces; contiguous: j < rank); outboxes for its returns to the owners
+// it helps (in their slots) and for the halo rows to the pieces after its own
+// (contiguous: rank + 1).
 SlabLayout with_nccl_staging(const SlabLayout& shared, int rank, const std::vector<bool>& nccl_peer);
 
 // The whole CP lane's slab for a model: MLA window and returns, KDA halo and packages.
 struct ModelShape;
-SlabLayout model_slab_layout(const ModelShape& m, int cp, int64_t rows);
+SlabLayout model_slab_layout(const ModelShape& m, int cp, int64_t rows, Layout layout = Layout::contiguous);
 
 // The parity slot of the KDA call with sequence number seq (halo, M, D).
 inline int kda_parity(int64_t seq) { return int(seq % 2); }

@@ -8,8 +8,10 @@
 // MLA calls switch schedules (prefix, stripe, balance, cut 4) so both return
 // slabs, the helped windows (balance's moved halves among them: the tests run
 // at even cp) and the acknowledgements of earlier calls are crossed;
-// KDA calls cover both halo and package parities. Tiny widths with uneven
-// segments, and K3 widths at short length.
+// KDA calls cover both halo and package parities. Both layouts: contiguous,
+// and zigzag (keys of part 0 only for k < rank; two KDA pieces a rank, halos
+// and packages in their slots, schedule.h). Tiny widths with uneven segments
+// (zigzag: odd chunks), and K3 widths at short length.
 //
 // NCCL reads NCCL_HOSTID once per process, so each fabric under test runs in a
 // process of its own: CTest selects the test case (--test-case=*fabric nccl*
@@ -50,25 +52,24 @@ Bits download(const __nv_bfloat16* p, int64_t n) {
   return out;
 }
 
-// This rank's share of a seeded [context, hidden] input, in a bucket of
-// `rows`, and the stream its calls run on.
+// This rank's share of a seeded [context, hidden] input under a layout, in a
+// bucket of `rows`, and the stream its calls run on.
 struct Lane {
   int cp = 0, me = 0;
+  Layout layout;
   std::vector<Segment> segs;
   int64_t rows = 0;
   cudaStream_t stream = nullptr;
   DeviceBuffer<__nv_bfloat16> input;
-  Lane(const ModelShape& m, int64_t context, int64_t pad_rows, uint64_t seed)
-      : cp(test_gang().size()), me(test_gang().rank()), segs(contiguous_segments(context, cp)),
+  Lane(const ModelShape& m, int64_t context, int64_t pad_rows, uint64_t seed, Layout layout)
+      : cp(test_gang().size()), me(test_gang().rank()), layout(layout), segs(lane_segments(layout, context, cp)),
         rows(segs[0].len + pad_rows) {
     PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    const Segment mine = segs[size_t(me)];
     DeviceBuffer<__nv_bfloat16> full(size_t(context * m.hidden));
     input = DeviceBuffer<__nv_bfloat16>(size_t(rows * m.hidden));
     fill_uniform_bf16(full.get(), context * m.hidden, seed, 1.0f, stream);
     fill_uniform_bf16(input.get(), rows * m.hidden, seed + 1, 1.0f, stream);  // rows >= T: anything
-    PB_CUDA(cudaMemcpyAsync(input.get(), full.get() + mine.begin * m.hidden, size_t(mine.len * m.hidden) * 2,
-                            cudaMemcpyDeviceToDevice, stream));
+    test::copy_rank_rows(full.get(), input.get(), layout, context, cp, me, m.hidden, stream);
     PB_CUDA(cudaStreamSynchronize(stream));
   }
   ~Lane() { PB_CUDA_NOTHROW(cudaStreamDestroy(stream)); }
@@ -132,9 +133,10 @@ Traffic check_against_ipc(const SlabLayout& shared, const FabricPlan& plan, cons
   return {gang_sum(st.ipc_bytes()), gang_sum(st.nccl_bytes_received)};
 }
 
-Traffic check_mla(const ModelShape& m, int64_t context, int64_t pad_rows, const FabricPlan& plan) {
-  Lane lane(m, context, pad_rows, 5);
-  INFO("MLA, model " << m.preset << " cp " << lane.cp << " rank " << lane.me << " fabric " << plan.mode);
+Traffic check_mla(const ModelShape& m, int64_t context, int64_t pad_rows, const FabricPlan& plan, Layout layout) {
+  Lane lane(m, context, pad_rows, 5, layout);
+  INFO("MLA, model " << m.preset << " cp " << lane.cp << " rank " << lane.me << " fabric " << plan.mode << " layout "
+                     << layout_name(layout));
   const MlaWeights w(m, 77, lane.stream);
   const Blas blas;
   // Two prefix calls before the first stripe call, then back and forth, balance
@@ -148,26 +150,27 @@ Traffic check_mla(const ModelShape& m, int64_t context, int64_t pad_rows, const 
   const Calls calls = [&](Fabric& fab) {
     Timeline tl(lane.stream, false);
     tl.set_layer(1);
-    MlaBlock block(m, w, {lane.me, lane.cp, lane.segs, lane.rows, &fab}, FmhaEngine::native);
+    MlaBlock block(m, w, {lane.me, lane.cp, lane.segs, lane.rows, &fab, false, layout}, FmhaEngine::native);
     return run_calls(
         fab, tl, order, [&](int64_t seq, const CutSet& cuts) { block.run(lane.input.get(), seq, cuts, tl, blas); },
         [&] { return std::vector<Bits>{download(block.attn_out(), block.live_rows() * m.hidden)}; });
   };
-  const SlabLayout shared =
-      slab_layout(lane.cp, lane.rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()), int(m.v_head));
-  return check_against_ipc(shared, plan, calls, ("MLA " + m.preset).c_str());
+  const SlabLayout shared = slab_layout(lane.cp, lane.rows, int(m.heads), int(m.kv_lora), int(m.qk_rope),
+                                        int(m.d_qk()), int(m.v_head), layout);
+  return check_against_ipc(shared, plan, calls, ("MLA " + m.preset + " " + layout_name(layout)).c_str());
 }
 
-Traffic check_kda(const ModelShape& m, int64_t context, int64_t pad_rows, const FabricPlan& plan) {
-  Lane lane(m, context, pad_rows, 8);
-  INFO("KDA, model " << m.preset << " cp " << lane.cp << " rank " << lane.me << " fabric " << plan.mode);
+Traffic check_kda(const ModelShape& m, int64_t context, int64_t pad_rows, const FabricPlan& plan, Layout layout) {
+  Lane lane(m, context, pad_rows, 8, layout);
+  INFO("KDA, model " << m.preset << " cp " << lane.cp << " rank " << lane.me << " fabric " << plan.mode << " layout "
+                     << layout_name(layout));
   const KdaWeights w(m, 91, lane.stream);
   const Blas blas;
   const std::vector<CutSet> order = {CutSet::none(), CutSet::all(), CutSet::none(), CutSet::all()};
   const Calls calls = [&](Fabric& fab) {
     Timeline tl(lane.stream, false);
     tl.set_layer(2);
-    KdaBlock block(m, w, {lane.me, lane.cp, lane.segs, lane.rows, &fab});
+    KdaBlock block(m, w, {lane.me, lane.cp, lane.segs, lane.rows, &fab, layout});
     return run_calls(
         fab, tl, order, [&](int64_t seq, const CutSet& cuts) { block.run(lane.input.get(), seq, cuts, tl, blas); },
         [&] {
@@ -175,7 +178,8 @@ Traffic check_kda(const ModelShape& m, int64_t context, int64_t pad_rows, const 
                                    download(block.core_out(), block.live_rows() * m.kda_inner())};
         });
   };
-  return check_against_ipc(model_slab_layout(m, lane.cp, lane.rows), plan, calls, ("KDA " + m.preset).c_str());
+  return check_against_ipc(model_slab_layout(m, lane.cp, lane.rows, layout), plan, calls,
+                           ("KDA " + m.preset + " " + layout_name(layout)).c_str());
 }
 
 FabricPlan emulated(const std::string& mode, int hosts) {
@@ -183,17 +187,20 @@ FabricPlan emulated(const std::string& mode, int hosts) {
 }
 
 void check_blocks(const FabricPlan& plan, bool expect_ipc) {
-  for (const char* preset : {"tiny", "k3"}) {
-    const ModelShape m = model_preset(preset);
-    const bool tiny = std::string(preset) == "tiny";
-    const int64_t context = tiny ? 203 : 256, pad = tiny ? 13 : 16;  // tiny: uneven segments
-    const Traffic mla = check_mla(m, context, pad, plan);
-    const Traffic kda = check_kda(m, context, pad, plan);
-    CHECK(mla.nccl > 0);
-    CHECK(kda.nccl > 0);
-    CHECK((kda.ipc > 0) == expect_ipc);
-    if (!expect_ipc) CHECK(mla.ipc == 0);
-  }
+  const int cp = test_gang().size();
+  for (Layout layout : {Layout::contiguous, Layout::zigzag})
+    for (const char* preset : {"tiny", "k3"}) {
+      const ModelShape m = model_preset(preset);
+      const bool tiny = std::string(preset) == "tiny", zigzag = layout == Layout::zigzag;
+      // tiny: uneven segments; zigzag: 2cp odd chunks
+      const int64_t context = tiny ? (zigzag ? 2 * cp * 51 : 203) : 256, pad = tiny ? 13 : 16;
+      const Traffic mla = check_mla(m, context, pad, plan, layout);
+      const Traffic kda = check_kda(m, context, pad, plan, layout);
+      CHECK(mla.nccl > 0);
+      CHECK(kda.nccl > 0);
+      CHECK((kda.ipc > 0) == expect_ipc);
+      if (!expect_ipc) CHECK(mla.ipc == 0);
+    }
 }
 
 }  // namespace

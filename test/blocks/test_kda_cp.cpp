@@ -7,6 +7,13 @@
 //   - cut 2 (conv) on and off is bit-identical through the whole block, at CP1
 //     and on every CP-N rank (with cuts 1 and 5 switched alongside: exact too);
 //   - a repeated call reproduces its bits (the halo / package parity slots).
+//   - layout zigzag (each rank its chunks r and 2cp - 1 - r, two pieces but
+//     on rank cp - 1): core and block outputs, gathered back into sequence
+//     order, equal the contiguous layout's and CP1's within the floor, and
+//     so does the head of every piece (its conv carry: a halo from rank
+//     r - 1 or r + 1, or zeros) and every piece (its S_in: packages folded
+//     over non-contiguous pieces); cut 2 on/off and repeated calls keep the
+//     bits.
 // Tiny widths and K3 widths (96 heads, hidden 7168) at short length.
 // And: a rank that builds its block only once its upstream rank's halo rows
 // of call 0 have landed in its slab (nothing orders the two) reads those rows.
@@ -14,6 +21,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -121,6 +129,79 @@ void check_kda_lane(const ModelShape& m, int64_t context, int64_t pad_rows) {
   gang.barrier();
 }
 
+// One layout's CP-N run on this rank's rows of the input: the calls under
+// `cuts` in order (seq 0, 1, ...), the outputs of each.
+std::vector<Out> run_layout(const ModelShape& m, const KdaWeights& w, const test::LayoutInput& in, Layout layout,
+                            const std::vector<CutSet>& cuts) {
+  const Gang& gang = test_gang();
+  const DeviceBuffer<__nv_bfloat16> local = in.local(layout);
+  const Blas blas;
+  Timeline tl(in.stream, false);
+  Fabric fab(gang, model_slab_layout(m, in.cp, in.rows, layout), 30.0);
+  KdaBlock block(m, w, {in.me, in.cp, lane_segments(layout, in.context, in.cp), in.rows, &fab, layout});
+  std::vector<Out> out;
+  for (size_t i = 0; i < cuts.size(); ++i)
+    out.push_back(run_block(block, local.get(), int64_t(i), cuts[i], tl, blas, &fab, m));
+  gang.barrier();  // no peer touches our slab any more
+  return out;
+}
+
+// Zigzag against the contiguous layout and CP1 on one input.
+void check_kda_zigzag(const ModelShape& m, int64_t context, int64_t pad_rows) {
+  const Gang& gang = test_gang();
+  const test::LayoutInput in(m.hidden, context, pad_rows, 37);
+  const int cp = in.cp, me = in.me;
+  const int64_t inner = m.kda_inner();
+  INFO("model " << m.preset << " cp " << cp << " rank " << me << " context " << context << " zigzag");
+  const KdaWeights w(m, 93, in.stream);
+  Out cp1;
+  {
+    const Blas blas;
+    Timeline tl(in.stream, false);
+    KdaBlock one(m, w, {0, 1, {{0, context}}, context, nullptr});
+    cp1 = run_block(one, in.full.get(), 0, CutSet::none(), tl, blas, nullptr, m);
+  }
+  const CutSet none = CutSet::none(), all = CutSet::all();
+  const std::vector<Out> contiguous = run_layout(m, w, in, Layout::contiguous, {none});
+  const std::vector<Out> zz = run_layout(m, w, in, Layout::zigzag, {none, all, none, all});
+  for (size_t i = 1; i < zz.size(); ++i) {
+    CAPTURE(i);
+    CHECK_MESSAGE(zz[i].block == zz[0].block,
+                  "zigzag: cut 2 (with 1 and 5) or a repeated call changed the block's bits");
+  }
+  // Every piece of this rank against CP1's same tokens: its head (the first 3 rows take the
+  // conv carry), and the whole piece (its S_in).
+  const std::vector<KdaPiece> pieces = kda_pieces(Layout::zigzag, cp, me);
+  const std::vector<Segment> mine = rank_tokens(Layout::zigzag, context, cp, me);
+  const int64_t t = mine[0].len + mine[1].len, chunk = context / (2 * cp);
+  for (const KdaPiece& piece : pieces) {
+    const RowRange local = part_rows(t, piece.parts);
+    const int64_t begin = int64_t(piece.first_chunk) * chunk, head = std::min<int64_t>(4, local.len());
+    CAPTURE(piece.first_chunk);
+    const Bits core = rows_of(zz[0].core, local.begin, local.len(), inner);
+    CHECK(test::rel_l2_bf16(core, rows_of(cp1.core, begin, local.len(), inner)) <= kKdaRelL2Floor);
+    CHECK(test::rel_l2_bf16(rows_of(zz[0].core, local.begin, head, inner), rows_of(cp1.core, begin, head, inner)) <=
+          kKdaRelL2Floor);
+    CHECK(test::rel_l2_bf16(rows_of(zz[0].block, local.begin, local.len(), m.hidden),
+                            rows_of(cp1.block, begin, local.len(), m.hidden)) <= kKdaRelL2Floor);
+  }
+  // The whole sequence: zigzag gathered back against the contiguous layout's and CP1's.
+  const Bits core_z = test::gather_in_sequence(gang, zz[0].core, Layout::zigzag, context, inner);
+  const Bits core_c = test::gather_in_sequence(gang, contiguous[0].core, Layout::contiguous, context, inner);
+  const Bits block_z = test::gather_in_sequence(gang, zz[0].block, Layout::zigzag, context, m.hidden);
+  const Bits block_c = test::gather_in_sequence(gang, contiguous[0].block, Layout::contiguous, context, m.hidden);
+  if (gang.is_root()) {
+    const double e_core = test::rel_l2_bf16(core_z, core_c), e_block = test::rel_l2_bf16(block_z, block_c);
+    const double e_cp1 = test::rel_l2_bf16(core_z, cp1.core);
+    CHECK(e_core <= kKdaRelL2Floor);
+    CHECK(e_block <= kKdaRelL2Floor);
+    CHECK(e_cp1 <= kKdaRelL2Floor);
+    std::printf("[%s cp %d] KDA zigzag rel-L2 vs contiguous: core %.2e, block %.2e; core vs CP1 %.2e\n",
+                m.preset.c_str(), cp, e_core, e_block, e_cp1);
+  }
+  gang.barrier();
+}
+
 // Blocks until this rank's doorbell `flag` holds at least `value` (stored by
 // an IPC peer); false after timeout_s.
 bool await_doorbell(const Fabric& fab, int flag, uint64_t value, double timeout_s) {
@@ -162,6 +243,15 @@ void check_late_construction(const ModelShape& m, int64_t context, int64_t pad_r
 TEST_CASE("KDA across the CP lane, tiny widths") { check_kda_lane(model_preset("tiny"), 203, 13); }
 
 TEST_CASE("KDA across the CP lane, K3 widths at short length") { check_kda_lane(model_preset("k3"), 256, 16); }
+
+TEST_CASE("KDA under layout zigzag == the contiguous layout within the floor, tiny widths, chunks of 37 tokens") {
+  const int cp = test_gang().size();
+  check_kda_zigzag(model_preset("tiny"), 2 * cp * 37, 13);
+}
+
+TEST_CASE("KDA under layout zigzag == the contiguous layout within the floor, K3 widths at short length") {
+  check_kda_zigzag(model_preset("k3"), 256, 16);
+}
 
 TEST_CASE("KDA: a rank that builds its block after its upstream's halo rows landed reads those rows, tiny widths") {
   check_late_construction(model_preset("tiny"), 203, 13);

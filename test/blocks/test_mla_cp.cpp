@@ -13,12 +13,19 @@
 //     the acknowledgements of the return slots cross schedules (schedule.h);
 //     with cuDNN (when built) within summation order, rel-L2 <= 1e-3, the
 //     last token's probe argmax equal.
+//   - layout zigzag (each rank its chunks r and 2cp - 1 - r): the outputs,
+//     gathered back into sequence order, equal the contiguous layout's (the
+//     stripe) and CP1's within kMlaCpRelL2Floor; the last token (rank 0's
+//     last row) probes the same argmax; every cut set gives the same bits
+//     (cuts 1, 4, 5 exact; 3 and 7 change nothing under zigzag); repeated
+//     calls reproduce them.
 // Tiny widths (uneven segments: odd context, odd rows split in unequal
-// halves) and K3 widths (96 heads, hidden 7168) at short length.
+// halves; zigzag: odd chunks) and K3 widths (96 heads, hidden 7168) at short length.
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -239,7 +246,86 @@ void check_balance_cudnn(const ModelShape& m, int64_t context, int64_t pad_rows)
   check_balance(m, context, pad_rows, FmhaEngine::cudnn);
 }
 
+// One layout's CP-N run: its fabric, its block on this rank's rows of the
+// input, the calls under `cuts` in order (seq 0, 1, ...); the outputs of each.
+std::vector<Bits> run_layout(const ModelShape& m, const MlaWeights& w, const test::LayoutInput& in, Layout layout,
+                             const std::vector<CutSet>& cuts) {
+  const Gang& gang = test_gang();
+  const DeviceBuffer<__nv_bfloat16> local = in.local(layout);
+  const Blas blas;
+  Timeline tl(in.stream, false);
+  Fabric fab(gang, slab_layout(in.cp, in.rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()),
+                               int(m.v_head), layout),
+             30.0);
+  MlaBlock block(m, w, {in.me, in.cp, lane_segments(layout, in.context, in.cp), in.rows, &fab, false, layout},
+                 FmhaEngine::native);
+  std::vector<Bits> out;
+  for (size_t i = 0; i < cuts.size(); ++i)
+    out.push_back(run_block(block, local.get(), int64_t(i), cuts[i], tl, blas, &fab, m.hidden));
+  gang.barrier();  // no peer touches our slab any more
+  return out;
+}
+
+// Zigzag against the contiguous layout and CP1 on one input.
+void check_zigzag(const ModelShape& m, int64_t context, int64_t pad_rows) {
+  const Gang& gang = test_gang();
+  const test::LayoutInput in(m.hidden, context, pad_rows, 29);
+  const int cp = in.cp, me = in.me;
+  INFO("model " << m.preset << " cp " << cp << " rank " << me << " context " << context << " zigzag");
+  const MlaWeights w(m, 63, in.stream);
+  Bits cp1;
+  {
+    const Blas blas;
+    Timeline tl(in.stream, false);
+    MlaBlock one(m, w, {0, 1, {{0, context}}, context, nullptr}, FmhaEngine::native);
+    cp1 = run_block(one, in.full.get(), 0, cuts_with(false, false), tl, blas, nullptr, m.hidden);
+  }
+  const CutSet all = balance_cuts(true);  // every cut: 3 and 7 change nothing under zigzag
+  const std::vector<Bits> contiguous = run_layout(m, w, in, Layout::contiguous, {cuts_with(true, true)});
+  REQUIRE(attention_schedule(all, Layout::zigzag, cp) == Schedule::zigzag);
+  const std::vector<Bits> zz = run_layout(
+      m, w, in, Layout::zigzag, {all, cuts_with(false, false), cuts_with(true, false), cuts_with(false, true), all});
+  for (size_t i = 1; i < zz.size(); ++i) {
+    CAPTURE(i);
+    CHECK_MESSAGE(zz[i] == zz[0], "zigzag: another cut set or a repeated call changed bits");
+  }
+  // This rank's rows against CP1's same tokens.
+  const std::vector<Segment> mine = rank_tokens(Layout::zigzag, context, cp, me);
+  const Bits cp1_mine = test::rows_of_ranges(cp1, mine, m.hidden);
+  const double e_mine = rel_l2_bf16(zz[0], cp1_mine);
+  CHECK(e_mine <= kMlaCpRelL2Floor);
+  int64_t local = 0;
+  for (const Segment& chunk : mine) {  // each chunk alone: a wrong window over either shows
+    const Bits z = test::rows_of_ranges(zz[0], {{local, chunk.len}}, m.hidden);
+    CHECK(rel_l2_bf16(z, test::rows_of_ranges(cp1, {chunk}, m.hidden)) <= kMlaCpRelL2Floor);
+    local += chunk.len;
+  }
+  if (me == last_token_rank(Layout::zigzag, cp)) {
+    const int64_t last = (int64_t(zz[0].size()) / m.hidden - 1) * m.hidden;
+    CHECK(probe_argmax(zz[0].data() + last, m.hidden) == probe_argmax(cp1.data() + (context - 1) * m.hidden, m.hidden));
+  }
+  // The whole sequence: zigzag gathered back against the contiguous layout's.
+  const Bits whole_z = test::gather_in_sequence(gang, zz[0], Layout::zigzag, context, m.hidden);
+  const Bits whole_c = test::gather_in_sequence(gang, contiguous[0], Layout::contiguous, context, m.hidden);
+  if (gang.is_root()) {
+    const double e_layouts = rel_l2_bf16(whole_z, whole_c), e_cp1 = rel_l2_bf16(whole_z, cp1);
+    CHECK(e_layouts <= kMlaCpRelL2Floor);
+    CHECK(e_cp1 <= kMlaCpRelL2Floor);
+    std::printf("[%s cp %d] zigzag rel-L2 vs contiguous %.2e, vs CP1 %.2e\n", m.preset.c_str(), cp, e_layouts, e_cp1);
+  }
+  gang.barrier();
+}
+
 }  // namespace
+
+TEST_CASE("MLA under layout zigzag == the contiguous layout within summation order, tiny widths, odd chunks") {
+  const int cp = test_gang().size();
+  check_zigzag(model_preset("tiny"), 2 * cp * 51, 13);
+}
+
+TEST_CASE("MLA under layout zigzag == the contiguous layout within summation order, K3 widths at short length") {
+  check_zigzag(model_preset("k3"), 256, 16);
+}
 
 TEST_CASE("MLA across the CP lane, tiny widths") {
   ModelShape m = model_preset("tiny");

@@ -815,6 +815,17 @@ TEST_CASE("zigzag KDA: two pieces a rank (one on rank cp - 1), their halos, pack
   CHECK(folds == std::vector<double>{0.0, 4 * 96 * 2.0 * 128 * 128 * 128});
 }
 
+TEST_CASE("zigzag: the first token runs on rank 0, which holds the last chunk") {
+  const Scenario s = with_layout(k3(4, 65536), Layout::zigzag);
+  for (int r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    const RankPlan p = plan_rank(s, all_cuts(), r);
+    CHECK(count(p, "sample.argmax") == (r == 0 ? 1 : 0));
+    CHECK(count(p, "gemm.lm_head") == (r == 0 ? 1 : 0));
+  }
+  CHECK(plan_rank(s, all_cuts(), 0).tokens.back().begin + plan_rank(s, all_cuts(), 0).tokens.back().len == 65536);
+}
+
 TEST_CASE("zigzag at cp 1 is the contiguous plan, launch by launch") {
   const Scenario s = k3(1, 16384);
   const RankPlan a = plan_rank(s, all_cuts(), 0), b = plan_rank(with_layout(s, Layout::zigzag), all_cuts(), 0);

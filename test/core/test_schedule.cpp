@@ -756,3 +756,28 @@ TEST_CASE("unmerged helpers: what a call acknowledges without merging, under the
             stripe_helpers(cp, owner));
     }
 }
+
+TEST_CASE("lane segments: each rank's rows as one segment; the last token's rank") {
+  for (int cp = 1; cp <= 16; ++cp)
+    for (Layout layout : {Layout::contiguous, Layout::zigzag})
+      for (int64_t context : contexts(layout, cp)) {
+        CAPTURE(cp);
+        CAPTURE(context);
+        CAPTURE(layout_name(layout));
+        const std::vector<Segment> segs = lane_segments(layout, context, cp);
+        const std::vector<int64_t> rows = rank_rows(layout, context, cp);
+        REQUIRE(int(segs.size()) == cp);
+        for (int r = 0; r < cp; ++r) {
+          CHECK(segs[size_t(r)].len == rows[size_t(r)]);
+          CHECK(segs[size_t(r)].begin == rank_tokens(layout, context, cp, r).front().begin);
+        }
+        // the last token is the last local row of last_token_rank
+        const std::vector<Segment> last = rank_tokens(layout, context, cp, last_token_rank(layout, cp));
+        CHECK(last.back().begin + last.back().len == context);
+      }
+  CHECK(lane_segments(Layout::contiguous, 203, 4)[0].len == 51);
+  CHECK(last_token_rank(Layout::contiguous, 8) == 7);
+  CHECK(last_token_rank(Layout::zigzag, 8) == 0);
+  CHECK(last_token_rank(Layout::zigzag, 1) == 0);
+  CHECK_THROWS(last_token_rank(Layout::zigzag, 0));
+}

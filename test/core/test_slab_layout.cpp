@@ -159,3 +159,81 @@ TEST_CASE("doorbell_value_done: the acknowledgement of call seq - back, 0 before
   CHECK_THROWS(doorbell_value_done(3, 0));
   CHECK_THROWS(doorbell_value_done(-1, 1));
 }
+
+TEST_CASE("zigzag: no return slots; two KDA slots per region, piece 0 where the contiguous layout has its one") {
+  const SlabLayout c = slab_layout_with_kda(4, 100, 8, 512, 64, 192, 128, 7168, 96, 128);
+  const SlabLayout z = slab_layout_with_kda(4, 100, 8, 512, 64, 192, 128, 7168, 96, 128, Layout::zigzag);
+  check_layout(z);
+  CHECK(c.layout == Layout::contiguous);
+  CHECK(z.layout == Layout::zigzag);
+  CHECK(c.kda_slots == 1);
+  CHECK(z.kda_slots == 2);
+  CHECK(z.slots == 0);
+  CHECK(z.kv.offset == c.kv.offset);
+  CHECK(z.q.bytes == c.q.bytes);
+  const int64_t halo = 4 * 7168 * 2, package = 96LL * 128 * 128 * 4;
+  for (int p = 0; p < 2; ++p) {
+    CAPTURE(p);
+    CHECK(z.halo[p].bytes == 2 * halo);
+    CHECK(z.M[p].bytes == 2 * package);
+    CHECK(z.D[p].bytes == 2 * package);
+    // the contiguous layout's one slot is its whole region
+    CHECK(c.halo_slot(p, 0).offset == c.halo[p].offset);
+    CHECK(c.halo_slot(p, 0).bytes == c.halo[p].bytes);
+    CHECK(c.M_slot(p, 0).bytes == c.M[p].bytes);
+    CHECK(c.D_slot(p, 0).offset == c.D[p].offset);
+    for (int piece = 0; piece < 2; ++piece) {
+      CAPTURE(piece);
+      CHECK(z.halo_slot(p, piece).offset == z.halo[p].offset + piece * halo);
+      CHECK(z.halo_slot(p, piece).bytes == halo);
+      CHECK(z.M_slot(p, piece).offset == z.M[p].offset + piece * package);
+      CHECK(z.D_slot(p, piece).offset == z.D[p].offset + piece * package);
+      CHECK(z.D_slot(p, piece).bytes == package);
+    }
+  }
+  CHECK_THROWS(c.halo_slot(0, 1));
+  CHECK_THROWS(z.M_slot(2, 0));
+  CHECK_THROWS(slab_layout(4, 100, 8).halo_slot(0, 0));  // no KDA regions
+}
+
+TEST_CASE("zigzag NCCL staging: every other rank's keys and packages; halo outbox; slot 1 at the same place") {
+  const int cp = 4;
+  const SlabLayout shared = slab_layout_with_kda(cp, 64, 8, 512, 64, 192, 128, 512, 2, 128, Layout::zigzag);
+  for (int rank = 0; rank < cp; ++rank) {
+    CAPTURE(rank);
+    std::vector<bool> nccl(size_t(cp), true);
+    nccl[size_t(rank)] = false;
+    const SlabLayout L = with_nccl_staging(shared, rank, nccl);
+    check_layout(L);
+    for (int k = 0; k < cp; ++k) {
+      CAPTURE(k);
+      CHECK((L.in_kv[size_t(k)].bytes > 0) == (k != rank));  // zigzag reads every other rank's keys
+      CHECK(L.in_q[size_t(k)].bytes == 0);                   // and helps nobody
+      // every rank's pieces fold a package of every other rank (piece 1 folds every piece 0)
+      CHECK((L.in_M[size_t(k)].bytes > 0) == (k != rank));
+      CHECK((L.in_D[size_t(k)].bytes > 0) == (k != rank));
+    }
+    CHECK(L.out_o[0].empty());
+    CHECK(L.out_halo[0].bytes == L.halo[0].bytes);  // every rank sends a halo under zigzag
+    if (rank != 0) {
+      const int sender = rank == cp - 1 ? 0 : cp - 1;
+      // a package slot lands at the same place of the sender's inbox
+      const Region in1 = L.inbox(sender, L.M_slot(1, 1));
+      CHECK(in1.offset == L.in_M[size_t(sender)].offset + L.M[1].bytes / 2);
+      CHECK(in1.bytes >= L.M_slot(1, 1).bytes);
+      CHECK(L.inbox(sender, L.D_slot(0, 0)).offset == L.in_D[size_t(sender)].offset);
+    }
+    // a halo slot waits at the same place of the outbox
+    CHECK(L.outbox(L.halo_slot(1, 1)).offset == L.out_halo[1].offset + L.halo[1].bytes / 2);
+    CHECK(L.outbox(L.halo_slot(0, 0)).offset == L.out_halo[0].offset);
+  }
+  // contiguous: the packages of the earlier ranks only, the halo outbox toward rank + 1
+  const SlabLayout c = slab_layout_with_kda(cp, 64, 8, 512, 64, 192, 128, 512, 2, 128);
+  const SlabLayout c2 = with_nccl_staging(c, 2, {true, true, false, true});
+  CHECK(c2.in_M[0].bytes > 0);
+  CHECK(c2.in_M[1].bytes > 0);
+  CHECK(c2.in_M[3].bytes == 0);
+  CHECK(c2.in_kv[3].bytes == 0);
+  CHECK(c2.out_halo[0].bytes > 0);
+  CHECK(with_nccl_staging(c, 3, {true, true, true, false}).out_halo[0].bytes == 0);
+}
