@@ -290,8 +290,8 @@ void MlaBlock::expand_keys(int k, Timeline& tl, const Blas& blas) {
 
 // One FMHA window over the rows window_shape gives (schedule.h): the query
 // rows of rank q, the key rows of rank k. Local windows land in o_win_/lse_win_
-// (a held one in o_held_/lse_held_), compact ([tq, H, dv], [H, tq]). A helped window (cut 3's, or balance's moved
-// half) reads the owner's queries at its rows (over IPC in place, or staged
+// (a held one in o_held_/lse_held_), compact ([tq, H, dv], [H, tq]). A helped
+// window (cut 3's, or balance's moved half) reads the owner's queries at its rows (over IPC in place, or staged
 // into this rank's memory; over NCCL from this rank's copy) and its (o, lse)
 // goes to the owner's return slot, compact as well: written there in place,
 // copied there from o_win_, or written into this rank's outbox and sent.
@@ -361,8 +361,8 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
 }
 
 // One lse_merge into the accumulator rows of step.rows (schedule.h), from this
-// rank's own window (o_win_, lse_win_; o_held_, lse_held_ when held) or a helper's return slot, both compact
-// over those rows.
+// rank's own window (o_win_, lse_win_; o_held_, lse_held_ when held) or a
+// helper's return slot, both compact over those rows.
 void MlaBlock::merge(const MergeStep& step, Variant v, Timeline& tl) {
   cudaStream_t s = tl.stream();
   const int64_t t = live_rows();

@@ -458,7 +458,8 @@ std::string device_run_problem(const Scenario& s, const std::vector<CutSet>& cut
              " (`prefill-bench plan` shows its launch order); for " + command + " leave overlap off";
     const Schedule sched = attention_schedule(cuts, s.layout, s.cp);
     if (sched == Schedule::prefix || sched == Schedule::stripe) continue;
-    return s.source + ": cut set '" + variant_name(s, cuts) + "' turns on balance at cp " + std::to_string(s.cp) + ": the " +
+    return s.source + ": cut set '" + variant_name(s, cuts) + "' turns on balance at cp " + std::to_string(s.cp) +
+           ": the " +
            schedule_name(sched) + " schedule is not enabled on the device yet (`prefill-bench plan` shows it); for " +
            command + " leave balance off (e.g. --cuts seed, or list the cuts without balance)";
   }

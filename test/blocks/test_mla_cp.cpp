@@ -366,11 +366,11 @@ void check_overlap(const ModelShape& m, int64_t context, int64_t pad_rows, Layou
 
 }  // namespace
 
-TEST_CASE("MLA with overlap (cut 8) == without, bit for bit, prefix, stripe and balance, tiny widths, uneven segments") {
+TEST_CASE("MLA with overlap (cut 8) == without, bit for bit, prefix, stripe, balance, tiny widths, uneven segments") {
   check_overlap(model_preset("tiny"), 203, 13, Layout::contiguous);
 }
 
-TEST_CASE("MLA with overlap (cut 8) == without, bit for bit, prefix, stripe and balance, K3 widths at short length") {
+TEST_CASE("MLA with overlap (cut 8) == without, bit for bit, prefix, stripe, balance, K3 widths at short length") {
   check_overlap(model_preset("k3"), 256, 16, Layout::contiguous);
 }
 

@@ -907,7 +907,8 @@ TEST_CASE("overlap at cp4 under balance: the owner's diagonal (held) and helped 
   const std::vector<std::string> owner = {
       "gemm.kv_b", "mla.expand_k", "fmha.causal 16384",                           // the diagonal, held
       "fabric.wait_queries", "fmha.helped 16384", "fabric.publish_return",        // slot 0: rank 3
-      "fabric.wait_window", "gemm.kv_b", "mla.expand_k", "fmha.dense 8192", "lse_merge init 8192",  // (1, 0) rows [0, 8192)
+      "fabric.wait_window", "gemm.kv_b", "mla.expand_k",                          // rank 0's keys
+      "fmha.dense 8192", "lse_merge init 8192",                                   // (1, 0) rows [0, 8192)
       "fabric.wait_return", "lse_merge init 8192", "fabric.release_return",       // rows [8192, 16384) from rank 0
       "lse_merge 16384"};                                                         // the diagonal, in its place
   CHECK(attention_launches(plan_rank(s, with_overlap(all_cuts()), 1), s.model) == owner);
