@@ -141,8 +141,10 @@ void KdaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
   cudaStream_t s = tl.stream();
   const int64_t h = m_.hidden, heads = m_.kda_heads, wide = 4 * inner_;
   const Variant land_v = land_variant(cuts);
+  const bool overlap = cuts[Cut::overlap];
   tl.launch("rmsnorm", "rmsnorm.kda_in",
             [&] { rmsnorm(mixed, w_.gain_in.get(), normed_.get(), {b_, h}, float(m_.rms_eps), s); });
+  if (overlap) publish_halos(tl);
   tl.launch("gemm", "gemm.kda_g", [&] {
     gemm_f32out(blas, normed_.get(), w_.wbig.get() + 3 * inner_ * h, partial_.get() + 3 * inner_,
                 {b_, inner_, h, h, h, wide}, s);
@@ -156,15 +158,29 @@ void KdaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
   land_band(tl, land_v, "out_gate", partial_.get(), out_gate_.get(), b_, wide, 3 * inner_, inner_);
   tl.launch("gemm", "gemm.kda_f_b",
             [&] { gemm_f32out(blas, f_a, w_.w_f_b.get(), forget_partial_.get(), {b_, inner_, m_.f_rank}, s); });
-  halo(tl, blas);
-  for (int i = 0; i < 3; ++i) {
+  const auto stream_gemm = [&](int i) {
     tl.launch("gemm", std::string("gemm.kda_") + kStreams[i], [&] {
       gemm_f32out(blas, normed_.get(), w_.wbig.get() + i * inner_ * h, partial_.get() + i * inner_,
                   {b_, inner_, h, h, h, wide}, s);
     });
+  };
+  const auto convs = [&](int i) {
     for (size_t piece = 0; piece < pieces_.size(); ++piece) conv_piece(i, piece, tl);
+  };
+  if (!overlap) {
+    publish_halos(tl);
+    receive_halos(tl, blas);
+    for (int i = 0; i < 3; ++i) {
+      stream_gemm(i);
+      convs(i);
+    }
+    land_band(tl, land_v, "forget", forget_partial_.get(), forget_.get(), b_, inner_, 0, inner_);
+  } else {  // cut 8: all that needs no halo before the wait for it (kda_block.h)
+    for (int i = 0; i < 3; ++i) stream_gemm(i);
+    land_band(tl, land_v, "forget", forget_partial_.get(), forget_.get(), b_, inner_, 0, inner_);
+    receive_halos(tl, blas);
+    for (int i = 0; i < 3; ++i) convs(i);
   }
-  land_band(tl, land_v, "forget", forget_partial_.get(), forget_.get(), b_, inner_, 0, inner_);
   for (size_t piece = 0; piece < pieces_.size(); ++piece) prepare_piece(piece, tl);
 }
 
@@ -187,11 +203,9 @@ void KdaBlock::prepare_piece(size_t piece, Timeline& tl) {
 }
 
 // Each piece sends its last 3 normed rows to the rank of the piece after it
-// (into that piece's halo slot); each piece whose carry lives on a peer
-// projects the rows it received through the q/k/v bands into its carry.
-void KdaBlock::halo(Timeline& tl, const Blas& blas) {
+// (into that piece's halo slot).
+void KdaBlock::publish_halos(Timeline& tl) {
   if (lane_.cp == 1) return;
-  cudaStream_t s = tl.stream();
   const int par = kda_parity(seq_);
   const int64_t h = m_.hidden, rows_bytes = kHaloRows * h * 2;
   const SlabLayout& L = lane_.fabric->layout();
@@ -213,6 +227,16 @@ void KdaBlock::halo(Timeline& tl, const Blas& blas) {
                               tl, label(tl, "the halo rows for rank " + std::to_string(r)));
       });
     }
+}
+
+// Each piece whose carry lives on a peer projects the rows it received
+// through the q/k/v bands into its carry.
+void KdaBlock::receive_halos(Timeline& tl, const Blas& blas) {
+  if (lane_.cp == 1) return;
+  cudaStream_t s = tl.stream();
+  const int par = kda_parity(seq_);
+  const int64_t h = m_.hidden, rows_bytes = kHaloRows * h * 2;
+  const SlabLayout& L = lane_.fabric->layout();
   for (size_t piece = 0; piece < pieces_.size(); ++piece) {
     const int from = pieces_[piece].halo.rank;
     if (from < 0) continue;  // the sequence start: the carry stays zero

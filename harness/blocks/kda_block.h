@@ -12,6 +12,22 @@
 //   per piece:  [fabric.wait_state]  [kda.fold]  [fabric.release_state]  kda.forward
 //   o_norm_gate  gemm.kda_o  land.kda_o
 //
+// Under cut 8 (overlap) the projections launch what needs no halo before the
+// wait for it; the walk is unchanged (a piece's package is already published
+// before its folds wait, and everything after a fold reads its S_in):
+//
+//   rmsnorm.kda_in  [fabric.wait_halo_free  fabric.publish_halo]
+//   gemm.kda_g  gemm.kda_small  land.beta  land.f_a  land.out_gate  gemm.kda_f_b
+//   gemm.kda_q  gemm.kda_k  gemm.kda_v  land.forget
+//   [fabric.wait_halo  gemm.halo_qkv  land.halo_q/k/v  fabric.release_halo]
+//   per stream q, k, v, per piece: its conv launches;  kda.prepare (per piece)
+//
+// The same launches, each on the same inputs (the halo rows are the normed
+// rows; the stream GEMMs write their own columns of the partial, the halo
+// GEMM its own buffer; the convs read both), so the same bits. A rank's
+// halo goes out before its own projections, so the downstream piece's wait
+// ends sooner.
+//
 // A rank's rows are one or two pieces (schedule.h kda_pieces): contiguous,
 // one; layout zigzag, its two chunks (one on rank cp - 1, whose chunks
 // touch). Each piece is its own conv and state walk:
@@ -115,7 +131,8 @@ class KdaBlock : private KdaBlockBuffers {
   const char* forward_walk_name() const;
 
  private:
-  void halo(Timeline& tl, const Blas& blas);
+  void publish_halos(Timeline& tl);
+  void receive_halos(Timeline& tl, const Blas& blas);
   void conv_piece(int i, size_t piece, Timeline& tl);
   void prepare_piece(size_t piece, Timeline& tl);
   void package_piece(size_t piece, Timeline& tl);

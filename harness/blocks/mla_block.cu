@@ -53,6 +53,10 @@ MlaBlockBuffers MlaBlockBuffers::take(DeviceMemory& mem, const ModelShape& m, co
   const Schedule protocol = lane.layout == Layout::zigzag ? Schedule::zigzag : Schedule::stripe;
   const bool helps = lane.cp > 1 && !helped_windows_any(protocol_schedules(protocol), lane.cp, lane.rank).empty();
   if (helps && !lane.helped_in_place) k.staged_q_ = mem.take<bf16>("staged_q", longest * q_width, Home::mixer);
+  if (lane.overlap) {
+    k.o_held_ = mem.take<bf16>("o_held", t * v_width, Home::mixer);
+    k.lse_held_ = mem.take<float>("lse_held", heads * t, Home::mixer);
+  }
   k.o_acc_ = mem.take<float>("o_acc", t * v_width, Home::mixer);
   k.lse_acc_ = mem.take<float>("lse_acc", heads * t, Home::mixer);
   for (int i = 0; i < 2; ++i) {
@@ -155,6 +159,8 @@ void MlaBlock::finish(Timeline& tl, const Blas& blas) {
 
 void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl, const Blas& blas) {
   PB_CHECK(seq >= 0, "MlaBlock: negative sequence number");
+  PB_CHECK(!cuts[Cut::overlap] || lane_.overlap,
+           "MlaBlock: cut overlap is on but the lane was built without it (MlaLane::overlap takes the held window)");
   seq_ = seq;
   cuts_ = cuts;
   sched_ = attention_schedule(cuts, lane_.layout, lane_.cp);
@@ -175,6 +181,10 @@ void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
   // are done with it (at seq 0 the wait passes at once). Readers under any
   // schedule of the protocol: the last call may have used another.
   const std::vector<int> readers = window_readers_any(protocol_schedules(sched_), lane_.cp, lane_.rank);
+  const auto land_gate = [&] {
+    land_band(tl, land_v, "mla_gate", partial_.get(), gate_.get(), b_, fused, m_.q_lora + kv_width, v_width);
+  };
+  if (cuts[Cut::overlap]) land_gate();
   if (!readers.empty())
     tl.launch("fabric", "fabric.wait_released", [&] {
       for (int r : readers)
@@ -182,7 +192,7 @@ void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
                                  label(tl, "rank " + std::to_string(r) + " to release this rank's window"));
     });
   land_band(tl, land_v, "kv_a", partial_.get(), own.kv, b_, fused, m_.q_lora, kv_width);
-  land_band(tl, land_v, "mla_gate", partial_.get(), gate_.get(), b_, fused, m_.q_lora + kv_width, v_width);
+  if (!cuts[Cut::overlap]) land_gate();
   tl.launch("rmsnorm", "rmsnorm.kv_latent", [&] {
     rmsnorm(own.kv, w_.gain_kv.get(), own.kv, {b_, m_.kv_lora, kv_width, kv_width}, eps, s);
   });
@@ -219,9 +229,9 @@ void MlaBlock::expect_arrivals(const RankAttention& a, Timeline& tl) {
 
 void MlaBlock::attend(Timeline& tl, const Blas& blas) {
   const Variant merge_v = cut_variant(cuts_, Cut::lse_merge);
-  attention_ = rank_attention(sched_, lane_.cp, lane_.rank);
+  attention_ = launch_attention(cuts_, lane_.layout, lane_.cp, lane_.rank);
   const RankAttention& a = attention_;
-  if (lane_.cp > 1) expect_arrivals(a, tl);
+  if (lane_.cp > 1) expect_arrivals(rank_attention(sched_, lane_.cp, lane_.rank), tl);
   expanded_.assign(lane_.cp, -1);
   for (const auto& step : a.steps) {
     if (step.is_merge) {
@@ -279,9 +289,9 @@ void MlaBlock::expand_keys(int k, Timeline& tl, const Blas& blas) {
 }
 
 // One FMHA window over the rows window_shape gives (schedule.h): the query
-// rows of rank q, the key rows of rank k. Local windows land in o_win_/lse_win_,
-// compact ([tq, H, dv], [H, tq]). A helped window (cut 3's, or balance's moved
-// half) reads the owner's queries at its rows (over IPC in place, or staged
+// rows of rank q, the key rows of rank k. Local windows land in o_win_/lse_win_
+// (a held one in o_held_/lse_held_), compact ([tq, H, dv], [H, tq]). A helped
+// window (cut 3's, or balance's moved half) reads the owner's queries at its rows (over IPC in place, or staged
 // into this rank's memory; over NCCL from this rank's copy) and its (o, lse)
 // goes to the owner's return slot, compact as well: written there in place,
 // copied there from o_win_, or written into this rank's outbox and sent.
@@ -295,6 +305,7 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
   const int slab = return_slab(seq_);
   const int i = expanded_[w.k];
   PB_CHECK(i >= 0, "MlaBlock: a window over keys not expanded in this call");
+  PB_CHECK(!w.held || (!helped && o_held_.get()), "MlaBlock: a held window must be local, with the held buffers");
   FmhaTensors t{};
   t.q = own_window().q + rows.q_rows.begin * q_width;
   t.q_token_stride = q_width;
@@ -305,8 +316,8 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
   t.v = kvb_[i].get() + rows.k_rows.begin * kvb_width + m_.qk_nope;
   t.v_token_stride = kvb_width;
   t.v_head_stride = m_.qk_nope + m_.v_head;
-  t.o = o_win_.get();
-  t.lse = lse_win_.get();
+  t.o = w.held ? o_held_.get() : o_win_.get();
+  t.lse = w.held ? lse_held_.get() : lse_win_.get();
   const SlabLayout* L = lane_.cp > 1 ? &lane_.fabric->layout() : nullptr;
   if (helped) {
     PB_CHECK(tq <= L->slot_rows(w.slot), "MlaBlock: a helped window's rows exceed its return slot");
@@ -350,15 +361,15 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
 }
 
 // One lse_merge into the accumulator rows of step.rows (schedule.h), from this
-// rank's own window (o_win_, lse_win_) or a helper's return slot, both compact
-// over those rows.
+// rank's own window (o_win_, lse_win_; o_held_, lse_held_ when held) or a
+// helper's return slot, both compact over those rows.
 void MlaBlock::merge(const MergeStep& step, Variant v, Timeline& tl) {
   cudaStream_t s = tl.stream();
   const int64_t t = live_rows();
   const RowRange rows = part_rows(t, step.rows);
   const int heads = int(m_.heads);
-  const bf16* o = o_win_.get();
-  const float* lse = lse_win_.get();
+  const bf16* o = step.held ? o_held_.get() : o_win_.get();
+  const float* lse = step.held ? lse_held_.get() : lse_win_.get();
   if (step.slot >= 0)
     tl.launch("fabric", "fabric.wait_return", [&] {
       const std::vector<const void*> at =

@@ -10,6 +10,16 @@
 //                         merge:  [fabric.wait_return]  lse_merge  [fabric.release_return]
 //   [fabric.release_window]  o_finalize  mul_sigmoid  gemm.mla_o  land.mla_o
 //
+// Under cut 8 (overlap), launch for launch the same work on the same inputs,
+// in another order: land.mla_gate (the gate is this rank's own buffer) moves
+// before fabric.wait_released, and the attention's steps run in
+// schedule.h's overlap_order: the own causal window first (its keys
+// expanded first; held in o_held_/lse_held_ when merges come before its own),
+// then the helped windows, then the rest. The merges keep the schedule's
+// order, so each accumulator row gets the same merges in the same order and
+// the outputs are bit for bit those without the cut. Over NCCL the receives
+// are posted in the schedule's order either way.
+//
 // The window is written in place: land.kv_a lands [kv latent | rope] into the
 // slab's kv region (rmsnorm.kv_latent then normalizes the latent half in
 // place) and land.q_b lands the queries into its q region, so peers read both
@@ -90,6 +100,9 @@ struct MlaLane {
   // NCCL are always staged: their queries arrive in this rank's slab.
   bool helped_in_place = false;
   Layout layout = Layout::contiguous;  // where the tokens lie (schedule.h)
+  // Calls may run with cut 8 (overlap) on: the block takes the held window's
+  // buffers (schedule.h overlap_order), [t, heads·v] bf16 and [heads, t] f32.
+  bool overlap = false;
 };
 
 // The block's buffers and where they live (device_memory.h): the mixer lane for
@@ -102,6 +115,8 @@ struct MlaBlockBuffers {
   DeviceBuffer<float> partial_, lse_win_, o_acc_, lse_acc_;
   DeviceBuffer<__nv_bfloat16> local_kv_, local_q_;  // the window at cp 1
   DeviceBuffer<__nv_bfloat16> staged_q_;            // a helped window's queries (cp > 1, staged)
+  DeviceBuffer<__nv_bfloat16> o_held_;              // the held window's o (lane.overlap)
+  DeviceBuffer<float> lse_held_;                    // and its lse
   // Expanded keys: [0] the own segment's, [1] the foreign segment of the
   // current window (reused: windows run in stream order).
   DeviceBuffer<__nv_bfloat16> keys_[2], kvb_[2];

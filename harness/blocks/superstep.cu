@@ -38,6 +38,13 @@ std::vector<int32_t> token_ids(uint64_t seed, const std::vector<Segment>& ranges
   return ids;
 }
 
+// The MLA lane of rank `rank`; it takes the held window when a variant runs cut 8.
+MlaLane mla_lane(const Scenario& s, int rank, const std::vector<Segment>& segs, Fabric* fabric) {
+  MlaLane lane{rank, s.cp, segs, s.bucket, fabric, s.helped_in_place, s.layout};
+  for (const VariantSpec& v : s.variants) lane.overlap = lane.overlap || v.cuts[Cut::overlap];
+  return lane;
+}
+
 bool any_layer(const ModelShape& m, bool (*pred)(const ModelShape&, int64_t)) {
   for (int64_t l = 0; l < m.layers; ++l)
     if (pred(m, l)) return true;
@@ -60,7 +67,7 @@ Superstep::Parts Superstep::take_parts(DeviceMemory& mem, const Scenario& s, int
   if (any_layer(m, [](const ModelShape& x, int64_t l) { return x.is_mla(l); })) {
     p.mla_w = std::make_unique<MlaWeights>(m, seed + 10, stream, mem);
     p.mla = std::make_unique<MlaBlockBuffers>(
-        MlaBlockBuffers::take(mem, m, MlaLane{rank, cp, segs, b, nullptr, s.helped_in_place, s.layout}));
+        MlaBlockBuffers::take(mem, m, mla_lane(s, rank, segs, nullptr)));
   }
   if (any_layer(m, [](const ModelShape& x, int64_t l) { return !x.is_mla(l); })) {
     p.kda_w = std::make_unique<KdaWeights>(m, seed + 20, stream, mem);
@@ -115,8 +122,7 @@ Superstep::Superstep(const Scenario& s, int rank, Fabric* fabric, const Blas& bl
   const std::vector<Segment> segs = lane_segments(s.layout, s.context, cp_);
   t_ = segs[rank_].len;
   if (p_.mla)
-    mla_ = std::make_unique<MlaBlock>(m_, *p_.mla_w, MlaLane{rank_, cp_, segs, b_, fabric, s.helped_in_place, s.layout},
-                                      fmha_, std::move(*p_.mla));
+    mla_ = std::make_unique<MlaBlock>(m_, *p_.mla_w, mla_lane(s, rank_, segs, fabric), fmha_, std::move(*p_.mla));
   if (p_.kda)
     kda_ = std::make_unique<KdaBlock>(m_, *p_.kda_w, KdaLane{rank_, cp_, segs, b_, fabric, s.layout},
                                       std::move(*p_.kda));

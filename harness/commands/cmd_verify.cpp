@@ -69,8 +69,8 @@ Outcome run_once(Superstep& step, const CutSet& cuts, Timeline& tl, const Turn& 
 }  // namespace
 
 int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
-  // Every cut the device blocks run (balance is not enabled on the device yet).
-  const CutSet every_cut = CutSet::all().without(Cut::balance);
+  // Every cut the device blocks run (balance and overlap are not enabled on the device yet).
+  const CutSet every_cut = CutSet::all().without(Cut::balance).without(Cut::overlap);
   const std::vector<CutSet> runs = {CutSet::none(), every_cut};
   const GangScenario loaded = load_gang_scenario(gang, args, "verify", &runs);  // before CUDA starts
   const Scenario& s = loaded.scenario;

@@ -67,10 +67,10 @@ std::string cut_partner(const std::string& variant) {
 std::string first_part(const std::string& kernel) { return kernel.substr(0, kernel.find('.')); }
 
 // The memory-bound cut whose kernels the family runs, if any (the stripe and
-// balance reschedule fmha; they do not change a kernel).
+// balance reschedule fmha, overlap reorders launches; they do not change a kernel).
 bool family_cut(const std::string& family, Cut* out) {
   for (Cut c : kAllCuts)
-    if (c != Cut::stripe && c != Cut::balance && cut_family(c) == family) {
+    if (c != Cut::stripe && c != Cut::balance && c != Cut::overlap && cut_family(c) == family) {
       *out = c;
       return true;
     }
@@ -96,8 +96,8 @@ class Matcher {
   Matcher(const Scenario& s, const CutSet& cuts, int rank, const Calibration& cal, const GpuProfile& profile)
       : s_(s), cuts_(cuts), rank_(rank), cal_(cal), profile_(profile),
         fmha_engine_(resolved(s.fmha, "cudnn")), moe_engine_(resolved(s.moe_gemm, "cutlass")) {
-    all_on_ = true;
-    for (Cut c : kAllCuts) all_on_ = all_on_ && cuts[c];
+    all_on_ = true;  // overlap changes no kernel and runs none beside another: it does not count
+    for (Cut c : kAllCuts) all_on_ = all_on_ && (cuts[c] || c == Cut::overlap);
     for (const auto& r : cal.rows) states_.push_back(row_state(r.row.variant));
   }
 

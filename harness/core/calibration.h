@@ -18,7 +18,8 @@
 //   "baseline" / "cut" (kernels, attnres benchmarks): the family's cut off / on;
 //   "<block>.none" / "<block>.all" (moe benchmark blocks): the family's cut
 //     off / on; for a family without a cut, "all" when every cut of the variant
-//     is on (compute kernels run slower beside the cut kernels); a MoE block of
+//     is on, overlap aside (compute kernels run slower beside the cut kernels;
+//     overlap changes no kernel); a MoE block of
 //     another expert-GEMM engine is skipped;
 //   an engine name ("cudnn", "cutlass", "native"): the scenario's engine for
 //     that family (fmha, moe_gemm; kda: native). "auto" reads as what a build

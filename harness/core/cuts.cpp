@@ -11,6 +11,7 @@ const char* cut_name(Cut c) {
     case Cut::elementwise: return "elementwise";
     case Cut::attnres: return "attnres";
     case Cut::balance: return "balance";
+    case Cut::overlap: return "overlap";
   }
   return "?";
 }
@@ -37,9 +38,9 @@ bool cut_requires(Cut c, Cut* prerequisite) {
   return true;
 }
 
-bool seed_cut(Cut c) { return c != Cut::attnres && c != Cut::balance; }
+bool seed_cut(Cut c) { return c != Cut::attnres && c != Cut::balance && c != Cut::overlap; }
 
-bool device_cut(Cut c) { return c != Cut::balance; }
+bool device_cut(Cut c) { return c != Cut::balance && c != Cut::overlap; }
 
 CutSet CutSet::all() {
   CutSet s;

@@ -1,10 +1,12 @@
-// The switchable cuts: the seed's five (docs/design.md §4) and two beyond the
-// seed: AttnRes (the sixth) and balance (the seventh, docs/design.md §3; it
-// refines the stripe, so it needs the stripe on). A scenario spells a cut set
-// as `all`, `none`, `seed` (the five of the seed), a list of names, or a map
-// name -> on/off. `all` and the each-cut variants hold the cuts the device
-// blocks run (device_cut): balance is not enabled on the device yet (run,
-// lane and verify refuse it), and is asked for by name (e.g. `[stripe, balance]`).
+// The switchable cuts: the seed's five (docs/design.md §4) and three beyond the
+// seed: AttnRes (the sixth), balance (the seventh, docs/design.md §3; it
+// refines the stripe, so it needs the stripe on) and overlap (the eighth: the
+// mixers launch the work that waits on no peer before the waits, same
+// arithmetic; docs/cuts.md). A scenario spells a cut set as `all`, `none`,
+// `seed` (the five of the seed), a list of names, or a map name -> on/off.
+// `all` and the each-cut variants hold the cuts the device blocks run
+// (device_cut): balance and overlap are not enabled on the device yet (run,
+// lane and verify refuse them), and are asked for by name (e.g. `[stripe, balance]`).
 #pragma once
 
 #include <array>
@@ -13,15 +15,15 @@
 
 namespace pb {
 
-enum class Cut { land, conv, stripe, lse_merge, elementwise, attnres, balance };
-constexpr int kCutCount = 7;
-constexpr std::array<Cut, kCutCount> kAllCuts = {Cut::land,        Cut::conv,    Cut::stripe, Cut::lse_merge,
-                                                 Cut::elementwise, Cut::attnres, Cut::balance};
+enum class Cut { land, conv, stripe, lse_merge, elementwise, attnres, balance, overlap };
+constexpr int kCutCount = 8;
+constexpr std::array<Cut, kCutCount> kAllCuts = {Cut::land,        Cut::conv,    Cut::stripe,  Cut::lse_merge,
+                                                 Cut::elementwise, Cut::attnres, Cut::balance, Cut::overlap};
 
 const char* cut_name(Cut c);
 // nullptr-safe lookup; returns false for an unknown name.
 bool cut_from_name(const std::string& name, Cut* out);
-std::string allowed_cut_names();  // "land, conv, stripe, lse_merge, elementwise, attnres, balance"
+std::string allowed_cut_names();  // "land, conv, stripe, lse_merge, elementwise, attnres, balance, overlap"
 // The cut that `c` refines and needs on (balance: the stripe); false when none.
 bool cut_requires(Cut c, Cut* prerequisite);
 // Whether the cut is one of the seed's five.

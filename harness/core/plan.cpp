@@ -91,18 +91,27 @@ class RankPlanner {
   void kda_mixer() {
     const int64_t inner = m_.kda_inner(), h = m_.hidden;
     rmsnorm("kda_in", b_, h);
+    if (cuts_[Cut::overlap]) publish_halos();
     gemm("kda_g", b_, inner, h);
     gemm("kda_small", b_, 256, h);
     land("beta", b_, m_.kda_heads);
     land("f_a", b_, m_.f_rank);
     land("out_gate", b_, inner);
     gemm("kda_f_b", b_, inner, m_.f_rank);
-    conv_halo();
-    for (const char* stream : {"q", "k", "v"}) {
-      gemm(std::string("kda_") + stream, b_, inner, h);
-      conv_path(stream);
+    if (!cuts_[Cut::overlap]) {
+      publish_halos();
+      receive_halos();
+      for (const char* stream : {"q", "k", "v"}) {
+        gemm(std::string("kda_") + stream, b_, inner, h);
+        conv_path(stream);
+      }
+      land("forget", b_, inner);
+    } else {  // cut 8: what needs no halo before its wait (kda_block.h)
+      for (const char* stream : {"q", "k", "v"}) gemm(std::string("kda_") + stream, b_, inner, h);
+      land("forget", b_, inner);
+      receive_halos();
+      for (const char* stream : {"q", "k", "v"}) conv_path(stream);
     }
-    land("forget", b_, inner);
     kda_core();
     add("elementwise", "o_norm_gate", cost::o_norm_gate(b_ * m_.kda_heads, m_.kda_head_dim));
     gemm_land("kda_o", b_, h, inner);
@@ -111,13 +120,17 @@ class RankPlanner {
   // The conv carries: each piece's 3 rows before it come from the piece that
   // ends there (the upstream rank's last 3 normed rows, through the q/k/v
   // bands at 4 rows; schedule.h kda_pieces); halo slots alternate by KDA call parity.
-  void conv_halo() {
+  void publish_halos() {
     const int64_t halo_bytes = 3 * m_.hidden * 2;
     for (const KdaPiece& piece : pieces_)
       for (size_t send = 0; send < piece.halo_readers.size(); ++send) {
         fabric("wait_halo_free", 0);
         add("fabric", "fabric.publish_halo", cost::copy(double(halo_bytes)), double(halo_bytes));
       }
+  }
+
+  void receive_halos() {
+    const int64_t halo_bytes = 3 * m_.hidden * 2;
     for (const KdaPiece& piece : pieces_) {
       if (piece.halo.rank < 0 || piece.halo.rank == rank_) continue;
       fabric("wait_halo", halo_bytes);
@@ -194,15 +207,17 @@ class RankPlanner {
     // until the last call's readers (under every schedule of the protocol) released it.
     const std::vector<Schedule> protocol = protocol_schedules(sched_);
     const bool published = !window_readers_any(protocol, cp_, rank_).empty();
+    if (cuts_[Cut::overlap]) land("mla_gate", b_, heads * m_.v_head);  // cut 8: the gate needs no wait
     if (published) fabric("wait_released", 0);
     land("kv_a", b_, m_.kv_lora + m_.qk_rope);
-    land("mla_gate", b_, heads * m_.v_head);
+    if (!cuts_[Cut::overlap]) land("mla_gate", b_, heads * m_.v_head);
     rmsnorm("kv_latent", b_, m_.kv_lora);
     gemm_land("q_b", b_, heads * m_.d_qk(), m_.q_lora);
     if (published) fabric("publish_window", 0);
     // Keys are expanded right before the first window that uses them (one
-    // buffer for the own segment, one reused for foreign segments).
-    const RankAttention attention = rank_attention(sched_, cp_, rank_);
+    // buffer for the own segment, one reused for foreign segments); under
+    // cut 8 the steps run in overlap_order (schedule.h).
+    const RankAttention attention = launch_attention(cuts_, s_.layout, cp_, rank_);
     std::vector<bool> expanded(cp_, false);
     for (const auto& step : attention.steps) {
       if (step.is_merge) {
@@ -351,9 +366,13 @@ std::string unchanged_fmha(const Scenario& s, Cut c) {
 
 }  // namespace
 
-std::string cut_family(Cut c) { return fmha_cut(c) ? "fmha" : cut_name(c); }
+std::string cut_family(Cut c) {
+  if (c == Cut::overlap) return "fabric";
+  return fmha_cut(c) ? "fmha" : cut_name(c);
+}
 
 std::string CutEffect::mark() const {
+  if (cut == Cut::overlap) return "launch order only: its gain is in the projection";
   if (fmha_cut(cut)) {
     if (deep_flops_on == deep_flops_off) return unchanged;
     return fmt::format("deep rank {:+.0f}% FLOPs", 100 * (deep_flops_on / deep_flops_off - 1));
@@ -390,7 +409,7 @@ std::vector<CutEffect> cut_effects(const Scenario& s, const CutSet& cuts) {
 std::vector<std::string> cut_effect_notes(const std::vector<CutEffect>& effects) {
   bool same = false, fewer = false;
   for (const auto& e : effects) {
-    if (fmha_cut(e.cut)) continue;
+    if (fmha_cut(e.cut) || e.cut == Cut::overlap) continue;
     (e.same_bytes() ? same : fewer) = true;
   }
   std::vector<std::string> notes;

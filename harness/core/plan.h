@@ -53,7 +53,8 @@ std::vector<Span> plan_spans(const RankPlan& plan, const GpuProfile& profile, co
 std::vector<Span> plan_spans(const RankPlan& plan, const GpuProfile& profile);
 
 // The family whose launches a cut replaces or reschedules: land, conv,
-// lse_merge, elementwise and attnres their own; stripe and balance: fmha.
+// lse_merge, elementwise and attnres their own; stripe and balance: fmha;
+// overlap (which moves launches past the waits): fabric.
 std::string cut_family(Cut c);
 
 // What the roofline sees of one cut that is on: the governed family over the
@@ -69,7 +70,8 @@ struct CutEffect {
   std::string unchanged = "no change";            // the FMHA cuts' mark when the FLOPs do not move, with why
   bool same_bytes() const { return bytes_on == bytes_off; }
   // The table's "cut" column: "same bytes [1]", "-79% bytes [2]", "deep rank -40% FLOPs", or for the FMHA
-  // cuts `unchanged` ("no change at cp 1", "no change at odd cp", "no change under zigzag").
+  // cuts `unchanged` ("no change at cp 1", "no change at odd cp", "no change under zigzag"); overlap's
+  // "launch order only: its gain is in the projection".
   std::string mark() const;
 };
 // One entry per cut that is on in `cuts`, in kAllCuts order.

@@ -435,18 +435,31 @@ Scenario load_scenario(const std::string& path, const ScenarioOverrides& overrid
   return parse_scenario(buf.str(), path, overrides);
 }
 
+namespace {
+
+// The first variant of the scenario with this cut set, else the set's short name.
+std::string variant_name(const Scenario& s, const CutSet& cuts) {
+  std::string name = cuts.short_name();
+  for (auto v = s.variants.rbegin(); v != s.variants.rend(); ++v)
+    if (v->cuts == cuts) name = v->name;
+  return name;
+}
+
+}  // namespace
+
 std::string device_run_problem(const Scenario& s, const std::vector<CutSet>& cut_sets, const std::string& command) {
   const std::string not_yet = "built in the plan; the device blocks do not run it yet";
   if (s.layout == Layout::zigzag)
     return s.source + ": layout: zigzag is " + not_yet + " (`prefill-bench plan` shows it); allowed for " + command +
            ": layout contiguous";
   for (const CutSet& cuts : cut_sets) {
+    if (cuts[Cut::overlap])
+      return s.source + ": cut set '" + variant_name(s, cuts) + "' turns on overlap: the cut is " + not_yet +
+             " (`prefill-bench plan` shows its launch order); for " + command + " leave overlap off";
     const Schedule sched = attention_schedule(cuts, s.layout, s.cp);
     if (sched == Schedule::prefix || sched == Schedule::stripe) continue;
-    std::string name = cuts.short_name();
-    for (auto v = s.variants.rbegin(); v != s.variants.rend(); ++v)  // the first variant of this cut set
-      if (v->cuts == cuts) name = v->name;
-    return s.source + ": cut set '" + name + "' turns on balance at cp " + std::to_string(s.cp) + ": the " +
+    return s.source + ": cut set '" + variant_name(s, cuts) + "' turns on balance at cp " + std::to_string(s.cp) +
+           ": the " +
            schedule_name(sched) + " schedule is not enabled on the device yet (`prefill-bench plan` shows it); for " +
            command + " leave balance off (e.g. --cuts seed, or list the cuts without balance)";
   }

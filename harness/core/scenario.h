@@ -112,7 +112,7 @@ std::string world_size_problem(const Scenario& s, int world_size, bool plan);
 
 // "" when the device runs what the plan says for every cut set (and the
 // layout); else the message naming what is not enabled on the device (balance
-// where it moves windows; layout zigzag, built in the plan only). run, lane
+// where it moves windows; overlap; layout zigzag, built in the plan only). run, lane
 // and verify refuse such scenarios; `command` names the refusing command.
 std::string device_run_problem(const Scenario& s, const std::vector<CutSet>& cut_sets, const std::string& command);
 // The same over the scenario's variants.

@@ -248,6 +248,43 @@ RankAttention rank_attention(Schedule schedule, int cp, int rank) {
   return {};
 }
 
+RankAttention overlap_order(const RankAttention& a) {
+  const int me = a.rank;
+  const auto is_causal_window = [&](const RankAttention::Step& s) {
+    return !s.is_merge && s.window.q == me && s.window.k == me;
+  };
+  const auto is_causal_merge = [&](const RankAttention::Step& s) {
+    return s.is_merge && s.merge.slot < 0 && s.merge.k == me;
+  };
+  const auto is_helped = [&](const RankAttention::Step& s) { return !s.is_merge && s.window.q != me; };
+  const auto causal = std::find_if(a.steps.begin(), a.steps.end(), is_causal_window);
+  const auto causal_merge = std::find_if(a.steps.begin(), a.steps.end(), is_causal_merge);
+  const bool has_causal = causal != a.steps.end();
+  PB_CHECK(has_causal == (causal_merge != a.steps.end()) && (!has_causal || causal < causal_merge),
+           "overlap_order: a causal window without its merge after it");
+  const bool merge_before = std::any_of(a.steps.begin(), causal_merge, [](const auto& s) { return s.is_merge; });
+  RankAttention out = a;
+  out.steps.clear();
+  if (has_causal) {
+    out.steps.push_back(*causal);
+    out.steps.back().window.held = merge_before;
+    if (!merge_before) out.steps.push_back(*causal_merge);
+  }
+  for (const auto& s : a.steps)
+    if (is_helped(s)) out.steps.push_back(s);
+  for (const auto& s : a.steps) {
+    if (is_helped(s) || is_causal_window(s) || (!merge_before && is_causal_merge(s))) continue;
+    out.steps.push_back(s);
+    if (is_causal_merge(s)) out.steps.back().merge.held = true;
+  }
+  return out;
+}
+
+RankAttention launch_attention(const CutSet& cuts, Layout layout, int cp, int rank) {
+  const RankAttention a = rank_attention(attention_schedule(cuts, layout, cp), cp, rank);
+  return cuts[Cut::overlap] ? overlap_order(a) : a;
+}
+
 std::vector<RankAttention> gang_attention(Schedule schedule, int cp) {
   std::vector<RankAttention> gang;
   for (int r = 0; r < cp; ++r) gang.push_back(rank_attention(schedule, cp, r));

@@ -80,7 +80,7 @@
 // rows [a, b) of a segment and keys [0, b) of it would have tk - tq = a, which
 // is what the bottom-right mask needs; window_shape computes it in general.
 //
-// A rank's launch order: its FMHA windows in the order above (each key
+// A rank's launch order (without cut 8; overlap_order gives it with): its FMHA windows in the order above (each key
 // segment's keys are expanded right before the first window over them), in
 // each return slot first the window it runs for another owner, then the merge
 // of what its own slot helper returned. key_segments lists the expansions,
@@ -164,6 +164,9 @@ struct FmhaWindow {
   int slot = -1;  // return slot for helped windows, else -1
   Parts q_parts = kWholeRank;
   Parts k_parts = kWholeRank;
+  // A local window whose (o, lse) is kept in the held buffer until its merge
+  // (overlap_order: other windows run in between); else it lands in the window buffer.
+  bool held = false;
 };
 // Its work in segment pairs.
 double window_pairs(const FmhaWindow& w);
@@ -178,6 +181,7 @@ struct MergeStep {
   int slot = -1;  // -1: local
   Parts rows = kWholeRank;
   bool reset = false;
+  bool held = false;  // a local merge from the held buffer (its window is held)
 };
 
 // Everything one rank does in one MLA layer's attention, in launch order.
@@ -218,6 +222,24 @@ std::vector<int> helpers_of(Schedule schedule, int cp, int owner);
 
 RankAttention rank_attention(Schedule schedule, int cp, int rank);
 std::vector<RankAttention> gang_attention(Schedule schedule, int cp);
+
+// Cut 8 (overlap): the same steps, launched so that the windows that wait on
+// no peer's keys come first. Order: the rank's own causal window (its keys
+// and queries are its own: no wait), then every helped window it runs (over
+// its own keys; they wait only for the owner's queries and slot, and their
+// returns reach the owners sooner), then the remaining steps in the
+// schedule's order. The merges keep the schedule's order exactly, so every
+// accumulator row sees the same merges in the same order: the outputs are
+// the schedule's bit for bit. When some merge comes before the causal
+// window's in the schedule, that window is `held` (its output waits in a
+// second buffer, [t, H, dv] bf16 and [H, t] f32, until its merge, which reads
+// it from there); otherwise its merge follows it at once. Every other local
+// window is still merged before the next window runs. Unchanged when the
+// causal window and the helped windows already come first.
+RankAttention overlap_order(const RankAttention& a);
+// The steps a rank launches under `cuts`: rank_attention, through
+// overlap_order when cut 8 is on.
+RankAttention launch_attention(const CutSet& cuts, Layout layout, int cp, int rank);
 
 // A window as an FMHA launch, given each rank's row count: its query rows in
 // rank q's local rows, its key rows in rank k's, and the mask (kernels/fmha/

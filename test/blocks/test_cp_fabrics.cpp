@@ -8,7 +8,9 @@
 // MLA calls switch schedules (prefix, stripe, balance, cut 4) so both return
 // slabs, the helped windows (balance's moved halves among them: the tests run
 // at even cp) and the acknowledgements of earlier calls are crossed;
-// KDA calls cover both halo and package parities. Both layouts: contiguous,
+// KDA calls cover both halo and package parities. Both blocks also run calls
+// with cut 8 (overlap) on among the plain ones: their sends and waits come in
+// another order. Both layouts: contiguous,
 // and zigzag (keys of part 0 only for k < rank; two KDA pieces a rank, halos
 // and packages in their slots, schedule.h). Tiny widths with uneven segments
 // (zigzag: odd chunks), and K3 widths at short length.
@@ -140,17 +142,24 @@ Traffic check_mla(const ModelShape& m, int64_t context, int64_t pad_rows, const 
   const MlaWeights w(m, 77, lane.stream);
   const Blas blas;
   // Two prefix calls before the first stripe call, then back and forth, balance
-  // among them (mla_block.h's acknowledgements).
+  // among them (mla_block.h's acknowledgements), then overlap (cut 8: sends and
+  // waits in another order) switched on and off among the three schedules.
   CutSet balance = cuts_with(true, true);
   balance.set(Cut::balance, true);
+  const auto overlapped = [](CutSet c) {
+    c.set(Cut::overlap, true);
+    return c;
+  };
   const std::vector<CutSet> order = {cuts_with(false, false), cuts_with(false, true), cuts_with(true, true),
                                      cuts_with(true, false),  cuts_with(false, false), cuts_with(true, true),
                                      balance,                 cuts_with(false, false), cuts_with(true, true),
-                                     balance,                 balance};
+                                     balance,                 balance,                 overlapped(balance),
+                                     overlapped(cuts_with(true, true)), cuts_with(false, false),
+                                     overlapped(cuts_with(false, false)), overlapped(balance), balance};
   const Calls calls = [&](Fabric& fab) {
     Timeline tl(lane.stream, false);
     tl.set_layer(1);
-    MlaBlock block(m, w, {lane.me, lane.cp, lane.segs, lane.rows, &fab, false, layout}, FmhaEngine::native);
+    MlaBlock block(m, w, {lane.me, lane.cp, lane.segs, lane.rows, &fab, false, layout, true}, FmhaEngine::native);
     return run_calls(
         fab, tl, order, [&](int64_t seq, const CutSet& cuts) { block.run(lane.input.get(), seq, cuts, tl, blas); },
         [&] { return std::vector<Bits>{download(block.attn_out(), block.live_rows() * m.hidden)}; });
@@ -166,7 +175,10 @@ Traffic check_kda(const ModelShape& m, int64_t context, int64_t pad_rows, const 
                      << layout_name(layout));
   const KdaWeights w(m, 91, lane.stream);
   const Blas blas;
-  const std::vector<CutSet> order = {CutSet::none(), CutSet::all(), CutSet::none(), CutSet::all()};
+  CutSet all_overlapped = CutSet::all();  // cut 8: the halo sent and waited for in another place
+  all_overlapped.set(Cut::overlap, true);
+  const std::vector<CutSet> order = {CutSet::none(), CutSet::all(), CutSet::none(), CutSet::all(), all_overlapped,
+                                     CutSet::none(), all_overlapped};
   const Calls calls = [&](Fabric& fab) {
     Timeline tl(lane.stream, false);
     tl.set_layer(2);

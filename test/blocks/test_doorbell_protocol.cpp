@@ -15,6 +15,10 @@
 //   - concurrent ranks, many random interleavings of the ranks' streams: no
 //     deadlock, and every read finds its own call's content (nothing
 //     overwritten before its readers are done, nothing read before written).
+// Calls run with cut 8 (overlap) on or off, switching between calls: MLA's
+// attention then runs its steps in overlap_order (schedule.h), which moves
+// waits and reads; KDA's overlap moves only launches that touch no slab and
+// ring no doorbell (kda_block.h), so its ops are the same either way.
 // Each rank's stream starts with what its blocks' constructors write into its
 // own slab: no collective separates them from the peers' first calls (the
 // fabric's construction is the last before them), so an IPC peer may already
@@ -78,8 +82,8 @@ void mla_project(Ops& ops, int cp, int me, int64_t seq, const std::vector<Schedu
 // acknowledge the return slots of the protocol's helpers this call did not
 // merge (ack_unmerged = false drops that acknowledgement).
 void mla_attend(Ops& ops, int cp, int me, int64_t seq, Schedule sched, bool ack_unmerged,
-                const std::vector<Schedule>& protocol) {
-  const RankAttention a = rank_attention(sched, cp, me);
+                const std::vector<Schedule>& protocol, bool overlap) {
+  const RankAttention a = overlap ? overlap_order(rank_attention(sched, cp, me)) : rank_attention(sched, cp, me);
   const int slab = return_slab(seq);
   std::vector<bool> expanded(size_t(cp), false);
   for (const auto& step : a.steps) {
@@ -203,6 +207,7 @@ void kda_recur(Ops& ops, Layout layout, int cp, int me, int64_t seq) {
 struct Call {
   bool mla;
   Schedule sched;
+  bool overlap = false;  // cut 8
 };
 
 // ops[rank][phase] over the whole sequence: phase 0 = the blocks'
@@ -223,7 +228,7 @@ std::vector<std::vector<Ops>> build(int cp, const std::vector<Call>& calls, bool
       if (cp == 1) continue;  // no fabric at cp 1
       if (c.mla) {
         mla_project(ops[size_t(r)][2 * i + 1], cp, r, mla_seq, protocol);
-        mla_attend(ops[size_t(r)][2 * i + 2], cp, r, mla_seq, c.sched, ack_unmerged, protocol);
+        mla_attend(ops[size_t(r)][2 * i + 2], cp, r, mla_seq, c.sched, ack_unmerged, protocol, c.overlap);
       } else {
         kda_project(ops[size_t(r)][2 * i + 1], layout, cp, r, kda_seq);
         kda_recur(ops[size_t(r)][2 * i + 2], layout, cp, r, kda_seq);
@@ -334,13 +339,21 @@ std::vector<Call> run_order(int layers) {
   return calls;
 }
 
-std::vector<Call> random_order(int n, uint32_t seed, const std::vector<Schedule>& schedules = kDeviceProtocol) {
+std::vector<Call> random_order(int n, uint32_t seed, const std::vector<Schedule>& schedules = kDeviceProtocol,
+                               bool random_overlap = false) {
   std::mt19937 rng(seed);
   std::vector<Call> calls;
   for (int i = 0; i < n; ++i) {
     const bool mla = rng() % 2 == 0;
-    calls.push_back({mla, schedules[rng() % schedules.size()]});
+    const Schedule sched = schedules[rng() % schedules.size()];
+    calls.push_back({mla, sched, random_overlap && rng() % 2 == 0});
   }
+  return calls;
+}
+
+// The calls with cut 8 on: in every call (period 0), or in every other run of `period` calls.
+std::vector<Call> with_overlap(std::vector<Call> calls, size_t period = 0) {
+  for (size_t i = 0; i < calls.size(); ++i) calls[i].overlap = period == 0 || (i / period) % 2 == 1;
   return calls;
 }
 
@@ -472,4 +485,46 @@ TEST_CASE("a KDA block's constructor that zeros its whole halo slots erases call
     CHECK(e.find("halo (seq 0") != std::string::npos);
     CHECK(e.find("found the content of seq " + std::to_string(kCleared)) != std::string::npos);
   }
+}
+
+TEST_CASE("cut 8 (overlap): overlapped launch orders, alone and switching with the plain ones, cp 1..8") {
+  const std::vector<Schedule> contiguous = protocol_schedules(Schedule::balance);
+  const std::vector<Schedule> zz = protocol_schedules(Schedule::zigzag);
+  for (int cp = 1; cp <= 8; ++cp) {
+    check_all(cp, with_overlap(verify_order(6)), "verify, every call overlapped");
+    check_all(cp, with_overlap(run_order(5), 5), "run: plain and overlapped supersteps interleaved");
+    std::vector<Call> three;  // prefix, stripe, balance, each plain and overlapped
+    for (int rep = 0; rep < 2; ++rep)
+      for (Schedule s : contiguous) append_superstep(three, 5, s);
+    check_all(cp, with_overlap(three, 5), "run: the three schedules, plain and overlapped", contiguous);
+    check_all(cp, random_order(40, 13u * uint32_t(cp), contiguous, true), "random, overlap switched per call",
+              contiguous);
+    // Zigzag's MLA overlapped, and its KDA (whose ops overlap does not move), concurrently; MLA alone serialized.
+    std::vector<Call> zig;
+    for (int rep = 0; rep < 3; ++rep) append_superstep(zig, 5, Schedule::zigzag);
+    const auto ops = build(cp, with_overlap(zig, 5), true, zz);
+    for (uint32_t seed = 1; seed <= 20; ++seed) {
+      CAPTURE(seed);
+      CHECK(run_concurrent(cp, ops, seed) == "");
+    }
+    CHECK(run_serialized(cp, build(cp, with_overlap(std::vector<Call>(6, Call{true, Schedule::zigzag})), true, zz)) ==
+          "");
+  }
+}
+
+TEST_CASE("cut 8 (overlap) moves the MLA waits: the diagonal before the peer keys, helped windows before them") {
+  // stripe cp 4, rank 3: plain, its first wait is on rank 0's keys; overlapped, its first op is still rank 0's keys
+  // (the diagonal and helped windows wait on nothing / rank 3 helps nobody), but at cp 6 rank 2 helps rank 4 and
+  // waits for rank 4's queries before rank 1's keys.
+  const auto first_wait = [](int cp, int me, bool overlap) {
+    Ops ops;
+    mla_attend(ops, cp, me, 0, Schedule::stripe, true, kDeviceProtocol, overlap);
+    for (const Op& op : ops)
+      if (op.kind == OpKind::wait) return std::make_tuple(op.sender, op.what);
+    return std::make_tuple(-1, std::string());
+  };
+  CHECK(first_wait(4, 3, false) == std::make_tuple(0, std::string("keys' window")));
+  CHECK(first_wait(4, 3, true) == std::make_tuple(0, std::string("keys' window")));
+  CHECK(first_wait(6, 2, false) == std::make_tuple(1, std::string("keys' window")));
+  CHECK(first_wait(6, 2, true) == std::make_tuple(4, std::string("queries' window")));
 }

@@ -14,6 +14,8 @@
 //     r - 1 or r + 1, or zeros) and every piece (its S_in: packages folded
 //     over non-contiguous pieces); cut 2 on/off and repeated calls keep the
 //     bits.
+//   - overlap (cut 8): core and block outputs with it equal those without it
+//     bit for bit, on every rank and at CP1, both layouts.
 // Tiny widths and K3 widths (96 heads, hidden 7168) at short length.
 // And: a rank that builds its block only once its upstream rank's halo rows
 // of call 0 have landed in its slab (nothing orders the two) reads those rows.
@@ -202,6 +204,34 @@ void check_kda_zigzag(const ModelShape& m, int64_t context, int64_t pad_rows) {
   gang.barrier();
 }
 
+// Cut 8 (overlap) on == off bit for bit (core and block) on every rank and at
+// CP1, over calls that switch it and cuts 1, 2, 5.
+void check_kda_overlap(const ModelShape& m, int64_t context, int64_t pad_rows, Layout layout) {
+  const test::LayoutInput in(m.hidden, context, pad_rows, 43);
+  INFO("model " << m.preset << " cp " << in.cp << " rank " << in.me << " context " << context << " layout "
+                << layout_name(layout));
+  const KdaWeights w(m, 95, in.stream);
+  CutSet none = CutSet::none(), all = CutSet::all(), none_o = none, all_o = all;
+  none_o.set(Cut::overlap, true);
+  all_o.set(Cut::overlap, true);
+  {
+    const Blas blas;
+    Timeline tl(in.stream, false);
+    KdaBlock one(m, w, {0, 1, {{0, context}}, context, nullptr});
+    const Out plain = run_block(one, in.full.get(), 0, all, tl, blas, nullptr, m);
+    const Out over = run_block(one, in.full.get(), 1, all_o, tl, blas, nullptr, m);
+    CHECK_MESSAGE((over.block == plain.block && over.core == plain.core), "CP1: cut 8 changed the bits");
+  }
+  const std::vector<CutSet> calls = {none, none_o, all, all_o, all_o, all, none_o, none};
+  const std::vector<size_t> plain_of = {0, 0, 2, 2, 2, 2, 0, 0};
+  const std::vector<Out> out = run_layout(m, w, in, layout, calls);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    CAPTURE(i);
+    CHECK_MESSAGE(out[i].core == out[plain_of[i]].core, "cut 8 (or a repeated call) changed the core's bits");
+    CHECK_MESSAGE(out[i].block == out[plain_of[i]].block, "cut 8 (or a repeated call) changed the block's bits");
+  }
+}
+
 // Blocks until this rank's doorbell `flag` holds at least `value` (stored by
 // an IPC peer); false after timeout_s.
 bool await_doorbell(const Fabric& fab, int flag, uint64_t value, double timeout_s) {
@@ -241,6 +271,19 @@ void check_late_construction(const ModelShape& m, int64_t context, int64_t pad_r
 }  // namespace
 
 TEST_CASE("KDA across the CP lane, tiny widths") { check_kda_lane(model_preset("tiny"), 203, 13); }
+
+TEST_CASE("KDA with overlap (cut 8) == without, bit for bit, tiny widths, uneven segments") {
+  check_kda_overlap(model_preset("tiny"), 203, 13, Layout::contiguous);
+}
+
+TEST_CASE("KDA with overlap (cut 8) == without, bit for bit, K3 widths at short length") {
+  check_kda_overlap(model_preset("k3"), 256, 16, Layout::contiguous);
+}
+
+TEST_CASE("KDA with overlap (cut 8) == without, bit for bit, layout zigzag (two pieces), tiny widths") {
+  const int cp = test_gang().size();
+  check_kda_overlap(model_preset("tiny"), 2 * cp * 37, 13, Layout::zigzag);
+}
 
 TEST_CASE("KDA across the CP lane, K3 widths at short length") { check_kda_lane(model_preset("k3"), 256, 16); }
 

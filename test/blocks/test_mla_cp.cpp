@@ -19,6 +19,9 @@
 //     last row) probes the same argmax; every cut set gives the same bits
 //     (cuts 1, 4, 5 exact; 3 and 7 change nothing under zigzag); repeated
 //     calls reproduce them.
+//   - overlap (cut 8): every rank's output with it equals without it bit for
+//     bit, under prefix, stripe, balance (and zigzag), over calls that switch
+//     it, and at CP1.
 // Tiny widths (uneven segments: odd context, odd rows split in unequal
 // halves; zigzag: odd chunks) and K3 widths (96 heads, hidden 7168) at short length.
 #include <doctest/doctest.h>
@@ -249,7 +252,7 @@ void check_balance_cudnn(const ModelShape& m, int64_t context, int64_t pad_rows)
 // One layout's CP-N run: its fabric, its block on this rank's rows of the
 // input, the calls under `cuts` in order (seq 0, 1, ...); the outputs of each.
 std::vector<Bits> run_layout(const ModelShape& m, const MlaWeights& w, const test::LayoutInput& in, Layout layout,
-                             const std::vector<CutSet>& cuts) {
+                             const std::vector<CutSet>& cuts, bool lane_overlap = false) {
   const Gang& gang = test_gang();
   const DeviceBuffer<__nv_bfloat16> local = in.local(layout);
   const Blas blas;
@@ -257,7 +260,8 @@ std::vector<Bits> run_layout(const ModelShape& m, const MlaWeights& w, const tes
   Fabric fab(gang, slab_layout(in.cp, in.rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()),
                                int(m.v_head), layout),
              30.0);
-  MlaBlock block(m, w, {in.me, in.cp, lane_segments(layout, in.context, in.cp), in.rows, &fab, false, layout},
+  MlaBlock block(m, w,
+                 {in.me, in.cp, lane_segments(layout, in.context, in.cp), in.rows, &fab, false, layout, lane_overlap},
                  FmhaEngine::native);
   std::vector<Bits> out;
   for (size_t i = 0; i < cuts.size(); ++i)
@@ -316,7 +320,64 @@ void check_zigzag(const ModelShape& m, int64_t context, int64_t pad_rows) {
   gang.barrier();
 }
 
+CutSet with_overlap(CutSet c) {
+  c.set(Cut::overlap, true);
+  return c;
+}
+
+// Cut 8 (overlap) on == off bit for bit on every rank (and at CP1), over calls
+// that switch the schedule (prefix, stripe, balance; zigzag's alone under
+// that layout) and cut 8 between calls, so the return slots' and windows'
+// acknowledgements cross plain and overlapped calls.
+void check_overlap(const ModelShape& m, int64_t context, int64_t pad_rows, Layout layout) {
+  const test::LayoutInput in(m.hidden, context, pad_rows, 41);
+  INFO("model " << m.preset << " cp " << in.cp << " rank " << in.me << " context " << context << " layout "
+                << layout_name(layout));
+  const MlaWeights w(m, 53, in.stream);
+  {
+    const Blas blas;
+    Timeline tl(in.stream, false);
+    MlaBlock one(m, w, {0, 1, {{0, context}}, context, nullptr, false, Layout::contiguous, true}, FmhaEngine::native);
+    const CutSet all = cuts_with(true, true);
+    const Bits plain = run_block(one, in.full.get(), 0, all, tl, blas, nullptr, m.hidden);
+    CHECK_MESSAGE(run_block(one, in.full.get(), 1, with_overlap(all), tl, blas, nullptr, m.hidden) == plain,
+                  "CP1: cut 8 changed the block's bits");
+  }
+  std::vector<CutSet> bases = {cuts_with(false, false), cuts_with(true, true), balance_cuts(true)};
+  if (layout == Layout::zigzag) bases = {cuts_with(true, true)};
+  std::vector<CutSet> calls;  // per base: plain, overlapped, overlapped again, plain again; the bases then reversed
+  std::vector<size_t> plain_of;
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t i = 0; i < bases.size(); ++i) {
+      const CutSet& base = bases[pass == 0 ? i : bases.size() - 1 - i];
+      const size_t first = calls.size();
+      for (const CutSet& c : {base, with_overlap(base), with_overlap(base), base}) {
+        calls.push_back(c);
+        plain_of.push_back(first);
+      }
+    }
+  const std::vector<Bits> out = run_layout(m, w, in, layout, calls, true);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    CAPTURE(i);
+    CAPTURE(calls[i].short_name());
+    CHECK_MESSAGE(out[i] == out[plain_of[i]], "cut 8 (or a repeated call) changed this rank's bits");
+  }
+}
+
 }  // namespace
+
+TEST_CASE("MLA with overlap (cut 8) == without, bit for bit, prefix, stripe, balance, tiny widths, uneven segments") {
+  check_overlap(model_preset("tiny"), 203, 13, Layout::contiguous);
+}
+
+TEST_CASE("MLA with overlap (cut 8) == without, bit for bit, prefix, stripe, balance, K3 widths at short length") {
+  check_overlap(model_preset("k3"), 256, 16, Layout::contiguous);
+}
+
+TEST_CASE("MLA with overlap (cut 8) == without, bit for bit, layout zigzag, tiny widths, odd chunks") {
+  const int cp = test_gang().size();
+  check_overlap(model_preset("tiny"), 2 * cp * 51, 13, Layout::zigzag);
+}
 
 TEST_CASE("MLA under layout zigzag == the contiguous layout within summation order, tiny widths, odd chunks") {
   const int cp = test_gang().size();

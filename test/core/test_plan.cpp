@@ -836,3 +836,84 @@ TEST_CASE("zigzag at cp 1 is the contiguous plan, launch by launch") {
     CHECK(a.launches[i].cost.flops == b.launches[i].cost.flops);
   }
 }
+
+namespace {
+
+CutSet with_overlap(CutSet c) {
+  c.set(Cut::overlap, true);
+  return c;
+}
+
+// A layer's launches from its first launch of `first` to its first of `last`, both included.
+std::vector<std::string> launches_between(const RankPlan& p, const std::string& first, const std::string& last) {
+  int32_t layer = -1;
+  std::vector<std::string> out;
+  for (const auto& l : p.launches) {
+    if (layer < 0 && l.kernel == first) layer = l.layer;
+    if (layer < 0 || l.layer != layer) continue;
+    out.push_back(l.kernel);
+    if (l.kernel == last) break;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("overlap (cut 8): the same launches and costs in another order, per rank, every schedule and layout") {
+  for (const Scenario& s : {k3(4, 65536), k3(8, 131072), with_layout(k3(4, 65536), Layout::zigzag), k3(1, 16384)})
+    for (const CutSet& base : {CutSet::none(), all_cuts().without(Cut::balance), all_cuts()})
+      for (int r = 0; r < s.cp; ++r) {
+        CAPTURE(s.cp);
+        CAPTURE(layout_name(s.layout));
+        CAPTURE(base.short_name());
+        CAPTURE(r);
+        const RankPlan plain = plan_rank(s, base, r), over = plan_rank(s, with_overlap(base), r);
+        REQUIRE(plain.launches.size() == over.launches.size());
+        CHECK(plain.fmha_pairs == over.fmha_pairs);
+        auto key = [](const Launch& l) {
+          return std::make_tuple(l.layer, l.kernel, l.cost.bytes, l.cost.flops, l.fabric_bytes);
+        };
+        std::vector<decltype(key(plain.launches[0]))> a, b;
+        for (const auto& l : plain.launches) a.push_back(key(l));
+        for (const auto& l : over.launches) b.push_back(key(l));
+        CHECK(a != b);  // at cp 1 too: the KDA streams' GEMMs move ahead of the convs
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        CHECK(a == b);
+      }
+}
+
+TEST_CASE("overlap at cp4: KDA sends its halo first and waits for the upstream's after its projections") {
+  const Scenario s = k3(4, 65536);
+  const CutSet cuts = with_overlap(all_cuts());
+  const std::vector<std::string> kda = {
+      "rmsnorm.kda_in", "fabric.wait_halo_free", "fabric.publish_halo",  // rank 2's carry, before this rank's work
+      "gemm.kda_g", "gemm.kda_small", "land.beta", "land.f_a", "land.out_gate", "gemm.kda_f_b",
+      "gemm.kda_q", "gemm.kda_k", "gemm.kda_v", "land.forget",
+      "fabric.wait_halo", "gemm.halo_qkv", "land.halo_q", "land.halo_k", "land.halo_v", "fabric.release_halo",
+      "conv.chunk_q", "conv.chunk_k", "conv.chunk_v", "kda.prepare"};
+  CHECK(launches_between(plan_rank(s, cuts, 1), "rmsnorm.kda_in", "kda.prepare") == kda);
+  const std::vector<std::string> plain = {
+      "rmsnorm.kda_in", "gemm.kda_g", "gemm.kda_small", "land.beta", "land.f_a", "land.out_gate", "gemm.kda_f_b",
+      "fabric.wait_halo_free", "fabric.publish_halo",
+      "fabric.wait_halo", "gemm.halo_qkv", "land.halo_q", "land.halo_k", "land.halo_v", "fabric.release_halo",
+      "gemm.kda_q", "conv.chunk_q", "gemm.kda_k", "conv.chunk_k", "gemm.kda_v", "conv.chunk_v", "land.forget",
+      "kda.prepare"};
+  CHECK(launches_between(plan_rank(s, all_cuts(), 1), "rmsnorm.kda_in", "kda.prepare") == plain);
+}
+
+TEST_CASE("overlap at cp4 under balance: the owner's diagonal (held) and helped window before the peer's keys") {
+  const Scenario s = k3(4, 65536);
+  const std::vector<std::string> owner = {
+      "gemm.kv_b", "mla.expand_k", "fmha.causal 16384",                           // the diagonal, held
+      "fabric.wait_queries", "fmha.helped 16384", "fabric.publish_return",        // slot 0: rank 3
+      "fabric.wait_window", "gemm.kv_b", "mla.expand_k",                          // rank 0's keys
+      "fmha.dense 8192", "lse_merge init 8192",                                   // (1, 0) rows [0, 8192)
+      "fabric.wait_return", "lse_merge init 8192", "fabric.release_return",       // rows [8192, 16384) from rank 0
+      "lse_merge 16384"};                                                         // the diagonal, in its place
+  CHECK(attention_launches(plan_rank(s, with_overlap(all_cuts()), 1), s.model) == owner);
+  // the gate lands before the wait for the window's readers
+  const std::vector<std::string> head = {"rmsnorm.mla_in", "gemm.wfu", "land.q_a", "rmsnorm.q_a", "land.mla_gate",
+                                         "fabric.wait_released", "land.kv_a"};
+  CHECK(launches_between(plan_rank(s, with_overlap(all_cuts()), 1), "rmsnorm.mla_in", "land.kv_a") == head);
+}

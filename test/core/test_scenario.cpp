@@ -49,7 +49,7 @@ TEST_CASE("the shipped scenarios load and validate") {
   CHECK(k3.segment() == 16384);
   CHECK(k3.turn_settle_ms == 50);
   Scenario ab = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/ab-each-cut.yaml");
-  CHECK(ab.variants.size() == 2 + kCutCount - 1);  // every cut the device blocks run: all but balance
+  CHECK(ab.variants.size() == 2 + kCutCount - 2);  // every cut the device blocks run: all but balance and overlap
   CHECK(ab.variants[0].name == "baseline");
   CHECK(ab.variants[0].cuts == CutSet::none());
   CHECK(ab.variants[1].cuts == CutSet::all());
@@ -96,6 +96,10 @@ TEST_CASE("cut sets in every spelling") {
   for (Cut c : kAllCuts) seed_count += CutSet::seed()[c];
   CHECK(seed_count == 5);
   CHECK_FALSE(CutSet::all()[Cut::balance]);  // `all` holds what the device blocks run (cuts.h)
+  CHECK_FALSE(CutSet::all()[Cut::overlap]);
+  CHECK_FALSE(CutSet::seed()[Cut::overlap]);
+  CHECK(cuts_of("[overlap]")[Cut::overlap]);
+  CHECK(CutSet::none().without(Cut::overlap).problem().empty());
   CutSet sb;
   sb.set(Cut::stripe, true);
   sb.set(Cut::balance, true);
@@ -106,11 +110,12 @@ TEST_CASE("cut sets in every spelling") {
   CHECK(CutSet::all().without(Cut::balance)[Cut::stripe] == true);
 }
 
-TEST_CASE("each-cut has a variant per cut the device blocks run; balance is asked for by name") {
+TEST_CASE("each-cut has a variant per cut the device blocks run; balance and overlap are asked for by name") {
   const Scenario s = parse_scenario(std::string(kGood) + "variants: each-cut\n", "t.yaml");
-  REQUIRE(s.variants.size() == 2 + kCutCount - 1);
+  REQUIRE(s.variants.size() == 2 + kCutCount - 2);
   for (const VariantSpec& v : s.variants) {
     CHECK(v.name != "balance");
+    CHECK(v.name != "overlap");
     CHECK(v.cuts.problem().empty());
   }
   CutSet sb;
@@ -163,6 +168,13 @@ TEST_CASE("run, lane and verify refuse what only the plan builds: balance where 
   CutSet with_balance = CutSet::all();
   with_balance.set(Cut::balance, true);
   CHECK_FALSE(device_run_problem(plain, {with_balance}, "verify").empty());
+  // overlap: refused by name, whatever the schedule
+  const std::string ov = device_run_problem(scenario(4, "variants: [{name: hidden, cuts: [land, overlap]}]\n"), "run");
+  CHECK(contains(ov, "cut set 'hidden' turns on overlap"));
+  CHECK(contains(ov, "for run leave overlap off"));
+  CutSet with_overlap = CutSet::all();
+  with_overlap.set(Cut::overlap, true);
+  CHECK(contains(device_run_problem(plain, {CutSet::none(), with_overlap}, "verify"), "turns on overlap"));
 }
 
 TEST_CASE("command-line overrides apply before validation") {

@@ -781,3 +781,108 @@ TEST_CASE("lane segments: each rank's rows as one segment; the last token's rank
   CHECK(last_token_rank(Layout::zigzag, 1) == 0);
   CHECK_THROWS(last_token_rank(Layout::zigzag, 0));
 }
+
+namespace {
+
+// The merges of a rank's steps, in order, without the held mark.
+std::vector<std::tuple<int, int, int, int, bool>> merges_of(const RankAttention& a) {
+  std::vector<std::tuple<int, int, int, int, bool>> m;
+  for (const auto& s : a.steps)
+    if (s.is_merge) m.emplace_back(s.merge.k, s.merge.slot, s.merge.rows.begin, s.merge.rows.end, s.merge.reset);
+  return m;
+}
+
+// The windows of a rank's steps, sorted, without the held mark.
+std::vector<std::tuple<int, int, int, int, int, int, int>> windows_of(const RankAttention& a) {
+  std::vector<std::tuple<int, int, int, int, int, int, int>> w;
+  for (const auto& s : a.steps)
+    if (!s.is_merge)
+      w.emplace_back(s.window.q, s.window.k, s.window.slot, s.window.q_parts.begin, s.window.q_parts.end,
+                     s.window.k_parts.begin, s.window.k_parts.end);
+  std::sort(w.begin(), w.end());
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("overlap_order: the same windows, the merges in the schedule's order, the waitless windows first") {
+  for (Schedule sched : kAllSchedules)
+    for (int cp = 1; cp <= 16; ++cp)
+      for (const RankAttention& a : gang_attention(sched, cp)) {
+        CAPTURE(schedule_name(sched));
+        CAPTURE(cp);
+        CAPTURE(a.rank);
+        const RankAttention o = overlap_order(a);
+        CHECK(o.steps.size() == a.steps.size());
+        CHECK(windows_of(o) == windows_of(a));
+        CHECK(merges_of(o) == merges_of(a));  // every row: the same merges, in the same order, the same resets
+        CHECK(o.key_segments == a.key_segments);
+        CHECK(o.load_pairs == a.load_pairs);
+        // First the own causal window, then every helped window; no window that waits for a peer's keys before them.
+        REQUIRE_FALSE(o.steps.front().is_merge);
+        CHECK((o.steps.front().window.q == a.rank && o.steps.front().window.k == a.rank));
+        bool peer_keys_seen = false;
+        for (const auto& s : o.steps) {
+          if (s.is_merge) continue;
+          if (s.window.k != a.rank) peer_keys_seen = true;
+          if (s.window.k == a.rank) CHECK_FALSE(peer_keys_seen);
+        }
+        // Buffers: a local window lands in the window buffer and is merged before the next window runs, or it
+        // is held (at most one, the causal one) and merged from the held buffer later; nothing else reads it.
+        int window_buffer = -1, held = -1;  // the step index of the window each buffer holds; -1 empty
+        int held_windows = 0;
+        for (size_t i = 0; i < o.steps.size(); ++i) {
+          const auto& s = o.steps[i];
+          if (!s.is_merge) {
+            CHECK(window_buffer < 0);  // a local window's output not merged yet would be overwritten
+            held_windows += s.window.held;
+            if (s.window.held) {
+              CHECK((s.window.q == a.rank && s.window.causal));
+              held = int(i);
+            } else if (s.window.q == a.rank) {
+              window_buffer = int(i);
+            }
+            continue;
+          }
+          if (s.merge.slot >= 0) continue;
+          const int from = s.merge.held ? held : window_buffer;
+          REQUIRE(from >= 0);
+          CHECK(o.steps[size_t(from)].window.k == s.merge.k);
+          CHECK(o.steps[size_t(from)].window.q_parts == s.merge.rows);
+          if (s.merge.held) held = -1;
+          else if (s.merge.rows.end == o.steps[size_t(from)].window.q_parts.end) window_buffer = -1;
+        }
+        CHECK(held_windows <= 1);
+        CHECK(held < 0);
+        CHECK(window_buffer < 0);
+        // Without a merge before the causal one (rank 0 of the contiguous schedules), nothing is held.
+        const bool merge_first = a.steps.size() > 1 && a.steps[1].is_merge && a.steps[1].merge.k == a.rank &&
+                                 a.steps[1].merge.slot < 0 && !a.steps[0].is_merge && a.steps[0].window.k == a.rank &&
+                                 a.steps[0].window.q == a.rank;
+        if (merge_first) CHECK(held_windows == 0);
+      }
+}
+
+TEST_CASE("overlap_order at cp 4, stripe rank 3: its diagonal held ahead of the kept windows") {
+  // stripe rank 3: kept 2, 0; diagonal; slot 0 merges helper 1. Overlapped: diagonal (held), then kept (3, 0),
+  // (3, 2) with their merges, the diagonal's merge from the held buffer, the slot merge.
+  const RankAttention o = overlap_order(rank_attention(Schedule::stripe, 4, 3));
+  REQUIRE(o.steps.size() == 7);
+  CHECK((o.steps[0].window.k == 3 && o.steps[0].window.held));
+  CHECK((o.steps[1].window.k == 0 && !o.steps[1].window.held));
+  CHECK((o.steps[2].is_merge && o.steps[2].merge.k == 0 && o.steps[2].merge.reset));
+  CHECK(o.steps[3].window.k == 2);
+  CHECK((o.steps[5].is_merge && o.steps[5].merge.k == 3 && o.steps[5].merge.held));
+  CHECK((o.steps[6].is_merge && o.steps[6].merge.slot == 0 && o.steps[6].merge.k == 1));
+  // Rank 0 at cp 4 under the stripe: diagonal, its merge, then its helped window for rank 2: nothing held.
+  const RankAttention r0 = overlap_order(rank_attention(Schedule::stripe, 4, 0));
+  REQUIRE(r0.steps.size() == 3);
+  CHECK((!r0.steps[0].window.held && r0.steps[1].is_merge && !r0.steps[1].merge.held && r0.steps[2].window.q == 2));
+  // launch_attention: the schedule's order without cut 8
+  CutSet c = CutSet::none();
+  c.set(Cut::stripe, true);
+  CHECK(merges_of(launch_attention(c, Layout::contiguous, 4, 3)) == merges_of(o));
+  CHECK(launch_attention(c, Layout::contiguous, 4, 3).steps[0].window.k == 0);
+  c.set(Cut::overlap, true);
+  CHECK(launch_attention(c, Layout::contiguous, 4, 3).steps[0].window.k == 3);
+}

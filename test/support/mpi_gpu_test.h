@@ -72,8 +72,9 @@ inline void copy_rank_rows(const __nv_bfloat16* full, __nv_bfloat16* local, Layo
 }
 
 // Layouts compared on one gang (-np cp): a seeded input [context, hidden], a
-// bucket that fits either layout's rows plus pad_rows (context divisible by
-// 2·cp), and the stream the calls run on.
+// bucket that fits either layout's rows plus pad_rows, and the stream the
+// calls run on. Zigzag needs the context divisible by 2·cp; the contiguous
+// layout alone takes any context (uneven segments).
 struct LayoutInput {
   int cp = 0, me = 0;
   int64_t context = 0, hidden = 0, rows = 0;
@@ -82,9 +83,9 @@ struct LayoutInput {
   DeviceBuffer<__nv_bfloat16> full;
   LayoutInput(int64_t hidden_, int64_t context_, int64_t pad_rows, uint64_t seed_)
       : cp(test_gang().size()), me(test_gang().rank()), context(context_), hidden(hidden_), seed(seed_) {
-    PB_CHECK(context % (2 * cp) == 0, "LayoutInput: zigzag needs the context divisible by 2*cp");
-    rows = std::max(contiguous_segments(context, cp)[0].len, lane_segments(Layout::zigzag, context, cp)[0].len) +
-           pad_rows;
+    rows = contiguous_segments(context, cp)[0].len;
+    if (context % (2 * cp) == 0) rows = std::max(rows, lane_segments(Layout::zigzag, context, cp)[0].len);
+    rows += pad_rows;
     PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     full = DeviceBuffer<__nv_bfloat16>(size_t(context * hidden));
     fill_uniform_bf16(full.get(), context * hidden, seed, 1.0f, stream);
@@ -94,6 +95,8 @@ struct LayoutInput {
   LayoutInput& operator=(const LayoutInput&) = delete;
   // This rank's rows under `layout` in a bucket of `rows` (the padding rows seeded: anything).
   DeviceBuffer<__nv_bfloat16> local(Layout layout) const {
+    PB_CHECK(layout != Layout::zigzag || context % (2 * cp) == 0,
+             "LayoutInput: zigzag needs the context divisible by 2*cp");
     DeviceBuffer<__nv_bfloat16> out(size_t(rows * hidden));
     fill_uniform_bf16(out.get(), rows * hidden, seed + 1, 1.0f, stream);
     copy_rank_rows(full.get(), out.get(), layout, context, cp, me, hidden, stream);
