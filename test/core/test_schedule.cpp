@@ -785,7 +785,7 @@ TEST_CASE("lane segments: each rank's rows as one segment; the last token's rank
 namespace {
 
 // The merges of a rank's steps, in order, without the held mark.
-std::vector<std::tuple<int, int, int, int, bool>> merges_of(const RankAttention& a) {
+std::vector<std::tuple<int, int, int, int, bool>> merge_keys(const RankAttention& a) {
   std::vector<std::tuple<int, int, int, int, bool>> m;
   for (const auto& s : a.steps)
     if (s.is_merge) m.emplace_back(s.merge.k, s.merge.slot, s.merge.rows.begin, s.merge.rows.end, s.merge.reset);
@@ -793,7 +793,7 @@ std::vector<std::tuple<int, int, int, int, bool>> merges_of(const RankAttention&
 }
 
 // The windows of a rank's steps, sorted, without the held mark.
-std::vector<std::tuple<int, int, int, int, int, int, int>> windows_of(const RankAttention& a) {
+std::vector<std::tuple<int, int, int, int, int, int, int>> window_keys(const RankAttention& a) {
   std::vector<std::tuple<int, int, int, int, int, int, int>> w;
   for (const auto& s : a.steps)
     if (!s.is_merge)
@@ -814,8 +814,8 @@ TEST_CASE("overlap_order: the same windows, the merges in the schedule's order, 
         CAPTURE(a.rank);
         const RankAttention o = overlap_order(a);
         CHECK(o.steps.size() == a.steps.size());
-        CHECK(windows_of(o) == windows_of(a));
-        CHECK(merges_of(o) == merges_of(a));  // every row: the same merges, in the same order, the same resets
+        CHECK(window_keys(o) == window_keys(a));
+        CHECK(merge_keys(o) == merge_keys(a));  // every row: the same merges, in the same order, the same resets
         CHECK(o.key_segments == a.key_segments);
         CHECK(o.load_pairs == a.load_pairs);
         // First the own causal window, then every helped window; no window that waits for a peer's keys before them.
@@ -881,7 +881,7 @@ TEST_CASE("overlap_order at cp 4, stripe rank 3: its diagonal held ahead of the 
   // launch_attention: the schedule's order without cut 8
   CutSet c = CutSet::none();
   c.set(Cut::stripe, true);
-  CHECK(merges_of(launch_attention(c, Layout::contiguous, 4, 3)) == merges_of(o));
+  CHECK(merge_keys(launch_attention(c, Layout::contiguous, 4, 3)) == merge_keys(o));
   CHECK(launch_attention(c, Layout::contiguous, 4, 3).steps[0].window.k == 0);
   c.set(Cut::overlap, true);
   CHECK(launch_attention(c, Layout::contiguous, 4, 3).steps[0].window.k == 3);
