@@ -69,7 +69,7 @@ Outcome run_once(Superstep& step, const CutSet& cuts, Timeline& tl, const Turn& 
 }  // namespace
 
 int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
-  // Every cut the device blocks run (balance and overlap are not enabled on the device yet).
+  // Every cut whose device blocks have passed their GPU tests (not yet balance and overlap).
   const CutSet every_cut = CutSet::all().without(Cut::balance).without(Cut::overlap);
   const std::vector<CutSet> runs = {CutSet::none(), every_cut};
   const GangScenario loaded = load_gang_scenario(gang, args, "verify", &runs);  // before CUDA starts

@@ -5,8 +5,9 @@
 // arithmetic; docs/cuts.md). A scenario spells a cut set as `all`, `none`,
 // `seed` (the five of the seed), a list of names, or a map name -> on/off.
 // `all` and the each-cut variants hold the cuts the device blocks run
-// (device_cut): balance and overlap are not enabled on the device yet (run,
-// lane and verify refuse them), and are asked for by name (e.g. `[stripe, balance]`).
+// (device_cut): balance and overlap have not yet passed their GPU tests (run,
+// lane and verify refuse them unless debug.untested_blocks is set), and are
+// asked for by name (e.g. `[stripe, balance]`).
 #pragma once
 
 #include <array>

@@ -134,8 +134,21 @@ TEST_CASE("layout: contiguous by default, zigzag by key or override") {
   CHECK(parse_scenario(kGood, "t.yaml", o).layout == Layout::zigzag);
 }
 
+TEST_CASE("debug.untested_blocks lets run and lane take balance, overlap and zigzag; it is a bool") {
+  const std::string base = "name: t\nmodel: {preset: tiny}\ncp: 4\ncontext: 1024\n";
+  const Scenario held = parse_scenario(base + "cuts: [stripe, balance, overlap]\nlayout: zigzag\n", "t.yaml");
+  CHECK_FALSE(device_run_problem(held, "run").empty());
+  ScenarioOverrides o;
+  o.sets = {"debug.untested_blocks=true"};
+  const Scenario let = parse_scenario(base + "cuts: [stripe, balance, overlap]\nlayout: zigzag\n", "t.yaml", o);
+  CHECK(let.debug.untested_blocks);
+  CHECK(device_run_problem(let, "run").empty());
+  CHECK_THROWS_WITH_AS(parse_scenario(base + "debug: {untested_blocks: maybe}\n", "t.yaml"),
+                       doctest::Contains("debug.untested_blocks"), pb::Error);
+}
+
 TEST_CASE("run, lane and verify refuse what only the plan builds: balance where it moves windows, zigzag") {
-  const std::string not_yet = "built in the plan; the device blocks do not run it yet";
+  const std::string not_yet = "in the device blocks but has not yet passed its GPU tests";
   auto scenario = [](int cp, const std::string& extra) {
     return parse_scenario("name: t\nmodel: {preset: tiny}\ncp: " + std::to_string(cp) + "\ncontext: " +
                               std::to_string(256 * cp) + "\n" + extra,
@@ -144,7 +157,8 @@ TEST_CASE("run, lane and verify refuse what only the plan builds: balance where 
   // balance at even cp: refused, naming the variant
   const std::string cp4 =
       device_run_problem(scenario(4, "variants: [{name: base, cuts: none}, {name: every, cuts: [stripe, balance]}]\n"), "run");
-  CHECK(contains(cp4, "the balance schedule is not enabled on the device yet"));
+  CHECK(contains(cp4, "the balance schedule is " + not_yet));
+  CHECK(contains(cp4, "--set debug.untested_blocks=true runs it anyway"));
   CHECK(contains(cp4, "t.yaml"));
   CHECK(contains(cp4, "'every'"));
   CHECK(contains(cp4, "balance at cp 4"));
