@@ -784,21 +784,20 @@ TEST_CASE("lane segments: each rank's rows as one segment; the last token's rank
 
 namespace {
 
-// The merges of a rank's steps, in order, without the held mark.
+// The merges of a rank's steps (merges_of), in order, as comparable keys
+// without the held mark.
 std::vector<std::tuple<int, int, int, int, bool>> merge_keys(const RankAttention& a) {
   std::vector<std::tuple<int, int, int, int, bool>> m;
-  for (const auto& s : a.steps)
-    if (s.is_merge) m.emplace_back(s.merge.k, s.merge.slot, s.merge.rows.begin, s.merge.rows.end, s.merge.reset);
+  for (const MergeStep& x : merges_of(a)) m.emplace_back(x.k, x.slot, x.rows.begin, x.rows.end, x.reset);
   return m;
 }
 
-// The windows of a rank's steps, sorted, without the held mark.
+// The windows of a rank's steps (windows_of), sorted, as comparable keys
+// without the held mark.
 std::vector<std::tuple<int, int, int, int, int, int, int>> window_keys(const RankAttention& a) {
   std::vector<std::tuple<int, int, int, int, int, int, int>> w;
-  for (const auto& s : a.steps)
-    if (!s.is_merge)
-      w.emplace_back(s.window.q, s.window.k, s.window.slot, s.window.q_parts.begin, s.window.q_parts.end,
-                     s.window.k_parts.begin, s.window.k_parts.end);
+  for (const FmhaWindow& x : windows_of(a))
+    w.emplace_back(x.q, x.k, x.slot, x.q_parts.begin, x.q_parts.end, x.k_parts.begin, x.k_parts.end);
   std::sort(w.begin(), w.end());
   return w;
 }
