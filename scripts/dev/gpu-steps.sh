@@ -14,6 +14,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$here/../../gpu-out}
 mkdir -p "$OUT"
 source "$here/../env.sh"
+source "$here/../args.sh"
 cd "$PB_ROOT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used,memory.total --format=csv,noheader >"$OUT/env.txt" 2>&1
 pb_build_logged "$OUT/build.log" ${PB_BUILD_TARGETS:-} || exit 1
@@ -34,11 +35,8 @@ for step in "$@"; do
       extra=${b:-}
       [[ $kind == run ]] && extra=${c:-}
       [[ -n $extra ]] && IFS=',' read -r -a opts <<<"$extra"
-      sets=()   # ranks takes only the --set overrides
-      for ((i = 0; i < ${#opts[@]}; i++)); do
-        [[ ${opts[i]} == --set ]] && sets+=(--set "${opts[i + 1]}")
-      done
-      np=$("$B/prefill-bench" ranks "$scenario" "${sets[@]}" 2>/dev/null | grep -E '^[0-9]+$' || echo 1)
+      pb_parse_args "" "${opts[@]}"   # ranks takes only the --set overrides (PB_SET_ARGS)
+      np=$("$B/prefill-bench" ranks "$scenario" "${PB_SET_ARGS[@]}" 2>/dev/null | grep -E '^[0-9]+$' || echo 1)
       log=$OUT/$kind-$a.log
       [[ $kind == run ]] && log=$OUT/run-$b.log
       case $kind in
