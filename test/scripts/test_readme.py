@@ -62,6 +62,8 @@ def main():
     readme, build = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     repo = os.path.dirname(readme)
     while not os.path.isdir(os.path.join(repo, "scenarios")):  # docs/*.md: the repository above
+        if os.path.dirname(repo) == repo:
+            sys.exit("{} is not inside the repository (no scenarios/ above it)".format(readme))
         repo = os.path.dirname(repo)
     name = os.path.relpath(readme, repo)
     env = dict(os.environ, PATH=build + os.pathsep + os.environ.get("PATH", ""), PB_BUILD=build)
