@@ -21,14 +21,12 @@ FabricPlan check_fabric(const Scenario& s, const Gang& gang, const char* command
   return plan;
 }
 
-GangScenario load_gang_scenario(const Gang& gang, const ScenarioArgs& args, const char* command,
-                                const std::vector<CutSet>* runs) {
+GangScenario load_gang_scenario(const Gang& gang, const ScenarioArgs& args, const char* command) {
   GangScenario g{load_scenario_on_gang(gang, args), {}};
   const std::string problem = world_size_problem(g.scenario, gang.size(), /*plan=*/false);
   PB_CHECK(problem.empty(), problem);
-  const std::string not_built = runs ? device_run_problem(g.scenario, *runs, command)
-                                     : device_run_problem(g.scenario, command);
-  PB_CHECK(not_built.empty(), not_built);
+  const std::string refused = device_run_problem(g.scenario, command);
+  PB_CHECK(refused.empty(), refused);
   g.fabric = check_fabric(g.scenario, gang, command);
   return g;
 }

@@ -24,15 +24,13 @@ FabricPlan check_fabric(const Scenario& s, const Gang& gang, const char* command
 
 // The scenario of a device command (run, lane, verify), before CUDA starts:
 // read on rank 0 and broadcast, the gang's size checked against it, what the
-// device blocks do not run yet refused (device_run_problem, scenario.h, over
-// `runs`, the cut sets the command runs; nullptr: the scenario's variants),
-// its fabric checked and prepared (check_fabric).
+// device cannot run refused (device_run_problem, scenario.h), its fabric
+// checked and prepared (check_fabric).
 struct GangScenario {
   Scenario scenario;
   FabricPlan fabric;
 };
-GangScenario load_gang_scenario(const Gang& gang, const ScenarioArgs& args, const char* command,
-                                const std::vector<CutSet>* runs = nullptr);
+GangScenario load_gang_scenario(const Gang& gang, const ScenarioArgs& args, const char* command);
 
 // The device selected (cudaSetDevice done), or -1 when none is visible: rank 0
 // then has printed "prefill-bench <command>: no CUDA device is visible on

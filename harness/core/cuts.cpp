@@ -40,11 +40,9 @@ bool cut_requires(Cut c, Cut* prerequisite) {
 
 bool seed_cut(Cut c) { return c != Cut::attnres && c != Cut::balance && c != Cut::overlap; }
 
-bool device_cut(Cut c) { return c != Cut::balance && c != Cut::overlap; }
-
 CutSet CutSet::all() {
   CutSet s;
-  for (Cut c : kAllCuts) s.set(c, device_cut(c));
+  s.on.fill(true);
   return s;
 }
 

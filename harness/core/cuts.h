@@ -4,10 +4,6 @@
 // mixers launch the work that waits on no peer before the waits, same
 // arithmetic; docs/cuts.md). A scenario spells a cut set as `all`, `none`,
 // `seed` (the five of the seed), a list of names, or a map name -> on/off.
-// `all` and the each-cut variants hold the cuts the device blocks run
-// (device_cut): balance and overlap have not yet passed their GPU tests (run,
-// lane and verify refuse them unless debug.untested_blocks is set), and are
-// asked for by name (e.g. `[stripe, balance]`).
 #pragma once
 
 #include <array>
@@ -29,8 +25,6 @@ std::string allowed_cut_names();  // "land, conv, stripe, lse_merge, elementwise
 bool cut_requires(Cut c, Cut* prerequisite);
 // Whether the cut is one of the seed's five.
 bool seed_cut(Cut c);
-// Whether the device blocks run the cut (run, lane, verify); the plan builds all.
-bool device_cut(Cut c);
 
 struct CutSet {
   std::array<bool, kCutCount> on{};
@@ -40,7 +34,7 @@ struct CutSet {
   bool operator==(const CutSet& o) const { return on == o.on; }
 
   static CutSet none() { return {}; }
-  static CutSet all();   // every cut the device blocks run (device_cut)
+  static CutSet all();   // every cut
   static CutSet seed();  // the five cuts of the seed PR
   // This set with `c` off, and every cut that requires c off too.
   CutSet without(Cut c) const;

@@ -25,7 +25,7 @@ const std::vector<std::string> kTopKeys = {
     "gpu_profile", "serialize_ranks", "share_memory", "turn_settle_ms", "helped_in_place", "wait_timeout_s", "nvtx",
     "timing", "ceiling_sustained_s", "layout", "cuts",
     "variants", "warmup", "reps", "seed", "output", "debug"};
-const std::vector<std::string> kDebugKeys = {"delay_family", "delay_us", "poison_arena", "untested_blocks"};
+const std::vector<std::string> kDebugKeys = {"delay_family", "delay_us", "poison_arena"};
 const std::vector<std::string> kVariantKeys = {"name", "cuts"};
 
 // Where an error points: the file position of a node, or the command-line
@@ -202,7 +202,6 @@ CutSet parse_cut_spelling(const Locator& at, const YAML::Node& node, const std::
 std::vector<VariantSpec> each_cut_variants() {
   std::vector<VariantSpec> v = {{"baseline", CutSet::none()}, {"all", CutSet::all()}};
   for (Cut c : kAllCuts) {
-    if (!device_cut(c)) continue;  // asked for by name until the blocks run it (cuts.h)
     CutSet one;
     one.set(c, true);
     Cut needs;
@@ -412,8 +411,6 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
       s.debug.delay_us = get_double(at, root["debug"]["delay_us"], "debug.delay_us", 0, 1e6);
     if (root["debug"]["poison_arena"])
       s.debug.poison_arena = get_bool(at, root["debug"]["poison_arena"], "debug.poison_arena");
-    if (root["debug"]["untested_blocks"])
-      s.debug.untested_blocks = get_bool(at, root["debug"]["untested_blocks"], "debug.untested_blocks");
   }
 
   if (!overrides.cuts.empty()) {
@@ -437,41 +434,12 @@ Scenario load_scenario(const std::string& path, const ScenarioOverrides& overrid
   return parse_scenario(buf.str(), path, overrides);
 }
 
-namespace {
-
-// The first variant of the scenario with this cut set, else the set's short name.
-std::string variant_name(const Scenario& s, const CutSet& cuts) {
-  std::string name = cuts.short_name();
-  for (auto v = s.variants.rbegin(); v != s.variants.rend(); ++v)
-    if (v->cuts == cuts) name = v->name;
-  return name;
-}
-
-}  // namespace
-
-std::string device_run_problem(const Scenario& s, const std::vector<CutSet>& cut_sets, const std::string& command) {
-  if (s.debug.untested_blocks) return "";  // the GPU tests' own runs; the file records the scenario
-  const std::string not_yet = "in the device blocks but has not yet passed its GPU tests (--set "
-                              "debug.untested_blocks=true runs it anyway; `prefill-bench plan` shows it)";
-  if (s.layout == Layout::zigzag)
-    return s.source + ": layout: zigzag is " + not_yet + "; allowed for " + command + ": layout contiguous";
-  for (const CutSet& cuts : cut_sets) {
-    if (cuts[Cut::overlap])
-      return s.source + ": cut set '" + variant_name(s, cuts) + "' turns on overlap: the cut is " + not_yet +
-             "; for " + command + " leave overlap off";
-    const Schedule sched = attention_schedule(cuts, s.layout, s.cp);
-    if (sched == Schedule::prefix || sched == Schedule::stripe) continue;
-    return s.source + ": cut set '" + variant_name(s, cuts) + "' turns on balance at cp " + std::to_string(s.cp) +
-           ": the " + schedule_name(sched) + " schedule is " + not_yet + "; for " + command +
-           " leave balance off (e.g. --cuts seed, or list the cuts without balance)";
-  }
-  return "";
-}
-
 std::string device_run_problem(const Scenario& s, const std::string& command) {
-  std::vector<CutSet> sets;
-  for (const VariantSpec& v : s.variants) sets.push_back(v.cuts);
-  return device_run_problem(s, sets, command);
+  if (s.layout != Layout::zigzag || !s.serialize_ranks || command == "lane") return "";
+  return s.source + ": layout: zigzag with serialize_ranks: a zigzag KDA piece's carry comes from a later rank "
+         "(rank r + 1 for r's second chunk), which ranks taking turns cannot wait for; for " + command +
+         " give every rank its own GPU (serialize_ranks: false) or use layout contiguous (`lane`, MLA only, "
+         "runs zigzag serialized)";
 }
 
 std::string world_size_problem(const Scenario& s, int world_size, bool plan) {

@@ -28,7 +28,6 @@
 //   gpu_profile: h200                      # the plan's roofline: h200 | h100 | gb300
 //   debug: {delay_family: land, delay_us: 50}   # test-only: slow a family down
 //   debug: {poison_arena: true}            # fill the shared turn-local arena with NaN after every turn
-//   debug: {untested_blocks: true}         # run balance, overlap and zigzag before their GPU tests pass
 //
 // Every error names the file, line and column, the key, and the allowed values.
 // Command-line overrides (`--set key=value`, dotted keys for model.*, and
@@ -60,7 +59,6 @@ struct DebugKnobs {
   std::string delay_family;  // empty: none
   double delay_us = 0;       // added to every launch of that family
   bool poison_arena = false;  // every turn ends by filling the shared turn-local arena with 0xff (NaN)
-  bool untested_blocks = false;  // run, lane: balance, overlap, layout zigzag before their GPU tests have passed
 };
 
 struct ScenarioOverrides {
@@ -112,13 +110,9 @@ Scenario load_scenario(const std::string& path, const ScenarioOverrides& overrid
 // also accepts a single process computing every rank.
 std::string world_size_problem(const Scenario& s, int world_size, bool plan);
 
-// "" when every cut set (and the layout) is one whose device blocks have
-// passed their GPU tests, or debug.untested_blocks is set; else the message
-// naming what has not (balance where it moves windows; overlap; layout
-// zigzag). run, lane and verify refuse such scenarios; `command` names the
-// refusing command.
-std::string device_run_problem(const Scenario& s, const std::vector<CutSet>& cut_sets, const std::string& command);
-// The same over the scenario's variants.
+// "" when `command` (run, lane, verify) can run the scenario on the device; else
+// the message. The one refusal: layout zigzag with serialize_ranks in run and
+// verify (the KDA layers' carries, kda_block.h); lane, MLA alone, runs it.
 std::string device_run_problem(const Scenario& s, const std::string& command);
 
 // Parses a cut list as the CLI spells it: "all", "none", "seed", "land,conv".

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # One device call made of steps, each logged under $OUT, a short summary last.
 # Usage: scripts/dev/gpu-steps.sh <step>...
-#   tests[=regex]                  ctest -L gpu (the GPU and MPI+GPU suites), optionally -R regex
+#   tests[=regex]                  ctest -L gpu (the GPU and MPI+GPU suites), optionally -R regex;
+#                                  PB_TEST_JOBS suites at a time (default 1; RUN_SERIAL ones alone)
 #   run=<scenario>=<name>[=opts]   mpirun -np <cp> prefill-bench run scenarios/<scenario>.yaml
 #                                  -o $OUT/<name>.h5; opts: run options, ',' for spaces
 #                                  (e.g. --set,serialize_ranks=true,--set,reps=5)
+#   lane=<scenario>=<name>[=opts]  mpirun -np <cp> prefill-bench lane, as run
 #   verify=<scenario>[=opts]       mpirun -np <cp> prefill-bench verify
 #   plan=<scenario>[=opts]         prefill-bench plan (the memory budget and roofline)
-# The build runs first, always (carry .deps): every target, or PB_BUILD_TARGETS (e.g. prefill-bench,
-# when no test step follows: about half the build). Every step gets PB_STEP_TIMEOUT seconds (default 540).
+# The build comes first (carry .deps): every target, or PB_BUILD_TARGETS (e.g. prefill-bench,
+# when no test step follows: about half the build). With a carried .pb-bin.tar.zst whose stamp
+# equals the carried .pb-source (scripts/dev/pack-build.sh), it configures and unpacks instead.
+# Every step gets PB_STEP_TIMEOUT seconds (default 540), within PB_CALL_BUDGET for the call (default 570). The logs come back as $OUT/logs.tgz.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$here/../../gpu-out}
@@ -17,40 +21,57 @@ source "$here/../env.sh"
 source "$here/../args.sh"
 cd "$PB_ROOT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used,memory.total --format=csv,noheader >"$OUT/env.txt" 2>&1
-pb_build_logged "$OUT/build.log" ${PB_BUILD_TARGETS:-} || exit 1
 B=$PB_BUILD
+packed_stamp=$(tar -xOf .pb-bin.tar.zst --zstd pb-bin.source 2>/dev/null || true)
+if [[ -n $packed_stamp && $packed_stamp == "$(cat .pb-source 2>/dev/null)" ]]; then
+  cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 && tar -xf .pb-bin.tar.zst --zstd -C "$B" ||
+    { tail -20 "$OUT/build.log"; echo "gpu-steps: unpacking the carried build failed"; exit 1; }
+  echo "gpu-steps: the carried build of $(head -1 .pb-source)"
+else
+  [[ -n $packed_stamp ]] && echo "gpu-steps: the carried build is stale; building here"
+  pb_build_logged "$OUT/build.log" ${PB_BUILD_TARGETS:-} || exit 1
+fi
 summary=()
-limit=${PB_STEP_TIMEOUT:-540}
+budget=${PB_CALL_BUDGET:-570}  # seconds for the whole call: a step gets what is left, at most PB_STEP_TIMEOUT
 for step in "$@"; do
+  left=$((budget - SECONDS))
+  if ((left < 20)); then
+    summary+=("$step: skipped, the call's ${budget} s are spent")
+    continue
+  fi
+  limit=${PB_STEP_TIMEOUT:-540}
+  ((limit > left)) && limit=$left
   IFS='=' read -r kind a b c <<<"$step"
   opts=()
   case $kind in
     tests)
-      (cd "$B" && timeout "$limit" ctest -L gpu --output-on-failure --timeout 600 ${a:+-R "$a"}) >"$OUT/tests.log" 2>&1
+      (cd "$B" && timeout "$limit" ctest -L gpu -j"${PB_TEST_JOBS:-1}" --output-on-failure --timeout 600 ${a:+-R "$a"}) >"$OUT/tests.log" 2>&1
       summary+=("tests: $(grep -E 'tests passed|tests failed' "$OUT/tests.log" | tail -1)")
       grep -E "\(Failed\)|\(Timeout\)|Not Run" "$OUT/tests.log" | head -20
       ;;
-    run | verify | plan)
+    run | lane | verify | plan)
       scenario=scenarios/$a.yaml
       extra=${b:-}
-      [[ $kind == run ]] && extra=${c:-}
+      [[ $kind == run || $kind == lane ]] && extra=${c:-}
       [[ -n $extra ]] && IFS=',' read -r -a opts <<<"$extra"
       pb_parse_args "" "${opts[@]}"   # ranks takes only the --set overrides (PB_SET_ARGS)
       np=$("$B/prefill-bench" ranks "$scenario" "${PB_SET_ARGS[@]}" 2>/dev/null | grep -E '^[0-9]+$' || echo 1)
       log=$OUT/$kind-$a.log
-      [[ $kind == run ]] && log=$OUT/run-$b.log
+      [[ $kind == run || $kind == lane ]] && log=$OUT/$kind-$b.log
       case $kind in
-        run) timeout "$limit" mpirun --oversubscribe -np "$np" "$B/prefill-bench" run "$scenario" -o "$OUT/$b.h5" \
-               --overwrite "${opts[@]}" >"$log" 2>&1 ;;
+        run | lane) timeout "$limit" mpirun --oversubscribe -np "$np" "$B/prefill-bench" "$kind" "$scenario" \
+                      -o "$OUT/$b.h5" --overwrite "${opts[@]}" >"$log" 2>&1 ;;
         verify) timeout "$limit" mpirun --oversubscribe -np "$np" "$B/prefill-bench" verify "$scenario" "${opts[@]}" \
                   >"$log" 2>&1 ;;
         plan) "$B/prefill-bench" plan "$scenario" -o "$OUT/plan-$a.h5" --overwrite "${opts[@]}" >"$log" 2>&1 ;;
       esac
       rc=$?
       summary+=("$step: exit $rc")
-      grep -E "^memory|TTFT min|verify:|FAIL|skip|error" "$log" | head -20
+      grep -E "^memory|TTFT min|verify:|FAIL|skip|error|^deep rank|within 10%" "$log" | head -20
       ;;
     *) echo "gpu-steps: unknown step '$step'" ;;
   esac
 done
 printf '%s\n' "${summary[@]}"
+# What comes back from a device call is at most 8 files: the logs travel as one.
+(cd "$OUT" && tar -czf logs.tgz --remove-files ./*.log env.txt 2>/dev/null)

@@ -49,7 +49,7 @@ TEST_CASE("the shipped scenarios load and validate") {
   CHECK(k3.segment() == 16384);
   CHECK(k3.turn_settle_ms == 50);
   Scenario ab = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/ab-each-cut.yaml");
-  CHECK(ab.variants.size() == 2 + kCutCount - 2);  // every cut the device blocks run: all but balance and overlap
+  CHECK(ab.variants.size() == 2 + kCutCount);  // baseline, all, and each cut
   CHECK(ab.variants[0].name == "baseline");
   CHECK(ab.variants[0].cuts == CutSet::none());
   CHECK(ab.variants[1].cuts == CutSet::all());
@@ -95,8 +95,8 @@ TEST_CASE("cut sets in every spelling") {
   int seed_count = 0;
   for (Cut c : kAllCuts) seed_count += CutSet::seed()[c];
   CHECK(seed_count == 5);
-  CHECK_FALSE(CutSet::all()[Cut::balance]);  // `all` holds what the device blocks run (cuts.h)
-  CHECK_FALSE(CutSet::all()[Cut::overlap]);
+  for (Cut c : kAllCuts) CHECK(CutSet::all()[c]);
+  CHECK(CutSet::all().problem().empty());
   CHECK_FALSE(CutSet::seed()[Cut::overlap]);
   CHECK(cuts_of("[overlap]")[Cut::overlap]);
   CHECK(CutSet::none().without(Cut::overlap).problem().empty());
@@ -110,20 +110,16 @@ TEST_CASE("cut sets in every spelling") {
   CHECK(CutSet::all().without(Cut::balance)[Cut::stripe] == true);
 }
 
-TEST_CASE("each-cut has a variant per cut the device blocks run; balance and overlap are asked for by name") {
+TEST_CASE("each-cut has a variant per cut; balance runs on the stripe it refines") {
   const Scenario s = parse_scenario(std::string(kGood) + "variants: each-cut\n", "t.yaml");
-  REQUIRE(s.variants.size() == 2 + kCutCount - 2);
-  for (const VariantSpec& v : s.variants) {
-    CHECK(v.name != "balance");
-    CHECK(v.name != "overlap");
-    CHECK(v.cuts.problem().empty());
-  }
+  REQUIRE(s.variants.size() == 2 + kCutCount);
   CutSet sb;
   sb.set(Cut::stripe, true);
   sb.set(Cut::balance, true);
-  const Scenario named = parse_scenario(std::string(kGood) + "variants: [{name: balance, cuts: [stripe, balance]}]\n",
-                                        "t.yaml");
-  CHECK(named.variants.at(0).cuts == sb);
+  for (const VariantSpec& v : s.variants) {
+    CHECK(v.cuts.problem().empty());
+    if (v.name == "balance") CHECK(v.cuts == sb);
+  }
 }
 
 TEST_CASE("layout: contiguous by default, zigzag by key or override") {
@@ -134,61 +130,26 @@ TEST_CASE("layout: contiguous by default, zigzag by key or override") {
   CHECK(parse_scenario(kGood, "t.yaml", o).layout == Layout::zigzag);
 }
 
-TEST_CASE("debug.untested_blocks lets run and lane take balance, overlap and zigzag; it is a bool") {
-  const std::string base = "name: t\nmodel: {preset: tiny}\ncp: 4\ncontext: 1024\n";
-  const Scenario held = parse_scenario(base + "cuts: [stripe, balance, overlap]\nlayout: zigzag\n", "t.yaml");
-  CHECK_FALSE(device_run_problem(held, "run").empty());
-  ScenarioOverrides o;
-  o.sets = {"debug.untested_blocks=true"};
-  const Scenario let = parse_scenario(base + "cuts: [stripe, balance, overlap]\nlayout: zigzag\n", "t.yaml", o);
-  CHECK(let.debug.untested_blocks);
-  CHECK(device_run_problem(let, "run").empty());
-  CHECK_THROWS_WITH_AS(parse_scenario(base + "debug: {untested_blocks: maybe}\n", "t.yaml"),
-                       doctest::Contains("debug.untested_blocks"), pb::Error);
-}
-
-TEST_CASE("run, lane and verify refuse what only the plan builds: balance where it moves windows, zigzag") {
-  const std::string not_yet = "in the device blocks but has not yet passed its GPU tests";
+TEST_CASE("run and verify refuse zigzag with serialized ranks; lane and every cut set run") {
   auto scenario = [](int cp, const std::string& extra) {
     return parse_scenario("name: t\nmodel: {preset: tiny}\ncp: " + std::to_string(cp) + "\ncontext: " +
                               std::to_string(256 * cp) + "\n" + extra,
                           "t.yaml");
   };
-  // balance at even cp: refused, naming the variant
-  const std::string cp4 =
-      device_run_problem(scenario(4, "variants: [{name: base, cuts: none}, {name: every, cuts: [stripe, balance]}]\n"), "run");
-  CHECK(contains(cp4, "the balance schedule is " + not_yet));
-  CHECK(contains(cp4, "--set debug.untested_blocks=true runs it anyway"));
-  CHECK(contains(cp4, "t.yaml"));
-  CHECK(contains(cp4, "'every'"));
-  CHECK(contains(cp4, "balance at cp 4"));
-  CHECK(contains(cp4, "for run leave balance off"));
-  // `all` and each-cut hold what the device runs (cuts.h): never refused for balance
-  CHECK(device_run_problem(scenario(2, "variants: each-cut\n"), "lane").empty());
-  CHECK(device_run_problem(scenario(4, "cuts: all\n"), "run").empty());
-  // at odd cp (and cp 1) balance is the stripe: the device runs it as planned
-  CHECK(device_run_problem(scenario(1, "cuts: all\n"), "run").empty());
-  CHECK(device_run_problem(scenario(3, "variants: each-cut\n"), "run").empty());
-  // without balance, any cp
-  CHECK(device_run_problem(scenario(8, "cuts: seed\n"), "run").empty());
-  CHECK(device_run_problem(scenario(8, "cuts: [land, conv, stripe, lse_merge, elementwise, attnres]\n"), "run").empty());
-  // zigzag: refused whatever the cuts
-  const std::string zz = device_run_problem(scenario(2, "layout: zigzag\ncuts: none\n"), "verify");
-  CHECK(contains(zz, "layout: zigzag is " + not_yet));
-  CHECK(contains(zz, "allowed for verify: layout contiguous"));
-  // verify passes its own cut sets
-  const Scenario plain = scenario(4, "cuts: all\n");
-  CHECK(device_run_problem(plain, {CutSet::none(), CutSet::all().without(Cut::balance)}, "verify").empty());
-  CutSet with_balance = CutSet::all();
-  with_balance.set(Cut::balance, true);
-  CHECK_FALSE(device_run_problem(plain, {with_balance}, "verify").empty());
-  // overlap: refused by name, whatever the schedule
-  const std::string ov = device_run_problem(scenario(4, "variants: [{name: hidden, cuts: [land, overlap]}]\n"), "run");
-  CHECK(contains(ov, "cut set 'hidden' turns on overlap"));
-  CHECK(contains(ov, "for run leave overlap off"));
-  CutSet with_overlap = CutSet::all();
-  with_overlap.set(Cut::overlap, true);
-  CHECK(contains(device_run_problem(plain, {CutSet::none(), with_overlap}, "verify"), "turns on overlap"));
+  for (const char* command : {"run", "lane", "verify"}) {
+    CHECK(device_run_problem(scenario(4, "variants: each-cut\nserialize_ranks: true\n"), command).empty());
+    CHECK(device_run_problem(scenario(8, "cuts: all\nserialize_ranks: true\n"), command).empty());
+    CHECK(device_run_problem(scenario(2, "layout: zigzag\ncuts: all\n"), command).empty());
+  }
+  const Scenario zz = scenario(4, "layout: zigzag\nserialize_ranks: true\n");
+  CHECK(device_run_problem(zz, "lane").empty());
+  for (const char* command : {"run", "verify"}) {
+    const std::string why = device_run_problem(zz, command);
+    CHECK(contains(why, "t.yaml: layout: zigzag with serialize_ranks"));
+    CHECK(contains(why, std::string("for ") + command + " give every rank its own GPU"));
+  }
+  CHECK_THROWS_WITH_AS(parse_scenario("name: t\nmodel: {preset: tiny}\ncp: 1\ncontext: 256\ndebug: {untested_blocks: true}\n", "t.yaml"),
+                       doctest::Contains("debug.untested_blocks"), pb::Error);
 }
 
 TEST_CASE("command-line overrides apply before validation") {

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Builds here (every target) and packs the executables into .pb-bin.tar.zst
+# (git-ignored) with the .pb-source stamp they were built from. Carried to a lent
+# GPU machine (`carry: [".deps", ".pb-source", ".pb-bin.tar.zst"]`), it spares
+# that machine the build: gpu-steps.sh configures and unpacks instead, when the
+# pack's stamp equals the carried .pb-source (else it builds there as before).
+# This machine and the GPU machines share the toolkit and the system libraries.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/../env.sh"
+cd "$PB_ROOT"
+bash "$here/stamp-source.sh"
+pb_build >/dev/null
+cp .pb-source "$PB_BUILD/pb-bin.source"
+(cd "$PB_BUILD" && find . -maxdepth 1 -type f \( -executable -o -name pb-bin.source \) -printf '%P\n' |
+  tar -cf - -T - | zstd -q -T0 -10 -f -o "$PB_ROOT/.pb-bin.tar.zst")
+echo "packed $(du -h .pb-bin.tar.zst | cut -f1) of executables at $(head -1 .pb-source)"
