@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds here (every target) and packs the executables into .pb-bin.tar.zst
 # (git-ignored) with the .pb-source stamp they were built from. Carried to a lent
-# GPU machine (`carry: [".deps", ".pb-source", ".pb-bin.tar.zst"]`), it spares
-# that machine the build: gpu-steps.sh configures and unpacks instead, when the
+# GPU machine (`carry: [".pb-source", ".pb-bin.tar.zst"]`; .deps is not needed,
+# and with it the tree passes the 64 MiB a call carries), it spares that
+# machine the build: gpu-steps.sh configures and unpacks instead, when the
 # pack's stamp equals the carried .pb-source (else it builds there as before).
 # This machine and the GPU machines share the toolkit and the system libraries.
 set -euo pipefail
