@@ -41,7 +41,7 @@ std::vector<int32_t> token_ids(uint64_t seed, const std::vector<Segment>& ranges
 // The MLA lane of rank `rank`; it takes the held window when a variant runs cut 8.
 MlaLane mla_lane(const Scenario& s, int rank, const std::vector<Segment>& segs, Fabric* fabric) {
   MlaLane lane{rank, s.cp, segs, s.bucket, fabric, s.helped_in_place, s.layout};
-  for (const VariantSpec& v : s.variants) lane.overlap = lane.overlap || v.cuts[Cut::overlap];
+  lane.overlap = any_variant_has(s, Cut::overlap);
   return lane;
 }
 

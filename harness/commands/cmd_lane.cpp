@@ -111,7 +111,9 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
         gang,
         slab_layout(cp, rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()), int(m.v_head), s.layout),
         s.wait_timeout_or(kLaneWaitTimeoutS), fabric);
-  MlaBlock block(m, weights, {me, cp, segs, rows, fab.get(), s.helped_in_place, s.layout}, engine);
+  MlaLane lane{me, cp, segs, rows, fab.get(), s.helped_in_place, s.layout};
+  lane.overlap = any_variant_has(s, Cut::overlap);  // overlap's held window
+  MlaBlock block(m, weights, lane, engine);
   Timeline tl(stream, true);
   tl.set_nvtx(s.nvtx);
   const std::unique_ptr<KernelActivity> activity = start_span_timing(s, tl, result);

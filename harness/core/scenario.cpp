@@ -442,6 +442,12 @@ std::string device_run_problem(const Scenario& s, const std::string& command) {
          "runs zigzag serialized)";
 }
 
+bool any_variant_has(const Scenario& s, Cut c) {
+  for (const VariantSpec& v : s.variants)
+    if (v.cuts[c]) return true;
+  return false;
+}
+
 std::string world_size_problem(const Scenario& s, int world_size, bool plan) {
   if (world_size == s.cp) return "";
   if (plan && world_size == 1) return "";

@@ -115,6 +115,10 @@ std::string world_size_problem(const Scenario& s, int world_size, bool plan);
 // verify (the KDA layers' carries, kda_block.h); lane, MLA alone, runs it.
 std::string device_run_problem(const Scenario& s, const std::string& command);
 
+// Whether any of the scenario's variants turns cut `c` on (the blocks size
+// what a cut needs, such as overlap's held window, for the whole run).
+bool any_variant_has(const Scenario& s, Cut c);
+
 // Parses a cut list as the CLI spells it: "all", "none", "seed", "land,conv".
 // Throws pb::Error naming the bad entry and the allowed names, or a cut whose
 // prerequisite is off.

@@ -10,7 +10,7 @@
 #   verify=<scenario>[=opts]       mpirun -np <cp> prefill-bench verify
 #   plan=<scenario>[=opts]         prefill-bench plan (the memory budget and roofline)
 # The build comes first (carry .deps): every target, or PB_BUILD_TARGETS (e.g. prefill-bench,
-# when no test step follows: about half the build). With a carried .pb-bin.tar.zst whose stamp
+# when no test step follows: about half the build). With a carried .pb-bin.tar.gz whose stamp
 # equals the carried .pb-source (scripts/dev/pack-build.sh), it configures and unpacks instead.
 # Every step gets PB_STEP_TIMEOUT seconds (default 540), within PB_CALL_BUDGET for the call (default 570). The logs come back as $OUT/logs.tgz.
 set -uo pipefail
@@ -22,9 +22,12 @@ source "$here/../args.sh"
 cd "$PB_ROOT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used,memory.total --format=csv,noheader >"$OUT/env.txt" 2>&1
 B=$PB_BUILD
-packed_stamp=$(tar -xOf .pb-bin.tar.zst --zstd pb-bin.source 2>/dev/null || true)
+packed_stamp=""
+if [[ -f .pb-bin.tar.gz ]]; then
+  packed_stamp=$(tar -xzOf .pb-bin.tar.gz pb-bin.source) || echo "gpu-steps: cannot read the carried build"
+fi
 if [[ -n $packed_stamp && $packed_stamp == "$(cat .pb-source 2>/dev/null)" ]]; then
-  cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 && tar -xf .pb-bin.tar.zst --zstd -C "$B" ||
+  cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 && tar -xzf .pb-bin.tar.gz -C "$B" ||
     { tail -20 "$OUT/build.log"; echo "gpu-steps: unpacking the carried build failed"; exit 1; }
   echo "gpu-steps: the carried build of $(head -1 .pb-source)"
 else

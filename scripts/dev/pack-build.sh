@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds here (every target) and packs the executables into .pb-bin.tar.zst
+# Builds here (every target) and packs the executables into .pb-bin.tar.gz
 # (git-ignored) with the .pb-source stamp they were built from. Carried to a lent
-# GPU machine (`carry: [".pb-source", ".pb-bin.tar.zst"]`; .deps is not needed,
+# GPU machine (`carry: [".pb-source", ".pb-bin.tar.gz"]`; .deps is not needed,
 # and with it the tree passes the 64 MiB a call carries), it spares that
 # machine the build: gpu-steps.sh configures and unpacks instead, when the
 # pack's stamp equals the carried .pb-source (else it builds there as before).
@@ -14,5 +14,5 @@ bash "$here/stamp-source.sh"
 pb_build >/dev/null
 cp .pb-source "$PB_BUILD/pb-bin.source"
 (cd "$PB_BUILD" && find . -maxdepth 1 -type f \( -executable -o -name pb-bin.source \) -printf '%P\n' |
-  tar -cf - -T - | zstd -q -T0 -10 -f -o "$PB_ROOT/.pb-bin.tar.zst")
-echo "packed $(du -h .pb-bin.tar.zst | cut -f1) of executables at $(head -1 .pb-source)"
+  tar -czf "$PB_ROOT/.pb-bin.tar.gz" -T -)  # gzip: a GPU machine may lack zstd
+echo "packed $(du -h .pb-bin.tar.gz | cut -f1) of executables at $(head -1 .pb-source)"

@@ -42,8 +42,10 @@ namespace {
 
 using Bits = std::vector<uint16_t>;
 
+// Every cut but balance and overlap (the stripe schedule; both turned on by name below), or none; cut 4
+// as given.
 CutSet cuts_with(bool all, bool lse_merge) {
-  CutSet c = all ? CutSet::all() : CutSet::none();
+  CutSet c = all ? CutSet::all().without(Cut::balance).without(Cut::overlap) : CutSet::none();
   c.on[int(Cut::lse_merge)] = lse_merge;
   return c;
 }
@@ -175,9 +177,9 @@ Traffic check_kda(const ModelShape& m, int64_t context, int64_t pad_rows, const 
                      << layout_name(layout));
   const KdaWeights w(m, 91, lane.stream);
   const Blas blas;
-  CutSet all_overlapped = CutSet::all();  // cut 8: the halo sent and waited for in another place
-  all_overlapped.set(Cut::overlap, true);
-  const std::vector<CutSet> order = {CutSet::none(), CutSet::all(), CutSet::none(), CutSet::all(), all_overlapped,
+  const CutSet plain = CutSet::all().without(Cut::overlap);
+  const CutSet all_overlapped = CutSet::all();  // cut 8: the halo sent and waited for in another place
+  const std::vector<CutSet> order = {CutSet::none(), plain, CutSet::none(), plain, all_overlapped,
                                      CutSet::none(), all_overlapped};
   const Calls calls = [&](Fabric& fab) {
     Timeline tl(lane.stream, false);

@@ -211,7 +211,7 @@ void check_kda_overlap(const ModelShape& m, int64_t context, int64_t pad_rows, L
   INFO("model " << m.preset << " cp " << in.cp << " rank " << in.me << " context " << context << " layout "
                 << layout_name(layout));
   const KdaWeights w(m, 95, in.stream);
-  CutSet none = CutSet::none(), all = CutSet::all(), none_o = none, all_o = all;
+  CutSet none = CutSet::none(), all = CutSet::all().without(Cut::overlap), none_o = none, all_o = all;
   none_o.set(Cut::overlap, true);
   all_o.set(Cut::overlap, true);
   {

@@ -69,13 +69,14 @@ int probe_argmax(const uint16_t* row, int64_t hidden) {
   return best;
 }
 
+// Every cut but balance and overlap (the stripe schedule; both have their own cases), or none; cut 4 as given.
 CutSet cuts_with(bool all, bool lse_merge) {
-  CutSet c = all ? CutSet::all() : CutSet::none();
+  CutSet c = all ? CutSet::all().without(Cut::balance).without(Cut::overlap) : CutSet::none();
   c.on[int(Cut::lse_merge)] = lse_merge;
   return c;
 }
 
-// Every cut the device blocks run, cut 4 as given, and balance (cut 7) on.
+// The stripe's cuts, cut 4 as given, and balance (cut 7) on.
 CutSet balance_cuts(bool lse_merge) {
   CutSet c = cuts_with(true, lse_merge);
   c.set(Cut::balance, true);
