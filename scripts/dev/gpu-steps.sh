@@ -29,6 +29,9 @@ fi
 if [[ -n $packed_stamp && $packed_stamp == "$(cat .pb-source 2>/dev/null)" ]]; then
   cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 && tar -xzf .pb-bin.tar.gz -C "$B" ||
     { tail -20 "$OUT/build.log"; echo "gpu-steps: unpacking the carried build failed"; exit 1; }
+  export LD_LIBRARY_PATH=$B/carried-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  missing=$(ldd "$B/prefill-bench" | grep "not found")
+  [[ -z $missing ]] || { echo "gpu-steps: the carried build lacks here: $missing"; exit 1; }
   echo "gpu-steps: the carried build of $(head -1 .pb-source)"
 else
   [[ -n $packed_stamp ]] && echo "gpu-steps: the carried build is stale; building here"
