@@ -3,11 +3,11 @@
 cupti) agree per family: for every variant and rank, each family's median
 superstep ms under B is within the tolerance of A's.
 
-    test_timing_agree.py A.h5 B.h5 [--tolerance 0.02] [--min-ms 0] [--expect events,cupti]
+    test_timing_agree.py A.h5 B.h5 [--tolerance 0.02] [--min-ms 0] [--families a,b] [--expect events,cupti]
 
-Families under --min-ms per superstep in A are listed, not judged (events
-time a span's launch gaps too, which only kernels far longer than a launch
-hide). --expect names the timing each file must record. Prints one row per
+Families under --min-ms per superstep in A, or not in --families (when
+given), are listed, not judged. --expect names the timing each file must
+record. Prints one row per
 variant, rank and family; exit 0 when all agree, 1 when one does not (or a
 file is not what --expect says), 77 when a file is missing (its run was
 skipped: no GPU).
@@ -32,6 +32,7 @@ def main():
     p.add_argument("b")
     p.add_argument("--tolerance", type=float, default=0.02)
     p.add_argument("--min-ms", type=float, default=0.0, help="judge only families of at least this many ms in A")
+    p.add_argument("--families", default="", help="judge only these families (comma list; default all)")
     p.add_argument("--expect", default="", help="the timing of A and B, e.g. events,cupti")
     args = p.parse_args()
     for path in (args.a, args.b):
@@ -62,11 +63,11 @@ def main():
                     failures += 1
                     continue
                 diff = b / a - 1 if a > 0 else (0.0 if b == 0 else float("inf"))
-                judged = a >= args.min_ms
+                judged = a >= args.min_ms and (not args.families or family in args.families.split(","))
                 bad = judged and abs(diff) > args.tolerance
                 failures += bad
                 rows += judged
-                note = "  DISAGREE" if bad else ("" if judged else "  (under --min-ms: not judged)")
+                note = "  DISAGREE" if bad else ("" if judged else "  (not judged)")
                 print("{:<10}{:>5}  {:<14}{:>12.4f}{:>12.4f}{:>+8.2f}%{}".format(
                     variant, rank, family, a, b, 100 * diff, note))
     print("{} families compared, {} outside {:.1f}%".format(rows, failures, 100 * args.tolerance))
