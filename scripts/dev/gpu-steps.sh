@@ -57,7 +57,7 @@ for step in "$@"; do
       ;;
     run | lane | verify | plan)
       scenario=scenarios/$a.yaml
-      extra=${b:-}
+      extra=${b:-}${c:+=$c}  # verify, plan: the rest of the step after the scenario
       [[ $kind == run || $kind == lane ]] && extra=${c:-}
       [[ -n $extra ]] && IFS=',' read -r -a opts <<<"$extra"
       pb_parse_args "" "${opts[@]}"   # ranks takes only the --set overrides (PB_SET_ARGS)
