@@ -1,4 +1,4 @@
-"""Reading prefill-bench HDF5 results (schema in README.md, "Results schema";
+"""Reading prefill-bench HDF5 results (schema in docs/results.md;
 harness/core/results.h) for the plot scripts."""
 import os
 import re

@@ -23,9 +23,8 @@ namespace pb {
 FabricPlan check_fabric(const Scenario& s, const Gang& gang, const char* command);
 
 // The scenario of a device command (run, lane, verify), before CUDA starts:
-// read on rank 0 and broadcast, the gang's size checked against it, what the
-// device cannot run refused (device_run_problem, scenario.h), its fabric
-// checked and prepared (check_fabric).
+// read on rank 0 and broadcast, the gang's size checked against it, its
+// fabric checked and prepared (check_fabric).
 struct GangScenario {
   Scenario scenario;
   FabricPlan fabric;

@@ -1,7 +1,7 @@
 // What a run (or a plan, or a kernels benchmark) records, in memory and in
 // HDF5. One file per run; only rank 0 writes it (the others gather to it).
 //
-// File layout (schema version kSchemaVersion; README "Results schema"):
+// File layout (schema version kSchemaVersion; docs/results.md):
 //   /                      attributes: schema_version, kind, complete, and every
 //                          entry of RunResult::text and RunResult::numbers
 //   /variants/<name>/      attributes: cuts, complete (links in creation order)

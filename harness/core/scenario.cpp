@@ -434,14 +434,6 @@ Scenario load_scenario(const std::string& path, const ScenarioOverrides& overrid
   return parse_scenario(buf.str(), path, overrides);
 }
 
-std::string device_run_problem(const Scenario& s, const std::string& command) {
-  if (s.layout != Layout::zigzag || !s.serialize_ranks || command == "lane") return "";
-  return s.source + ": layout: zigzag with serialize_ranks: a zigzag KDA piece's carry comes from a later rank "
-         "(rank r + 1 for r's second chunk), which ranks taking turns cannot wait for; for " + command +
-         " give every rank its own GPU (serialize_ranks: false) or use layout contiguous (`lane`, MLA only, "
-         "runs zigzag serialized)";
-}
-
 bool any_variant_has(const Scenario& s, Cut c) {
   for (const VariantSpec& v : s.variants)
     if (v.cuts[c]) return true;

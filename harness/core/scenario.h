@@ -110,11 +110,6 @@ Scenario load_scenario(const std::string& path, const ScenarioOverrides& overrid
 // also accepts a single process computing every rank.
 std::string world_size_problem(const Scenario& s, int world_size, bool plan);
 
-// "" when `command` (run, lane, verify) can run the scenario on the device; else
-// the message. The one refusal: layout zigzag with serialize_ranks in run and
-// verify (the KDA layers' carries, kda_block.h); lane, MLA alone, runs it.
-std::string device_run_problem(const Scenario& s, const std::string& command);
-
 // Whether any of the scenario's variants turns cut `c` on (the blocks size
 // what a cut needs, such as overlap's held window, for the whole run).
 bool any_variant_has(const Scenario& s, Cut c);

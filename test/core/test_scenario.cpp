@@ -130,24 +130,7 @@ TEST_CASE("layout: contiguous by default, zigzag by key or override") {
   CHECK(parse_scenario(kGood, "t.yaml", o).layout == Layout::zigzag);
 }
 
-TEST_CASE("run and verify refuse zigzag with serialized ranks; lane and every cut set run") {
-  auto scenario = [](int cp, const std::string& extra) {
-    return parse_scenario("name: t\nmodel: {preset: tiny}\ncp: " + std::to_string(cp) + "\ncontext: " +
-                              std::to_string(256 * cp) + "\n" + extra,
-                          "t.yaml");
-  };
-  for (const char* command : {"run", "lane", "verify"}) {
-    CHECK(device_run_problem(scenario(4, "variants: each-cut\nserialize_ranks: true\n"), command).empty());
-    CHECK(device_run_problem(scenario(8, "cuts: all\nserialize_ranks: true\n"), command).empty());
-    CHECK(device_run_problem(scenario(2, "layout: zigzag\ncuts: all\n"), command).empty());
-  }
-  const Scenario zz = scenario(4, "layout: zigzag\nserialize_ranks: true\n");
-  CHECK(device_run_problem(zz, "lane").empty());
-  for (const char* command : {"run", "verify"}) {
-    const std::string why = device_run_problem(zz, command);
-    CHECK(contains(why, "t.yaml: layout: zigzag with serialize_ranks"));
-    CHECK(contains(why, std::string("for ") + command + " give every rank its own GPU"));
-  }
+TEST_CASE("debug.untested_blocks is gone: every cut and layout runs on the device") {
   CHECK_THROWS_WITH_AS(parse_scenario("name: t\nmodel: {preset: tiny}\ncp: 1\ncontext: 256\ndebug: {untested_blocks: true}\n", "t.yaml"),
                        doctest::Contains("debug.untested_blocks"), pb::Error);
 }
