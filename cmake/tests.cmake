@@ -207,8 +207,8 @@ set_tests_properties(mpi_gpu.run_smoke mpi_gpu.run_smoke_cp2 PROPERTIES LABELS "
 # timing: cupti against timing: events (scenario key timing): the same scenario
 # run both ways (two processes), the compute-bound families (FMHA, GEMM, KDA,
 # MoE) within 3% at K3 shapes (4 layers, 16k tokens). Measured on the H200:
-# those agree within 1.5-2.1%; the bandwidth-bound families of many short
-# kernels read 3-11% longer under CUPTI's tracing (README, "timing"); at smoke
+# those agree within 0.1-2.1%; the bandwidth-bound families of many short
+# kernels read 3-11% longer under CUPTI's tracing (results/h200/timing.txt); at smoke
 # size the events also time the host's launch gaps. Without CUPTI's library
 # the cupti run fails naming what is missing.
 foreach(timing events cupti)
@@ -217,7 +217,7 @@ foreach(timing events cupti)
             --set model.preset=k3 --set model.layers=4 --set context=16384 --set bucket=16896
             --set reps=10 --set ceiling_sustained_s=0
             --output ${CMAKE_BINARY_DIR}/test-out/run-smoke-${timing}.h5 --overwrite)
-  # RUN_SERIAL: under ctest -j, timed alone, as the 2% comparison needs.
+  # RUN_SERIAL: under ctest -j, timed alone, as the comparison needs.
   set_tests_properties(gpu.run_smoke_timing_${timing} PROPERTIES LABELS gpu SKIP_RETURN_CODE 3 TIMEOUT 300 RUN_SERIAL ON
     FIXTURES_SETUP smoke_timing PASS_REGULAR_EXPRESSION "wrote .*run-smoke-${timing}.h5")
 endforeach()

@@ -9,6 +9,7 @@
 #   lane=<scenario>=<name>[=opts]  mpirun -np <cp> prefill-bench lane, as run
 #   verify=<scenario>[=opts]       mpirun -np <cp> prefill-bench verify
 #   plan=<scenario>[=opts]         prefill-bench plan (the memory budget and roofline)
+#   sanitize[=tool,suite,...]      scripts/dev/sanitize.sh (its logs come back in logs.tgz)
 # The build comes first (carry .deps): every target, or PB_BUILD_TARGETS (e.g. prefill-bench,
 # when no test step follows: about half the build). With a carried .pb-bin.tar.gz whose stamp
 # equals the carried .pb-source (scripts/dev/pack-build.sh), it configures and unpacks instead.
@@ -32,6 +33,7 @@ if [[ -n $packed_stamp && $packed_stamp == "$(cat .pb-source 2>/dev/null)" ]]; t
   export LD_LIBRARY_PATH=$B/carried-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   missing=$(ldd "$B/prefill-bench" | grep "not found")
   [[ -z $missing ]] || { echo "gpu-steps: the carried build lacks here: $missing"; exit 1; }
+  export PB_PREBUILT=1
   echo "gpu-steps: the carried build of $(head -1 .pb-source)"
 else
   [[ -n $packed_stamp ]] && echo "gpu-steps: the carried build is stale; building here"
@@ -54,6 +56,13 @@ for step in "$@"; do
       (cd "$B" && timeout "$limit" ctest -L gpu -j"${PB_TEST_JOBS:-1}" --output-on-failure --timeout 600 ${a:+-R "$a"}) >"$OUT/tests.log" 2>&1
       summary+=("tests: $(grep -E 'tests passed|tests failed' "$OUT/tests.log" | tail -1)")
       grep -E "\(Failed\)|\(Timeout\)|Not Run" "$OUT/tests.log" | head -20
+      ;;
+    sanitize)
+      IFS=',' read -r -a opts <<<"${a:-}"
+      PB_SANITIZE_TIMEOUT=$limit timeout "$limit" bash scripts/dev/sanitize.sh "${opts[@]}" \
+        >"$OUT/sanitize.log" 2>&1
+      summary+=("$step: exit $?")
+      tail -30 "$OUT/sanitize.log"
       ;;
     run | lane | verify | plan)
       scenario=scenarios/$a.yaml
@@ -80,4 +89,4 @@ for step in "$@"; do
 done
 printf '%s\n' "${summary[@]}"
 # What comes back from a device call is at most 8 files: the logs travel as one.
-(cd "$OUT" && tar -czf logs.tgz --remove-files ./*.log env.txt 2>/dev/null)
+(cd "$OUT" && tar -czf logs.tgz --remove-files ./*.log env.txt $([[ -d sanitize ]] && echo sanitize) 2>/dev/null)

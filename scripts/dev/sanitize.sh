@@ -16,7 +16,8 @@
 # device command runs at most 10 minutes: run a tool or two at a time
 # (e.g. `scripts/dev/sanitize.sh racecheck synccheck`); each check stops after
 # PB_SANITIZE_TIMEOUT seconds (default 900). Builds what it runs first
-# (PB_BUILD, default build/). Logs: ${OUT:-$PB_BUILD}/sanitize/<tool>.<suite>.log.
+# (PB_BUILD, default build/), unless PB_PREBUILT=1 (gpu-steps.sh's `sanitize`
+# step over a carried build: the executables are there, the objects are not). Logs: ${OUT:-$PB_BUILD}/sanitize/<tool>.<suite>.log.
 # Exit 0 when every check is clean, 1 when any finds an error or fails, 3
 # when there is no GPU (or a suite skipped for want of one).
 #
@@ -65,10 +66,11 @@ if ! nvidia-smi -L 2>/dev/null | grep -q "^GPU "; then
 fi
 
 # The GPU doctest suites, from CTest (label gpu, not mpi): every kernel family and the blocks' suite.
-pb_build_logged "$out/build.log" prefill-bench test_mla_cp test_kda_cp || exit 1
+build() { [[ ${PB_PREBUILT:-0} == 1 ]] || pb_build_logged "$out/build.log" "$@"; }
+build prefill-bench test_mla_cp test_kda_cp || exit 1
 mapfile -t gpu_suites < <(cd "$PB_BUILD" && ctest -N -L gpu -LE mpi | grep -oE "gpu\.test_[a-z_0-9]+" |
                           sed 's/^gpu\.//' | grep -vx test_out_of_memory)
-pb_build_logged "$out/build.log" "${gpu_suites[@]}" || exit 1
+build "${gpu_suites[@]}" || exit 1
 
 wanted() {  # wanted <tool> <suite>
   local tool=$1 suite=$2 t s
@@ -151,7 +153,8 @@ for tool in racecheck synccheck; do
 done
 
 # initcheck: the superstep at the tiny model, every block, reading nothing it did not write.
-check initcheck run.smoke 0 "$B/prefill-bench" run "$S/smoke.yaml" -o "$out/initcheck-run-smoke.h5" --overwrite
+check initcheck run.smoke 0 "$B/prefill-bench" run "$S/smoke.yaml" --set warmup=0 --set reps=1 \
+  --set ceiling_sustained_s=0 -o "$out/initcheck-run-smoke.h5" --overwrite
 
 if ((ran == 0)); then
   echo "sanitize.sh: nothing matched: tools ${tools[*]}, suites ${suites[*]:-all}" >&2
