@@ -9,6 +9,7 @@
 #   lane=<scenario>=<name>[=opts]  mpirun -np <cp> prefill-bench lane, as run
 #   verify=<scenario>[=opts]       mpirun -np <cp> prefill-bench verify
 #   plan=<scenario>[=opts]         prefill-bench plan (the memory budget and roofline)
+#   bench=<kind>=<name>[=opts]     prefill-bench <kind> (kernels, fmha, kda, moe) -o $OUT/<name>.h5
 #   sanitize[=tool,suite,...]      scripts/dev/sanitize.sh (its logs come back in logs.tgz)
 # The build comes first (carry .deps): every target, or PB_BUILD_TARGETS (e.g. prefill-bench,
 # when no test step follows: about half the build). With a carried .pb-bin.tar.gz whose stamp
@@ -56,6 +57,12 @@ for step in "$@"; do
       (cd "$B" && timeout "$limit" ctest -L gpu -j"${PB_TEST_JOBS:-1}" --output-on-failure --timeout 600 ${a:+-R "$a"}) >"$OUT/tests.log" 2>&1
       summary+=("tests: $(grep -E 'tests passed|tests failed' "$OUT/tests.log" | tail -1)")
       grep -E "\(Failed\)|\(Timeout\)|Not Run" "$OUT/tests.log" | head -20
+      ;;
+    bench)
+      [[ -n ${c:-} ]] && IFS=',' read -r -a opts <<<"$c"
+      timeout "$limit" "$B/prefill-bench" "$a" -o "$OUT/$b.h5" --overwrite "${opts[@]}" >"$OUT/bench-$b.log" 2>&1
+      summary+=("$step: exit $?")
+      tail -15 "$OUT/bench-$b.log"
       ;;
     sanitize)
       IFS=',' read -r -a opts <<<"${a:-}"
