@@ -41,14 +41,7 @@ using namespace pb;
 namespace {
 
 using Bits = std::vector<uint16_t>;
-
-// Every cut but balance and overlap (the stripe schedule; both turned on by name below), or none; cut 4
-// as given.
-CutSet cuts_with(bool all, bool lse_merge) {
-  CutSet c = all ? CutSet::all().without(Cut::balance).without(Cut::overlap) : CutSet::none();
-  c.on[int(Cut::lse_merge)] = lse_merge;
-  return c;
-}
+using test::cuts_with;
 
 Bits download(const __nv_bfloat16* p, int64_t n) {
   Bits out(static_cast<size_t>(n));

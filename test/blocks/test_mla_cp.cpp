@@ -51,6 +51,7 @@ constexpr double kMlaCpRelL2Floor = 1e-2;
 
 using Bits = std::vector<uint16_t>;
 
+using test::cuts_with;
 using test::rel_l2_bf16;
 
 // argmax over a fixed pseudo-random [1024, hidden] projection of one row.
@@ -67,13 +68,6 @@ int probe_argmax(const uint16_t* row, int64_t hidden) {
     if (acc > best_v) best_v = acc, best = v;
   }
   return best;
-}
-
-// Every cut but balance and overlap (the stripe schedule; both have their own cases), or none; cut 4 as given.
-CutSet cuts_with(bool all, bool lse_merge) {
-  CutSet c = all ? CutSet::all().without(Cut::balance).without(Cut::overlap) : CutSet::none();
-  c.on[int(Cut::lse_merge)] = lse_merge;
-  return c;
 }
 
 // The stripe's cuts, cut 4 as given, and balance (cut 7) on.

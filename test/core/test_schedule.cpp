@@ -260,6 +260,19 @@ void for_each_gang(Fn fn) {
       }
 }
 
+// fn(schedule, cp, a rank's attention) for every rank of every schedule at cp 1..16.
+template <class Fn>
+void for_each_rank_attention(Fn fn) {
+  for (Schedule sched : kAllSchedules)
+    for (int cp = 1; cp <= 16; ++cp)
+      for (const RankAttention& a : gang_attention(sched, cp)) {
+        CAPTURE(schedule_name(sched));
+        CAPTURE(cp);
+        CAPTURE(a.rank);
+        fn(sched, cp, a);
+      }
+}
+
 }  // namespace
 
 TEST_CASE("every (query token, key token <= it) is attended exactly once, through the FMHA's bottom-right mask") {
@@ -449,28 +462,23 @@ TEST_CASE("balance: per row the merge order is the stripe's; moved rows take (o,
 }
 
 TEST_CASE("a local merge directly follows the window it merges (one o_win buffer); the helper's moved window leads") {
-  for (Schedule sched : kAllSchedules)
-    for (int cp = 1; cp <= 16; ++cp)
-      for (const RankAttention& a : gang_attention(sched, cp)) {
-        CAPTURE(schedule_name(sched));
-        CAPTURE(cp);
-        CAPTURE(a.rank);
-        for (size_t i = 0; i < a.steps.size(); ++i) {
-          const auto& step = a.steps[i];
-          if (!step.is_merge || step.merge.slot >= 0) continue;
-          REQUIRE(i > 0);
-          const auto& before = a.steps[i - 1];
-          REQUIRE_FALSE(before.is_merge);
-          CHECK(before.window.q == a.rank);
-          CHECK(before.window.k == step.merge.k);
-          CHECK(before.window.q_parts == step.merge.rows);
-        }
-        if (sched == Schedule::balance && cp % 2 == 0 && a.rank % 2 == 0) {
-          const FmhaWindow& first = a.steps.front().window;
-          CHECK((first.q == a.rank + 1 && first.k == a.rank && first.slot == balance_slot(cp)));
-          CHECK(first.q_parts == (Parts{1, 2}));
-        }
-      }
+  for_each_rank_attention([](Schedule sched, int cp, const RankAttention& a) {
+    for (size_t i = 0; i < a.steps.size(); ++i) {
+      const auto& step = a.steps[i];
+      if (!step.is_merge || step.merge.slot >= 0) continue;
+      REQUIRE(i > 0);
+      const auto& before = a.steps[i - 1];
+      REQUIRE_FALSE(before.is_merge);
+      CHECK(before.window.q == a.rank);
+      CHECK(before.window.k == step.merge.k);
+      CHECK(before.window.q_parts == step.merge.rows);
+    }
+    if (sched == Schedule::balance && cp % 2 == 0 && a.rank % 2 == 0) {
+      const FmhaWindow& first = a.steps.front().window;
+      CHECK((first.q == a.rank + 1 && first.k == a.rank && first.slot == balance_slot(cp)));
+      CHECK(first.q_parts == (Parts{1, 2}));
+    }
+  });
 }
 
 TEST_CASE("the gang runs to the end: every return is produced before the owner merges it, none waits on balance") {
@@ -805,61 +813,56 @@ std::vector<std::tuple<int, int, int, int, int, int, int>> window_keys(const Ran
 }  // namespace
 
 TEST_CASE("overlap_order: the same windows, the merges in the schedule's order, the waitless windows first") {
-  for (Schedule sched : kAllSchedules)
-    for (int cp = 1; cp <= 16; ++cp)
-      for (const RankAttention& a : gang_attention(sched, cp)) {
-        CAPTURE(schedule_name(sched));
-        CAPTURE(cp);
-        CAPTURE(a.rank);
-        const RankAttention o = overlap_order(a);
-        CHECK(o.steps.size() == a.steps.size());
-        CHECK(window_keys(o) == window_keys(a));
-        CHECK(merge_keys(o) == merge_keys(a));  // every row: the same merges, in the same order, the same resets
-        CHECK(o.key_segments == a.key_segments);
-        CHECK(o.load_pairs == a.load_pairs);
-        // First the own causal window, then every helped window; no window that waits for a peer's keys before them.
-        REQUIRE_FALSE(o.steps.front().is_merge);
-        CHECK((o.steps.front().window.q == a.rank && o.steps.front().window.k == a.rank));
-        bool peer_keys_seen = false;
-        for (const auto& s : o.steps) {
-          if (s.is_merge) continue;
-          if (s.window.k != a.rank) peer_keys_seen = true;
-          if (s.window.k == a.rank) CHECK_FALSE(peer_keys_seen);
+  for_each_rank_attention([](Schedule, int, const RankAttention& a) {
+    const RankAttention o = overlap_order(a);
+    CHECK(o.steps.size() == a.steps.size());
+    CHECK(window_keys(o) == window_keys(a));
+    CHECK(merge_keys(o) == merge_keys(a));  // every row: the same merges, in the same order, the same resets
+    CHECK(o.key_segments == a.key_segments);
+    CHECK(o.load_pairs == a.load_pairs);
+    // First the own causal window, then every helped window; no window that waits for a peer's keys before them.
+    REQUIRE_FALSE(o.steps.front().is_merge);
+    CHECK((o.steps.front().window.q == a.rank && o.steps.front().window.k == a.rank));
+    bool peer_keys_seen = false;
+    for (const auto& s : o.steps) {
+      if (s.is_merge) continue;
+      if (s.window.k != a.rank) peer_keys_seen = true;
+      if (s.window.k == a.rank) CHECK_FALSE(peer_keys_seen);
+    }
+    // Buffers: a local window lands in the window buffer and is merged before the next window runs, or it
+    // is held (at most one, the causal one) and merged from the held buffer later; nothing else reads it.
+    int window_buffer = -1, held = -1;  // the step index of the window each buffer holds; -1 empty
+    int held_windows = 0;
+    for (size_t i = 0; i < o.steps.size(); ++i) {
+      const auto& s = o.steps[i];
+      if (!s.is_merge) {
+        CHECK(window_buffer < 0);  // a local window's output not merged yet would be overwritten
+        held_windows += s.window.held;
+        if (s.window.held) {
+          CHECK((s.window.q == a.rank && s.window.causal));
+          held = int(i);
+        } else if (s.window.q == a.rank) {
+          window_buffer = int(i);
         }
-        // Buffers: a local window lands in the window buffer and is merged before the next window runs, or it
-        // is held (at most one, the causal one) and merged from the held buffer later; nothing else reads it.
-        int window_buffer = -1, held = -1;  // the step index of the window each buffer holds; -1 empty
-        int held_windows = 0;
-        for (size_t i = 0; i < o.steps.size(); ++i) {
-          const auto& s = o.steps[i];
-          if (!s.is_merge) {
-            CHECK(window_buffer < 0);  // a local window's output not merged yet would be overwritten
-            held_windows += s.window.held;
-            if (s.window.held) {
-              CHECK((s.window.q == a.rank && s.window.causal));
-              held = int(i);
-            } else if (s.window.q == a.rank) {
-              window_buffer = int(i);
-            }
-            continue;
-          }
-          if (s.merge.slot >= 0) continue;
-          const int from = s.merge.held ? held : window_buffer;
-          REQUIRE(from >= 0);
-          CHECK(o.steps[size_t(from)].window.k == s.merge.k);
-          CHECK(o.steps[size_t(from)].window.q_parts == s.merge.rows);
-          if (s.merge.held) held = -1;
-          else if (s.merge.rows.end == o.steps[size_t(from)].window.q_parts.end) window_buffer = -1;
-        }
-        CHECK(held_windows <= 1);
-        CHECK(held < 0);
-        CHECK(window_buffer < 0);
-        // Without a merge before the causal one (rank 0 of the contiguous schedules), nothing is held.
-        const bool merge_first = a.steps.size() > 1 && a.steps[1].is_merge && a.steps[1].merge.k == a.rank &&
-                                 a.steps[1].merge.slot < 0 && !a.steps[0].is_merge && a.steps[0].window.k == a.rank &&
-                                 a.steps[0].window.q == a.rank;
-        if (merge_first) CHECK(held_windows == 0);
+        continue;
       }
+      if (s.merge.slot >= 0) continue;
+      const int from = s.merge.held ? held : window_buffer;
+      REQUIRE(from >= 0);
+      CHECK(o.steps[size_t(from)].window.k == s.merge.k);
+      CHECK(o.steps[size_t(from)].window.q_parts == s.merge.rows);
+      if (s.merge.held) held = -1;
+      else if (s.merge.rows.end == o.steps[size_t(from)].window.q_parts.end) window_buffer = -1;
+    }
+    CHECK(held_windows <= 1);
+    CHECK(held < 0);
+    CHECK(window_buffer < 0);
+    // Without a merge before the causal one (rank 0 of the contiguous schedules), nothing is held.
+    const bool merge_first = a.steps.size() > 1 && a.steps[1].is_merge && a.steps[1].merge.k == a.rank &&
+                             a.steps[1].merge.slot < 0 && !a.steps[0].is_merge && a.steps[0].window.k == a.rank &&
+                             a.steps[0].window.q == a.rank;
+    if (merge_first) CHECK(held_windows == 0);
+  });
 }
 
 TEST_CASE("overlap_order at cp 4, stripe rank 3: its diagonal held ahead of the kept windows") {

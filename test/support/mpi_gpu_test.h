@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include "check.h"
+#include "cuts.h"
 #include "device_buffer.h"
 #include "gang.h"
 #include "random_fill.h"
@@ -26,6 +27,14 @@ const Gang& test_gang();
 
 namespace test {
 using ref::rel_l2_bf16;
+
+// Every cut but balance and overlap (the stripe schedule; the suites turn
+// those two on by name), or none; cut 4 (lse_merge) as given.
+inline CutSet cuts_with(bool all, bool lse_merge) {
+  CutSet c = all ? CutSet::all().without(Cut::balance).without(Cut::overlap) : CutSet::none();
+  c.on[int(Cut::lse_merge)] = lse_merge;
+  return c;
+}
 
 // Every rank's rows [its rows, width] (bf16 bits, its token ranges in local
 // order: rank_tokens) put back in sequence order, [context, width], on rank
