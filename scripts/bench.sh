@@ -9,9 +9,11 @@ usage="usage: scripts/bench.sh <scenario.yaml> [prefill-bench run options]"
 source "$here/args.sh"
 pb_script_args "$usage" "" 1 1 "$@"
 scenario=${PB_WORDS[0]}
-bash "$here/setup.sh"
 source "$here/env.sh"
-pb_build prefill-bench
+if [[ ${PB_PREBUILT:-0} != 1 ]]; then  # PB_PREBUILT=1: the build in $PB_BUILD as it is
+  bash "$here/setup.sh"
+  pb_build prefill-bench
+fi
 bin=$PB_BUILD/prefill-bench
 ranks=$("$bin" ranks "$scenario" "${PB_SET_ARGS[@]}")
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l || true)

@@ -23,9 +23,11 @@ gate=(--max-regression "$threshold")
 [[ -n ${PB_FLAGS[--only]:-} ]] && gate+=(--only "${PB_FLAGS[--only]}")
 [[ -f $baseline ]] || { echo "regress.sh: no baseline file '$baseline'" >&2; exit 2; }
 
-bash "$here/setup.sh"
 source "$here/env.sh"
-pb_build prefill-bench
+if [[ ${PB_PREBUILT:-0} != 1 ]]; then  # PB_PREBUILT=1: the build in $PB_BUILD as it is
+  bash "$here/setup.sh"
+  pb_build prefill-bench
+fi
 bin=$PB_BUILD/prefill-bench
 if ! check=$("$bin" compare --baseline "$baseline" "$baseline" "${gate[@]}" 2>&1); then
   grep -E "error|cannot judge|^    " <<<"$check" >&2 || true

@@ -11,6 +11,7 @@
 #   plan=<scenario>[=opts]         prefill-bench plan (the memory budget and roofline)
 #   bench=<kind>=<name>[=opts]     prefill-bench <kind> (kernels, fmha, kda, moe) -o $OUT/<name>.h5
 #   sanitize[=tool,suite,...]      scripts/dev/sanitize.sh (its logs come back in logs.tgz)
+#   regress=<scenario>=<baseline>  scripts/regress.sh scenarios/<scenario>.yaml <baseline> (the gate as CI runs it)
 # The build comes first (carry .deps): every target, or PB_BUILD_TARGETS (e.g. prefill-bench,
 # when no test step follows: about half the build). With a carried .pb-bin.tar.gz whose stamp
 # equals the carried .pb-source (scripts/dev/pack-build.sh), it configures and unpacks instead.
@@ -70,6 +71,11 @@ for step in "$@"; do
         >"$OUT/sanitize.log" 2>&1
       summary+=("$step: exit $?")
       tail -30 "$OUT/sanitize.log"
+      ;;
+    regress)
+      timeout "$limit" bash scripts/regress.sh "scenarios/$a.yaml" "$b" >"$OUT/regress-$a.log" 2>&1
+      summary+=("$step: exit $?")
+      tail -15 "$OUT/regress-$a.log"
       ;;
     run | lane | verify | plan)
       scenario=scenarios/$a.yaml

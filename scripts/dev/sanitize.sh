@@ -9,7 +9,8 @@
 #              superstep through `verify` at cp 1 and at cp 2 (ranks taking turns)
 #   racecheck  the kernels that share memory between threads: AttnRes, KDA
 #   synccheck  prepare and walks, FMHA native, o_norm_gate, conv
-#   initcheck  the superstep at the tiny model: `run scenarios/smoke.yaml`
+#   initcheck  a cuBLAS GEMM's output read by our kernel (test_gemm), then the
+#              superstep at the tiny model: `run scenarios/smoke.yaml`
 #
 # Arguments pick tools (memcheck racecheck synccheck initcheck) and suites
 # (substrings of the names printed, e.g. test_kda or verify); none: all. A
@@ -152,7 +153,10 @@ for tool in racecheck synccheck; do
   check "$tool" test_conv_silu_chunk 0 "$B/test_conv_silu_chunk"
 done
 
-# initcheck: the superstep at the tiny model, every block, reading nothing it did not write.
+# initcheck: first our kernel reading a fresh output that cuBLAS wrote whole (the suite checks
+# its values), which tells whether the tool sees cuBLAS's stores; then the superstep at the
+# tiny model, every block, reading nothing it did not write.
+check initcheck test_gemm.fresh_output 0 "$B/test_gemm" "--test-case=*fresh f32 output*"
 check initcheck run.smoke 0 "$B/prefill-bench" run "$S/smoke.yaml" --set warmup=0 --set reps=1 \
   --set ceiling_sustained_s=0 -o "$out/initcheck-run-smoke.h5" --overwrite
 

@@ -109,3 +109,44 @@ TEST_CASE("gemm: batched f32 x·w per batch entry") {
       }
   CHECK(bad == 0);
 }
+
+// A kernel reading a GEMM's output: y_copy = y.
+__global__ void copy_f32_kernel(const float* __restrict__ y, float* __restrict__ out, int64_t count) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) out[i] = y[i];
+}
+
+// The superstep's pattern, for compute-sanitizer's initcheck (scripts/dev/sanitize.sh
+// runs this suite under it): cuBLAS writes a fresh, never-initialized f32 output at
+// the KDA block's small-projection shape (256 wide, K3's 7168 deep), and one of our
+// kernels then reads all of it. The values prove that cuBLAS wrote every element,
+// so a report of uninitialized reads here is the tool not seeing cuBLAS's stores.
+TEST_CASE("gemm: our kernel reads a fresh f32 output that cuBLAS wrote whole") {
+  const int64_t m = 320, n = 256, k = 7168;
+  const std::vector<uint16_t> x = random_bf16(size_t(m * k), 31, 0.5f), w = random_bf16(size_t(n * k), 32, 0.5f);
+  DeviceBuffer<__nv_bfloat16> dx(x.size()), dw(w.size());
+  dx.upload(x);
+  dw.upload(w);
+  DeviceBuffer<float> dy(size_t(m * n)), dcopy(size_t(m * n));  // dy: never written before the GEMM
+  Blas blas;
+  gemm_f32out(blas, dx.get(), dw.get(), dy.get(), {m, n, k}, nullptr);
+  copy_f32_kernel<<<unsigned((m * n + 255) / 256), 256>>>(dy.get(), dcopy.get(), m * n);
+  PB_CUDA(cudaGetLastError());
+  PB_CUDA(cudaDeviceSynchronize());
+  const std::vector<float> y = dcopy.download();
+  int64_t bad = 0;
+  for (int64_t i = 0; i < m; i += 7)  // every 7th row in full (the check is O(m n k) on the host)
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0, mag = 0;
+      for (int64_t l = 0; l < k; ++l) {
+        const double p = bf16_value(x[size_t(i * k + l)]) * bf16_value(w[size_t(j * k + l)]);
+        ref += p;
+        mag += std::fabs(p);
+      }
+      if (!(std::fabs(y[size_t(i * n + j)] - ref) <= 1e-5 * mag + 1e-30) && bad++ < 5)
+        FAIL_CHECK("y[" << i << "][" << j << "] = " << y[size_t(i * n + j)] << ", ref " << ref);
+    }
+  for (size_t i = 0; i < y.size(); ++i)
+    if (!std::isfinite(y[i]) && bad++ < 5) FAIL_CHECK("y[" << i << "] = " << y[i]);
+  CHECK(bad == 0);
+}
