@@ -103,8 +103,10 @@ check() {
     timeout "$limit" "${run[@]}" "$@" >"$log" 2>&1
   fi
   code=$?
-  summaries=$(grep -cE "ERROR SUMMARY: [0-9]+ error" "$log")
-  errors=$(grep -oE "ERROR SUMMARY: [0-9]+ error" "$log" | grep -oE "[0-9]+" | awk '{s += $1} END {print s + 0}')
+  # memcheck, synccheck, initcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK SUMMARY: N hazards displayed".
+  local summary="(ERROR SUMMARY: [0-9]+ error|RACECHECK SUMMARY: [0-9]+ hazard)"
+  summaries=$(grep -cE "$summary" "$log")
+  errors=$(grep -oE "$summary" "$log" | grep -oE "[0-9]+" | awk '{s += $1} END {print s + 0}')
   if ((code == 124)); then
     verdict="TIMED OUT after $limit s (log $log)"
     failed=$((failed + 1))
