@@ -9,13 +9,13 @@
 #              superstep through `verify` at cp 1 and at cp 2 (ranks taking turns)
 #   racecheck  the kernels that share memory between threads: AttnRes, KDA
 #   synccheck  prepare and walks, FMHA native, o_norm_gate, conv
-#   initcheck  a cuBLAS GEMM's output read by our kernel (test_gemm), then the
-#              superstep at the tiny model: `run scenarios/smoke.yaml`
+#   initcheck  (only when named) a cuBLAS GEMM's output read by our kernel
+#              (test_gemm), then the superstep at the tiny model: `run smoke.yaml`
 #
 # Arguments pick tools (memcheck racecheck synccheck initcheck) and suites
-# (substrings of the names printed, e.g. test_kda or verify); none: all. A
-# device command runs at most 10 minutes: run a tool or two at a time
-# (e.g. `scripts/dev/sanitize.sh racecheck synccheck`); each check stops after
+# (substrings of the names printed, e.g. test_kda or verify); none: all suites
+# and every tool but initcheck. A device command runs at most 10 minutes: run
+# a tool or two at a time (e.g. `scripts/dev/sanitize.sh racecheck synccheck`); each check stops after
 # PB_SANITIZE_TIMEOUT seconds (default 900). Builds what it runs first
 # (PB_BUILD, default build/), unless PB_PREBUILT=1 (gpu-steps.sh's `sanitize`
 # step over a carried build: the executables are there, the objects are not). Logs: ${OUT:-$PB_BUILD}/sanitize/<tool>.<suite>.log.
@@ -35,6 +35,15 @@
 #     engine, whose kernels are not ours to fix.
 #   - memcheck reports a failed CUDA call as an error: test_out_of_memory,
 #     whose allocations fail on purpose, is left out.
+#   - initcheck does not see cuBLAS's stores: under it, test_gemm's "fresh
+#     f32 output" case reports all 81920 of our kernel's reads of a GEMM
+#     output as uninitialized (and 327680 reads by cuBLASLt's own
+#     splitKreduce_kernel), while the values read equal the float64
+#     reference. The superstep's findings (land_baseline_kernel reading the
+#     KDA projections) are that. So initcheck runs only when named, and a
+#     finding is read against this. A turn's read of turn-local memory it did
+#     not write is caught by `verify`'s poisoned arena instead (NaN after
+#     every turn, every output bit equal).
 #   - Under the tools every kernel runs 10-100x slower; the fabric's doorbell
 #     waits have deadlines of minutes (wait_timeout_s), far above that.
 set -uo pipefail
@@ -55,7 +64,7 @@ for arg in "$@"; do
     *) suites+=("$arg") ;;
   esac
 done
-((${#tools[@]})) || tools=(memcheck racecheck synccheck initcheck)
+((${#tools[@]})) || tools=(memcheck racecheck synccheck)  # initcheck when named: see its limit above
 
 if [[ ! -x $sanitizer ]]; then
   echo "sanitize.sh: no compute-sanitizer (looked for $sanitizer; set COMPUTE_SANITIZER)" >&2
@@ -105,8 +114,8 @@ check() {
   code=$?
   # memcheck, synccheck, initcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK SUMMARY: N hazards displayed".
   local summary="(ERROR SUMMARY: [0-9]+ error|RACECHECK SUMMARY: [0-9]+ hazard)"
-  summaries=$(grep -cE "$summary" "$log")
-  errors=$(grep -oE "$summary" "$log" | grep -oE "[0-9]+" | awk '{s += $1} END {print s + 0}')
+  summaries=$(grep -v "not printed" "$log" | grep -cE "$summary")
+  errors=$(grep -v "not printed" "$log" | grep -oE "$summary" | grep -oE "[0-9]+" | awk '{s += $1} END {print s + 0}')
   if ((code == 124)); then
     verdict="TIMED OUT after $limit s (log $log)"
     failed=$((failed + 1))
