@@ -20,6 +20,18 @@ namespace {
 
 double bf16_value(uint16_t b) { return double(pb::ref::bf16_to_f32(b)); }
 
+// Σ_l a[l]·b[l] over k bf16 values in double, and Σ|a[l]·b[l]| into *mag.
+double dot_bf16(const uint16_t* a, const uint16_t* b, int64_t k, double* mag) {
+  double sum = 0;
+  *mag = 0;
+  for (int64_t l = 0; l < k; ++l) {
+    const double p = bf16_value(a[l]) * bf16_value(b[l]);
+    sum += p;
+    *mag += std::fabs(p);
+  }
+  return sum;
+}
+
 struct Case {
   int64_t m, n, k, ldx, ldw, ldy;
 };
@@ -53,12 +65,8 @@ void check_projection(const Case& c, bool bf16_out, uint64_t seed) {
   int64_t bad = 0;
   for (int64_t i = 0; i < c.m; ++i)
     for (int64_t j = 0; j < c.n; ++j) {
-      double ref = 0, mag = 0;
-      for (int64_t l = 0; l < c.k; ++l) {
-        const double a = bf16_value(x[size_t(i * c.ldx + l)]), b = bf16_value(w[size_t(j * c.ldw + l)]);
-        ref += a * b;
-        mag += std::fabs(a * b);
-      }
+      double mag = 0;
+      const double ref = dot_bf16(&x[size_t(i * c.ldx)], &w[size_t(j * c.ldw)], c.k, &mag);
       const double tol = 1e-5 * mag + (bf16_out ? std::ldexp(std::fabs(ref), -8) : 0.0) + 1e-30;
       const double g = got[size_t(i * c.ldy + j)];
       if (!(std::fabs(g - ref) <= tol) && bad++ < 5) FAIL_CHECK("y[" << i << "][" << j << "] = " << g << ", ref " << ref);
@@ -137,12 +145,8 @@ TEST_CASE("gemm: our kernel reads a fresh f32 output that cuBLAS wrote whole") {
   int64_t bad = 0;
   for (int64_t i = 0; i < m; i += 7)  // every 7th row in full (the check is O(m n k) on the host)
     for (int64_t j = 0; j < n; ++j) {
-      double ref = 0, mag = 0;
-      for (int64_t l = 0; l < k; ++l) {
-        const double p = bf16_value(x[size_t(i * k + l)]) * bf16_value(w[size_t(j * k + l)]);
-        ref += p;
-        mag += std::fabs(p);
-      }
+      double mag = 0;
+      const double ref = dot_bf16(&x[size_t(i * k)], &w[size_t(j * k)], k, &mag);
       if (!(std::fabs(y[size_t(i * n + j)] - ref) <= 1e-5 * mag + 1e-30) && bad++ < 5)
         FAIL_CHECK("y[" << i << "][" << j << "] = " << y[size_t(i * n + j)] << ", ref " << ref);
     }
