@@ -143,14 +143,12 @@ TEST_CASE("gemm: our kernel reads a fresh f32 output that cuBLAS wrote whole") {
   PB_CUDA(cudaDeviceSynchronize());
   const std::vector<float> y = dcopy.download();
   int64_t bad = 0;
-  for (int64_t i = 0; i < m; i += 7)  // every 7th row in full (the check is O(m n k) on the host)
+  for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       double mag = 0;
       const double ref = dot_bf16(&x[size_t(i * k)], &w[size_t(j * k)], k, &mag);
       if (!(std::fabs(y[size_t(i * n + j)] - ref) <= 1e-5 * mag + 1e-30) && bad++ < 5)
         FAIL_CHECK("y[" << i << "][" << j << "] = " << y[size_t(i * n + j)] << ", ref " << ref);
     }
-  for (size_t i = 0; i < y.size(); ++i)
-    if (!std::isfinite(y[i]) && bad++ < 5) FAIL_CHECK("y[" << i << "] = " << y[i]);
   CHECK(bad == 0);
 }
