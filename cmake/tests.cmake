@@ -203,6 +203,25 @@ add_test(NAME mpi_gpu.run_smoke_cp2
 set_tests_properties(mpi_gpu.run_smoke mpi_gpu.run_smoke_cp2 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 3
   TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}"
   PASS_REGULAR_EXPRESSION "GEMM ceiling: burst [0-9.]+ TFLOP/s, sustained [0-9.]+ TFLOP/s.*wrote .*run-smoke")
+set_tests_properties(mpi_gpu.run_smoke_cp2 PROPERTIES FIXTURES_SETUP smoke_cp2)
+
+# warmup_layers: warm-up reps of the first layers only (2 of the tiny model's 4:
+# KDA alone, ranks taking turns), then timed reps whose outputs equal those of
+# mpi_gpu.run_smoke_cp2, warmed at full depth, bit for bit.
+add_test(NAME mpi_gpu.run_smoke_cp2_short_warmup
+  COMMAND ${PB_MPIRUN} -np 2 $<TARGET_FILE:prefill-bench> run ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp2.yaml
+          --set serialize_ranks=true --set warmup_layers=2
+          --output ${CMAKE_BINARY_DIR}/test-out/run-smoke-cp2-short-warmup.h5 --overwrite)
+set_tests_properties(mpi_gpu.run_smoke_cp2_short_warmup PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 3 TIMEOUT 300
+  ENVIRONMENT "${PB_MPI_ENV}" FIXTURES_SETUP smoke_cp2
+  PASS_REGULAR_EXPRESSION "rep 0/3 baseline +TTFT [0-9.]+ ms \\(warm-up, layers 0-1\\).*wrote .*run-smoke-cp2-short-warmup.h5")
+add_test(NAME mpi_gpu.short_warmup_outputs_equal
+  COMMAND bash -c "[[ -f $1 && -f $2 ]] || { echo 'no run files (no GPU)'; exit 3; }; exec $0 compare $1 $2"
+          $<TARGET_FILE:prefill-bench> ${CMAKE_BINARY_DIR}/test-out/run-smoke-cp2.h5
+          ${CMAKE_BINARY_DIR}/test-out/run-smoke-cp2-short-warmup.h5)
+set_tests_properties(mpi_gpu.short_warmup_outputs_equal PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 3 TIMEOUT 60
+  FIXTURES_REQUIRED smoke_cp2 PASS_REGULAR_EXPRESSION "outputs: bit-identical \\(2 ranks x 4 layers\\)"
+  FAIL_REGULAR_EXPRESSION "outputs: (differ|not compared)")
 
 # timing: cupti against timing: events (scenario key timing): the same scenario
 # run both ways (two processes), the compute-bound families (FMHA, GEMM, KDA,

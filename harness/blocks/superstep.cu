@@ -204,12 +204,14 @@ void Superstep::add2_call(const CutSet& cuts, Timeline& tl, const bf16* a, const
   tl.launch("elementwise", "add2", [&] { add2(elementwise_variant(cuts), a, b, out, b_ * m_.hidden, st); });
 }
 
-void Superstep::run(const CutSet& cuts, Timeline& tl, const Turn& turn, bool checksums) {
+void Superstep::run(const CutSet& cuts, Timeline& tl, const Turn& turn, bool checksums, int64_t layers) {
   cudaStream_t st = tl.stream();
   const int64_t h = m_.hidden;
+  const int64_t depth = layers < 0 ? m_.layers : std::min(layers, m_.layers);
+  have_first_token_ = false;
   tl.set_layer(-1);
   turn([&] { tl.launch("embed", "embed.gather", [&] { embed_gather(p_.embed_table.get(), p_.ids.get(), p_.hidden.get(), b_, h, st); }); });
-  for (int64_t layer = 0; layer < m_.layers; ++layer) {
+  for (int64_t layer = 0; layer < depth; ++layer) {
     tl.set_layer(int32_t(layer));
     const bool mla = m_.is_mla(layer), snapshot = m_.is_snapshot_layer(layer);
     const float* sw_attn = p_.sw.get() + 2 * layer * h;
@@ -252,6 +254,7 @@ void Superstep::run(const CutSet& cuts, Timeline& tl, const Turn& turn, bool che
     else ++kda_seq_;
   }
   tl.set_layer(-1);
+  if (depth < m_.layers) return;  // a warm-up: the first token needs every layer's snapshot
   const bool last_token = rank_ == last_token_rank(s_.layout, cp_);
   turn([&] {
     if (!last_token) return;

@@ -58,7 +58,9 @@ class Superstep {
 
   // One superstep under `cuts`. With checksums, also fingerprints every
   // layer's output rows [0, T) (extra launches outside the timeline).
-  void run(const CutSet& cuts, Timeline& tl, const Turn& turn, bool checksums);
+  // layers < the model's: a warm-up of layers [0, layers) only, no first token
+  // (every rank of the gang must pass the same count).
+  void run(const CutSet& cuts, Timeline& tl, const Turn& turn, bool checksums, int64_t layers = -1);
   // After run() and a stream sync: the first token (last_token_rank only, else -1),
   // the layer fingerprints, the final hidden rows.
   int64_t first_token() const;

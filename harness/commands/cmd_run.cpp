@@ -179,16 +179,20 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       gang.barrier();
       const auto t0 = std::chrono::steady_clock::now();
       const double gpu_t0 = telemetry.now_ms();
-      step.run(cuts, tl, turn, last_rep);
+      const bool short_warmup = rep < 0 && s.warmup_layers > 0 && s.warmup_layers < s.model.layers;
+      step.run(cuts, tl, turn, last_rep, short_warmup ? s.warmup_layers : -1);
       if (fab) fab->drain();
-      const std::vector<TimedLaunch> launches = tl.collect();
+      std::vector<TimedLaunch> launches = tl.collect();
       const int64_t first = step.first_token();  // reads the device: the end of TTFT
       const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (fab) fab->settle_transfers();  // sends still in flight, for the NCCL time
       const std::vector<TelemetrySample> clocks = telemetry.between(gpu_t0, telemetry.now_ms());
       const RankPlan& plan = plans[vi];
-      const std::string diff = launch_list_difference(launches, plan.launches);
-      if (!diff.empty()) gang.fail("run: the superstep's launches differ from plan's: " + diff);
+      if (short_warmup) {
+        launches.clear();  // a warm-up of the first layers: nothing of it is kept, nor is it plan's list
+      } else if (const std::string diff = launch_list_difference(launches, plan.launches); !diff.empty()) {
+        gang.fail("run: the superstep's launches differ from plan's: " + diff);
+      }
       if (last_rep) {
         checksums[vi] = step.layer_checksums();
         token[vi] = first;
@@ -224,8 +228,9 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       const std::vector<std::string> rep_parts = gang.gather(pack_rank_reps({rr}));
       if (!gang.is_root()) continue;
       const double ttft = unpack_rank_reps(rep_parts.back()).at(0).wall_us / 1e3;
-      std::printf("rep %d/%d %-12s TTFT %.1f ms%s\n", rep + 1, s.reps, s.variants[vi].name.c_str(), ttft,
-                  rep < 0 ? " (warm-up)" : "");
+      const std::string note = !short_warmup ? (rep < 0 ? " (warm-up)" : "")
+                                             : " (warm-up, layers 0-" + std::to_string(s.warmup_layers - 1) + ")";
+      std::printf("rep %d/%d %-12s TTFT %.1f ms%s\n", rep + 1, s.reps, s.variants[vi].name.c_str(), ttft, note.c_str());
       std::fflush(stdout);
       if (rep < 0) continue;
       VariantResult& v = result.variants[vi];

@@ -24,7 +24,7 @@ const std::vector<std::string> kTopKeys = {
     "name", "model", "cp", "context", "bucket", "split_k", "fabric", "emulate_hosts", "fmha", "moe_gemm",
     "gpu_profile", "serialize_ranks", "share_memory", "turn_settle_ms", "helped_in_place", "wait_timeout_s", "nvtx",
     "timing", "ceiling_sustained_s", "layout", "cuts",
-    "variants", "warmup", "reps", "seed", "output", "debug"};
+    "variants", "warmup", "warmup_layers", "reps", "seed", "output", "debug"};
 const std::vector<std::string> kDebugKeys = {"delay_family", "delay_us", "poison_arena"};
 const std::vector<std::string> kVariantKeys = {"name", "cuts"};
 
@@ -399,6 +399,8 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
   if (root["wait_timeout_s"])
     s.wait_timeout_s = get_double(at, root["wait_timeout_s"], "wait_timeout_s", 0.1, 86400);
   if (root["warmup"]) s.warmup = int(get_int(at, root["warmup"], "warmup", 0, 1000));
+  if (root["warmup_layers"])
+    s.warmup_layers = get_int(at, root["warmup_layers"], "warmup_layers", 0, s.model.layers);
   if (root["reps"]) s.reps = int(get_int(at, root["reps"], "reps", 1, 100000));
   if (root["seed"]) s.seed = uint64_t(get_int(at, root["seed"], "seed", 0, INT64_MAX));
   if (root["output"]) s.output = get_string(at, root["output"], "output");

@@ -22,6 +22,8 @@
 //   cuts: all                              # all | none | seed | [land, conv] | {land: on}
 //   variants: each-cut                     # or [{name: a, cuts: none}, ...]
 //   warmup: 1
+//   warmup_layers: 0                       # run: the warm-up reps' depth (0: every layer; 4: one
+//                                          # MLA period, every FMHA window shape)
 //   reps: 5
 //   seed: 1234
 //   output: runs/cp4-64k.h5
@@ -92,6 +94,10 @@ struct Scenario {
   Layout layout = Layout::contiguous;  // schedule.h: where the tokens lie
   std::vector<VariantSpec> variants;  // at least one
   int warmup = 1;
+  // run: the layers a warm-up rep runs, from layer 0 (0: all). The first MLA
+  // period meets every FMHA window shape (cuDNN builds a plan per shape on
+  // first use), in a fraction of a superstep: the MLA layers repeat their windows.
+  int64_t warmup_layers = 0;
   int reps = 5;
   uint64_t seed = 1234;
   std::string output;  // empty: the driver picks runs/<name>-<time>.h5

@@ -149,6 +149,15 @@ TEST_CASE("command-line overrides apply before validation") {
   CHECK(contains(s.overrides, "--set cp=4"));
 }
 
+TEST_CASE("warmup_layers: every layer by default, the first N when set") {
+  CHECK(parse_scenario(kGood, "good.yaml").warmup_layers == 0);
+  ScenarioOverrides o;
+  o.sets = {"warmup_layers=3"};
+  CHECK(parse_scenario(kGood, "good.yaml", o).warmup_layers == 3);
+  o.sets = {"model.layers=8", "warmup_layers=8"};
+  CHECK(parse_scenario(kGood, "good.yaml", o).warmup_layers == 8);
+}
+
 TEST_CASE("moe_gemm picks the expert GEMM engine") {
   CHECK(parse_scenario(std::string(kGood) + "moe_gemm: loop\n", "t.yaml").moe_gemm == "loop");
   CHECK(parse_scenario(std::string(kGood) + "moe_gemm: grouped\n", "t.yaml").moe_gemm == "grouped");
@@ -201,6 +210,8 @@ TEST_CASE("bad inputs give errors naming file, line, key and allowed values") {
        {"bad.yaml:4", "bucket", "not a multiple of the kernel tile 128"}},
       {"cp out of range", "name: t\ncp: 0\ncontext: 8\n", {"cp", "between 1 and 64", "got 0"}},
       {"reps out of range", g + "reps: 0\n", {"bad.yaml:6", "reps", "between 1 and 100000"}},
+      {"warmup_layers deeper than the model", g + "warmup_layers: 5\n",
+       {"bad.yaml:6", "warmup_layers", "between 0 and 4", "got 5"}},
       {"split_k out of range", g + "split_k: 64\n", {"split_k", "between 1 and 16"}},
       {"turn_settle_ms out of range", g + "turn_settle_ms: -5\n", {"bad.yaml:6", "turn_settle_ms", "between 0 and 10000"}},
       {"model value out of range", "name: t\nmodel: {layers: 0}\ncp: 1\ncontext: 8\n",
