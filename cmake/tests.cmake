@@ -269,6 +269,20 @@ add_test(NAME cpu.compare_savings COMMAND $<TARGET_FILE:prefill-bench> compare $
 set_tests_properties(cpu.compare_savings PROPERTIES LABELS cpu TIMEOUT 120 FIXTURES_REQUIRED plan_cp8
   ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "savings against 'baseline'.*all")
 
+# --variants: some of a scenario's variants, in the order given; an unknown name
+# is refused with the scenario's list.
+add_test(NAME cli.variants_selected
+  COMMAND $<TARGET_FILE:prefill-bench> plan ${CMAKE_SOURCE_DIR}/scenarios/ab-each-cut.yaml --variants overlap,baseline
+          -o ${CMAKE_BINARY_DIR}/test-out/plan-variants.h5 --overwrite)
+set_tests_properties(cli.variants_selected PROPERTIES LABELS cpu TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "variant overlap \\([^)]*\\), prefix.*variant baseline \\(" FAIL_REGULAR_EXPRESSION "variant land")
+add_test(NAME cli.variants_unknown
+  COMMAND bash ${CMAKE_SOURCE_DIR}/test/commands/expect.sh 2
+          "error: --variants: 'fast' is not a variant of .*ab-each-cut.yaml; its variants: baseline, all, land"
+          $<TARGET_FILE:prefill-bench> plan ${CMAKE_SOURCE_DIR}/scenarios/ab-each-cut.yaml --variants land,fast
+          -o ${CMAKE_BINARY_DIR}/test-out/plan-variants-bad.h5 --overwrite)
+set_tests_properties(cli.variants_unknown PROPERTIES LABELS cpu TIMEOUT 60)
+
 # The multi-host launch (scripts/launch.sh --dry-run): one rank per GPU over a
 # hostfile of two 4-GPU hosts for cp8, the NCCL environment exported.
 add_test(NAME cpu.launch_dry_run

@@ -28,7 +28,7 @@ Scenario load_scenario_on_gang(const Gang& gang, const ScenarioArgs& args) {
     text = buf.str();
   }
   text = gang.broadcast(text);
-  return parse_scenario(text, args.path, ScenarioOverrides{args.sets, args.cuts});
+  return parse_scenario(text, args.path, ScenarioOverrides{args.sets, args.cuts, args.variants});
 }
 
 namespace {

@@ -23,6 +23,7 @@ struct ScenarioArgs {
   std::string path;
   std::vector<std::string> sets;  // --set key=value
   std::string cuts;               // --cuts a,b
+  std::vector<std::string> variants;  // --variants a,b: some of the scenario's variants
   std::string output;             // --output
   bool overwrite = false;         // --overwrite
   std::string profile;            // --profile (plan)

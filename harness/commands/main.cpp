@@ -36,12 +36,15 @@ std::string joined_command_line(int argc, char** argv) {
   return s;
 }
 
-// The scenario and its overrides; `cuts`: also --cuts (commands that run variants).
+// The scenario and its overrides; `cuts`: also --cuts and --variants (commands that run variants).
 void add_scenario_input(CLI::App* sub, pb::ScenarioArgs& args, bool cuts) {
   sub->add_option("scenario", args.path, "scenario YAML file")->required();
   sub->add_option("--set", args.sets, "override a scenario key: key=value (model.layers=8); repeat for more")
       ->allow_extra_args(false);
-  if (cuts) sub->add_option("--cuts", args.cuts, "run one cut set: all, none, seed, or a list like land,conv");
+  if (!cuts) return;
+  sub->add_option("--cuts", args.cuts, "run one cut set: all, none, seed, or a list like land,conv");
+  sub->add_option("--variants", args.variants, "run only these of the scenario's variants, a,b, in this order")
+      ->delimiter(',');
 }
 
 void add_output_options(CLI::App* sub, std::string& output, bool& overwrite, const std::string& default_path) {

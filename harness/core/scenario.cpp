@@ -211,6 +211,23 @@ std::vector<VariantSpec> each_cut_variants() {
   return v;
 }
 
+// --variants a,b: those of the scenario's variants, in that order.
+std::vector<VariantSpec> selected_variants(const std::vector<VariantSpec>& all, const std::vector<std::string>& names,
+                                           const std::string& source) {
+  std::vector<std::string> known;
+  for (const VariantSpec& v : all) known.push_back(v.name);
+  std::vector<VariantSpec> out;
+  for (const std::string& name : names) {
+    const auto it = std::find_if(all.begin(), all.end(), [&](const VariantSpec& v) { return v.name == name; });
+    PB_CHECK(it != all.end(), "--variants: '" + name + "' is not a variant of " + source + "; its variants: " +
+                                  join(known));
+    for (const VariantSpec& v : out)
+      PB_CHECK(v.name != name, "--variants: '" + name + "' is named twice");
+    out.push_back(*it);
+  }
+  return out;
+}
+
 bool valid_variant_name(const std::string& s) {
   if (s.empty() || s.size() > 40) return false;
   for (char ch : s)
@@ -331,6 +348,11 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
   s.text = text;
   for (const auto& set : overrides.sets) s.overrides += (s.overrides.empty() ? "--set " : " --set ") + set;
   if (!overrides.cuts.empty()) s.overrides += (s.overrides.empty() ? "" : " ") + std::string("--cuts ") + overrides.cuts;
+  if (!overrides.variants.empty()) {
+    std::string names;
+    for (const std::string& v : overrides.variants) names += (names.empty() ? "" : ",") + v;
+    s.overrides += (s.overrides.empty() ? "" : " ") + std::string("--variants ") + names;
+  }
 
   if (!root["name"]) at.fail(root, "name", "missing; every scenario has a name");
   s.name = get_string(at, root["name"], "name");
@@ -425,6 +447,10 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
   }
   if (root["variants"] && root["cuts"] && overrides.cuts.empty())
     at.fail(root["cuts"], "cuts", "give either 'cuts' (one cut set) or 'variants' (several), not both");
+  if (!overrides.variants.empty()) {
+    PB_CHECK(overrides.cuts.empty(), "give --cuts (one cut set) or --variants (some of the scenario's), not both");
+    s.variants = selected_variants(s.variants, overrides.variants, source);
+  }
   return s;
 }
 

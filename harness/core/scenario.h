@@ -32,8 +32,8 @@
 //   debug: {poison_arena: true}            # fill the shared turn-local arena with NaN after every turn
 //
 // Every error names the file, line and column, the key, and the allowed values.
-// Command-line overrides (`--set key=value`, dotted keys for model.*, and
-// `--cuts a,b`) are applied before validation; an error in an overridden value
+// Command-line overrides (`--set key=value`, dotted keys for model.*,
+// `--cuts a,b`, `--variants a,b`) are applied before validation; an error in an overridden value
 // names the override instead of a line.
 #pragma once
 
@@ -66,6 +66,7 @@ struct DebugKnobs {
 struct ScenarioOverrides {
   std::vector<std::string> sets;  // "key=value"
   std::string cuts;               // "land,conv", "all", "none"; empty: no override
+  std::vector<std::string> variants;  // run only these of the scenario's variants, in this order; empty: all
 };
 
 struct Scenario {

@@ -158,6 +158,27 @@ TEST_CASE("warmup_layers: every layer by default, the first N when set") {
   CHECK(parse_scenario(kGood, "good.yaml", o).warmup_layers == 8);
 }
 
+TEST_CASE("--variants runs some of the scenario's variants, in the order given") {
+  ScenarioOverrides o;
+  o.sets = {"variants=each-cut"};
+  o.variants = {"land", "baseline"};
+  Scenario s = parse_scenario(kGood, "good.yaml", o);
+  REQUIRE(s.variants.size() == 2);
+  CHECK(s.variants[0].name == "land");
+  CHECK(s.variants[0].cuts[Cut::land]);
+  CHECK(s.variants[1].name == "baseline");
+  CHECK(contains(s.overrides, "--variants land,baseline"));
+  o.variants = {"land", "fast"};
+  const std::string unknown = error_of(kGood, o);
+  CHECK(contains(unknown, "--variants: 'fast' is not a variant of bad.yaml"));
+  CHECK(contains(unknown, "its variants: baseline, all, land, conv"));
+  o.variants = {"land", "land"};
+  CHECK(contains(error_of(kGood, o), "'land' is named twice"));
+  o.variants = {"land"};
+  o.cuts = "conv";
+  CHECK(contains(error_of(kGood, o), "give --cuts (one cut set) or --variants"));
+}
+
 TEST_CASE("moe_gemm picks the expert GEMM engine") {
   CHECK(parse_scenario(std::string(kGood) + "moe_gemm: loop\n", "t.yaml").moe_gemm == "loop");
   CHECK(parse_scenario(std::string(kGood) + "moe_gemm: grouped\n", "t.yaml").moe_gemm == "grouped");
@@ -238,20 +259,20 @@ TEST_CASE("bad inputs give errors naming file, line, key and allowed values") {
       {"inconsistent model", "name: t\nmodel: {preset: tiny, top_k: 9}\ncp: 1\ncontext: 8\n",
        {"model", "top_k must not exceed model.experts"}},
       {"bad override value", g, {"command line override 'cp=x'", "cp", "expected an integer"},
-       ScenarioOverrides{{"cp=x"}, ""}},
-      {"override breaks divisibility", g, {"override 'cp=3'", "not divisible", "bad.yaml:4"}, ScenarioOverrides{{"cp=3"}, ""}},
-      {"bad --cuts", g, {"--cuts land,fast", "unknown cut 'fast'"}, ScenarioOverrides{{}, "land,fast"}},
+       ScenarioOverrides{{"cp=x"}, "", {}}},
+      {"override breaks divisibility", g, {"override 'cp=3'", "not divisible", "bad.yaml:4"}, ScenarioOverrides{{"cp=3"}, "", {}}},
+      {"bad --cuts", g, {"--cuts land,fast", "unknown cut 'fast'"}, ScenarioOverrides{{}, "land,fast", {}}},
       {"debug key", g + "debug: {delay: 3}\n", {"debug.delay", "delay_family, delay_us"}},
       {"bad layout", g + "layout: diagonal\n", {"bad.yaml:6:9", "layout", "'diagonal'", "contiguous, zigzag"}},
       {"zigzag needs 2 cp chunks", "name: t\ncp: 4\ncontext: 1028\nlayout: zigzag\n",
        {"bad.yaml:4", "layout", "2*cp = 8 equal chunks", "context 1028", "layout contiguous"}},
-      {"zigzag by override", g, {"override 'cp=3'", "layout", "2*cp = 6"}, ScenarioOverrides{{"cp=3", "context=765", "layout=zigzag"}, ""}},
+      {"zigzag by override", g, {"override 'cp=3'", "layout", "2*cp = 6"}, ScenarioOverrides{{"cp=3", "context=765", "layout=zigzag"}, "", {}}},
       {"balance without the stripe", g + "cuts: [land, balance]\n",
        {"bad.yaml:6", "cuts", "cut balance refines cut stripe and needs it on"}},
       {"balance switched on, stripe off", g + "cuts: {stripe: off, balance: on}\n", {"cuts", "needs it on"}},
       {"a variant with balance alone", g + "variants: [{name: b, cuts: balance}]\n",
        {"variants[0].cuts", "needs it on"}},
-      {"--cuts balance", g, {"--cuts balance", "needs it on"}, ScenarioOverrides{{}, "balance"}},
+      {"--cuts balance", g, {"--cuts balance", "needs it on"}, ScenarioOverrides{{}, "balance", {}}},
   };
   for (const auto& c : cases) {
     const std::string what = c.what;
