@@ -269,6 +269,13 @@ add_test(NAME cpu.compare_savings COMMAND $<TARGET_FILE:prefill-bench> compare $
 set_tests_properties(cpu.compare_savings PROPERTIES LABELS cpu TIMEOUT 120 FIXTURES_REQUIRED plan_cp8
   ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "savings against 'baseline'.*all")
 
+# A serialized run's savings: the projected gang's TTFT beside the serialized one
+# (the committed cp4-64k each-cut file).
+add_test(NAME cli.compare_savings_projected
+  COMMAND $<TARGET_FILE:prefill-bench> compare ${CMAKE_SOURCE_DIR}/results/h200/cp4-64k-each-cut.h5)
+set_tests_properties(cli.compare_savings_projected PROPERTIES LABELS cpu TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "projected: the gang replayed from the spans, link measured.*\n  all +31404\\.6 +18\\.9% +7831\\.9 +3108\\.8 +28\\.4%")
+
 # --variants: some of a scenario's variants, in the order given; an unknown name
 # is refused with the scenario's list.
 add_test(NAME cli.variants_selected
