@@ -148,8 +148,8 @@ void compare_files(const CompareOptions& options, std::ostream& out) {
                      Side{"B", options.file_b, &b, &require_variant(b, options.file_b, name_b)}, options, out);
 }
 
-// The gang projected from a serialized run, with the fabric as measured (else
-// the first link recorded); null for a run of one rank per GPU.
+// The gang projected from the run's spans, with the fabric as measured (else
+// the first link recorded); null when the file holds none.
 const Projection* gang_projection(const VariantResult& v) {
   for (const Projection& p : v.projections)
     if (p.link == "measured") return &p;
@@ -188,7 +188,7 @@ void print_savings(const RunResult& run, const std::string& file, std::ostream& 
   }
   const auto percent = [](double base, double x) { return base > 0 ? 100.0 * (base - x) / base : 0.0; };
   const Projection* base_gang = gang_projection(base);
-  if (base_gang) {  // serialized ranks: the TTFT holds every rank's turns; the gang's is projected
+  if (base_gang) {  // with ranks serialized the TTFT holds every rank's turns; the gang's is projected
     out << fmt::format("savings against 'baseline' in {} (TTFT median over reps; projected: the gang replayed from "
                        "the spans, link {}, as if each rank had its GPU; spans: the deep rank's superstep)\n",
                        file, base_gang->link);
