@@ -325,6 +325,9 @@ MeasuredSuperstep measured_superstep(const RunResult& run, const std::string& va
   MeasuredSuperstep m;
   m.reps = v->ttft_ms.size();
   m.ttft_ms = median(v->ttft_ms);
+  m.projected_ms = std::nan("");
+  for (const Projection& p : v->projections)
+    if (m.projected_link.empty() || p.link == "measured") m.projected_ms = p.ttft_ms, m.projected_link = p.link;
   std::map<int, std::map<int, double>> rank_ms;  // rank -> rep -> ms
   std::map<int, std::map<std::string, std::map<int, double>>> family_ms;  // rank -> family -> rep -> ms
   std::set<int> reps;
@@ -394,6 +397,11 @@ std::string format_calibration_table(const std::vector<RankCalibration>& ranks, 
     out += fmt::format("{:>12.2f}{:>9}  span sum\n", measured->span_ms, error(deep.calibrated_ms, measured->span_ms));
     out += fmt::format("{:<46}{:>12.2f}{:>9}  TTFT, median of {} rep(s)\n", "superstep", measured->ttft_ms,
                        error(deep.calibrated_ms, measured->ttft_ms), measured->reps);
+    if (!std::isnan(measured->projected_ms))
+      out += fmt::format("{:<46}{:>12.2f}{:>9}  the gang's TTFT replayed from the spans (link {}): with ranks "
+                         "taking turns, the one to read\n",
+                         "gang, projected", measured->projected_ms, error(deep.calibrated_ms, measured->projected_ms),
+                         measured->projected_link);
   } else {
     out += "\n";
   }

@@ -92,6 +92,11 @@ RankCalibration calibrate_rank(const Scenario& s, const CutSet& cuts, int rank, 
 struct MeasuredSuperstep {
   size_t reps = 0;
   double ttft_ms = 0;   // median over the reps
+  // The gang replayed from the spans (link measured, else the first recorded),
+  // its median rep; NaN when the file holds no projection. With ranks taking
+  // turns on one GPU, the TTFT above holds every rank's turns and this is the gang's.
+  double projected_ms = 0;
+  std::string projected_link;
   int deep_rank = 0;    // the rank with the largest median span sum
   double span_ms = 0;   // its median span sum
   std::map<std::string, double> family_ms;  // its families, median over reps

@@ -623,6 +623,32 @@ TEST_CASE("measured superstep: TTFT median, the deep rank's families, median ove
   CHECK_THROWS_WITH_AS(measured_superstep(run, "all"), doctest::Contains("no variant 'all'; it has: baseline"), Error);
 }
 
+TEST_CASE("the calibrated plan of cp4-64k against the committed serialized run's projected gang: within 10%") {
+  // Four ranks took turns on one GPU: the run's TTFT holds every rank's turns, and the gang's TTFT is
+  // the projection; the plan's deepest calibrated rank predicts it.
+  const std::string dir = std::string(PB_SOURCE_DIR) + "/results/h200/";
+  std::vector<std::string> files;
+  for (const char* f : {"kernels.h5", "attnres.h5", "fmha.h5", "kda.h5", "moe.h5"}) files.push_back(dir + f);
+  const Calibration cal = load_calibration(files);
+  Scenario s = parse_scenario("name: ab-each-cut\nmodel: {preset: k3}\ncp: 4\ncontext: 65536\nbucket: 16896\n"
+                              "variants: each-cut\nmoe_gemm: cutlass\nserialize_ranks: true\n",
+                              "ab-each-cut.yaml");
+  const RunResult run = read_measured_run(dir + "cp4-64k-each-cut.h5", s);
+  const GpuProfile h200 = gpu_profile("h200");
+  for (const auto& variant : s.variants) {
+    double deepest = 0;
+    for (int r = 0; r < s.cp; ++r)
+      deepest = std::max(deepest, calibrate_rank(s, variant.cuts, r, cal, h200, link_profile("nvlink4")).calibrated_ms);
+    const MeasuredSuperstep m = measured_superstep(run, variant.name);
+    REQUIRE(m.projected_link == "measured");
+    const double error = deepest / m.projected_ms - 1;
+    MESSAGE(variant.name << ": calibrated deepest rank " << deepest << " ms, projected gang " << m.projected_ms
+                         << " ms, error " << 100 * error << "%");
+    CHECK(std::abs(error) < 0.10);
+    CHECK(m.ttft_ms > 3 * m.projected_ms);  // the serialized TTFT: every rank's turns
+  }
+}
+
 TEST_CASE("the calibrated plan of cp1-16k against the committed run: within 10% per variant") {
   // The committed H200 benchmark files and the each-cut run: every variant it has (a file made before
   // balance and overlap lacks those two).
