@@ -623,13 +623,24 @@ TEST_CASE("measured superstep: TTFT median, the deep rank's families, median ove
   CHECK_THROWS_WITH_AS(measured_superstep(run, "all"), doctest::Contains("no variant 'all'; it has: baseline"), Error);
 }
 
+namespace {
+
+// The committed H200 results, and the calibration their benchmark files give.
+std::string committed_results_dir() { return std::string(PB_SOURCE_DIR) + "/results/h200/"; }
+Calibration committed_calibration() {
+  std::vector<std::string> files;
+  for (const char* f : {"kernels.h5", "attnres.h5", "fmha.h5", "kda.h5", "moe.h5"})
+    files.push_back(committed_results_dir() + f);
+  return load_calibration(files);
+}
+
+}  // namespace
+
 TEST_CASE("the calibrated plan of cp4-64k against the committed serialized run's projected gang: within 10%") {
   // Four ranks took turns on one GPU: the run's TTFT holds every rank's turns, and the gang's TTFT is
   // the projection; the plan's deepest calibrated rank predicts it.
-  const std::string dir = std::string(PB_SOURCE_DIR) + "/results/h200/";
-  std::vector<std::string> files;
-  for (const char* f : {"kernels.h5", "attnres.h5", "fmha.h5", "kda.h5", "moe.h5"}) files.push_back(dir + f);
-  const Calibration cal = load_calibration(files);
+  const std::string dir = committed_results_dir();
+  const Calibration cal = committed_calibration();
   Scenario s = parse_scenario("name: ab-each-cut\nmodel: {preset: k3}\ncp: 4\ncontext: 65536\nbucket: 16896\n"
                               "variants: each-cut\nmoe_gemm: cutlass\nserialize_ranks: true\n",
                               "ab-each-cut.yaml");
@@ -652,10 +663,8 @@ TEST_CASE("the calibrated plan of cp4-64k against the committed serialized run's
 TEST_CASE("the calibrated plan of cp1-16k against the committed run: within 10% per variant") {
   // The committed H200 benchmark files and the each-cut run: every variant it has (a file made before
   // balance and overlap lacks those two).
-  const std::string dir = std::string(PB_SOURCE_DIR) + "/results/h200/";
-  std::vector<std::string> files;
-  for (const char* f : {"kernels.h5", "attnres.h5", "fmha.h5", "kda.h5", "moe.h5"}) files.push_back(dir + f);
-  const Calibration cal = load_calibration(files);
+  const std::string dir = committed_results_dir();
+  const Calibration cal = committed_calibration();
   Scenario s = parse_scenario("name: cp1-16k\nmodel: {preset: k3}\ncp: 1\ncontext: 16384\nbucket: 16896\n"
                               "variants: each-cut\nmoe_gemm: cutlass\n",
                               "cp1-16k.yaml");
