@@ -326,8 +326,7 @@ MeasuredSuperstep measured_superstep(const RunResult& run, const std::string& va
   m.reps = v->ttft_ms.size();
   m.ttft_ms = median(v->ttft_ms);
   m.projected_ms = std::nan("");
-  for (const Projection& p : v->projections)
-    if (m.projected_link.empty() || p.link == "measured") m.projected_ms = p.ttft_ms, m.projected_link = p.link;
+  if (const Projection* p = v->projection("measured")) m.projected_ms = p->ttft_ms, m.projected_link = p->link;
   std::map<int, std::map<int, double>> rank_ms;  // rank -> rep -> ms
   std::map<int, std::map<std::string, std::map<int, double>>> family_ms;  // rank -> family -> rep -> ms
   std::set<int> reps;

@@ -148,14 +148,6 @@ void compare_files(const CompareOptions& options, std::ostream& out) {
                      Side{"B", options.file_b, &b, &require_variant(b, options.file_b, name_b)}, options, out);
 }
 
-// The gang projected from the run's spans, with the fabric as measured (else
-// the first link recorded); null when the file holds none.
-const Projection* gang_projection(const VariantResult& v) {
-  for (const Projection& p : v.projections)
-    if (p.link == "measured") return &p;
-  return v.projections.empty() ? nullptr : &v.projections.front();
-}
-
 // (b) One file, no variant names, a "baseline" variant among several: each
 // other variant's saving against it (the each-cut A/B), TTFT medians and the
 // span total of the superstep (a lane file: of its MLA layer, no TTFT) on the
@@ -187,7 +179,7 @@ void print_savings(const RunResult& run, const std::string& file, std::ostream& 
     return;
   }
   const auto percent = [](double base, double x) { return base > 0 ? 100.0 * (base - x) / base : 0.0; };
-  const Projection* base_gang = gang_projection(base);
+  const Projection* base_gang = base.projection("measured");
   if (base_gang) {  // with ranks serialized the TTFT holds every rank's turns; the gang's is projected
     out << fmt::format("savings against 'baseline' in {} (TTFT median over reps; projected: the gang replayed from "
                        "the spans, link {}, as if each rank had its GPU; spans: the deep rank's superstep)\n",
@@ -203,7 +195,7 @@ void print_savings(const RunResult& run, const std::string& file, std::ostream& 
   for (const VariantResult& v : run.variants) {
     const double t = ttft_median(v), d = deep_total_ms(v);
     if (base_gang) {
-      const Projection* gang = gang_projection(v);
+      const Projection* gang = v.projection("measured");
       const double g = gang ? gang->ttft_ms : std::nan("");
       out << fmt::format("  {:<14} {:>12.1f} {:>7.1f}% {:>13.1f} {:>12.1f} {:>7.1f}% {:>12.1f} {:>12.1f}\n", v.name, t,
                          percent(base_ttft, t), g, base_gang->ttft_ms - g, percent(base_gang->ttft_ms, g), d,

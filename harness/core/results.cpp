@@ -30,6 +30,12 @@ const VariantResult* RunResult::find_variant(const std::string& name) const {
   return nullptr;
 }
 
+const Projection* VariantResult::projection(const std::string& link) const {
+  for (const Projection& p : projections)
+    if (p.link == link) return &p;
+  return projections.empty() ? nullptr : &projections.front();
+}
+
 const char* bell_op_name(BellOpKind op) { return op == BellOpKind::wait ? "wait" : "ring"; }
 
 void append_spans(VariantResult& variant, const std::vector<Span>& spans, const std::vector<BellOp>& bells) {

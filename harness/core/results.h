@@ -212,6 +212,9 @@ struct VariantResult {
   std::vector<double> ttft_ms;         // one per finished rep
   Outputs outputs;
   std::vector<Projection> projections; // one per link, distinct links
+
+  // The projection over `link`, else the first recorded; null when none is.
+  const Projection* projection(const std::string& link) const;
 };
 
 // Appends one rank's spans of one rep and their doorbell operations to

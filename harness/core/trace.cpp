@@ -141,12 +141,10 @@ void add_flows(json& events, const VariantResult& v, int rep, const std::map<int
 }
 
 const Projection* pick_projection(const VariantResult& v, const std::string& link) {
-  if (v.projections.empty()) return nullptr;
-  const std::string want = link.empty() ? "measured" : link;
-  for (const Projection& p : v.projections)
-    if (p.link == want) return &p;
-  PB_CHECK(link.empty(), "trace: variant '" + v.name + "' has no projection over link '" + link + "'");
-  return &v.projections.front();
+  const Projection* p = v.projection(link.empty() ? "measured" : link);
+  PB_CHECK(!p || link.empty() || p->link == link,
+           "trace: variant '" + v.name + "' has no projection over link '" + link + "'");
+  return p;
 }
 
 void name_tracks(json& events, const VariantResult& v, const std::map<int64_t, Placed>& placed, int pid_base,
