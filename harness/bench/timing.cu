@@ -22,6 +22,16 @@ namespace pb {
                                                 std::to_string(int(pb_st_)));                  \
   } while (0)
 
+namespace {
+
+float elapsed_ms(cudaEvent_t from, cudaEvent_t to) {
+  float ms = 0;
+  PB_CUDA(cudaEventElapsedTime(&ms, from, to));
+  return ms;
+}
+
+}  // namespace
+
 Timing time_launches(const std::function<void(int, cudaStream_t)>& launch, int slots, int warmup, int reps,
                      cudaStream_t stream, int settle_ms) {
   PB_CHECK(slots >= 1 && reps >= 1, "time_launches: slots and reps must be positive");
@@ -39,9 +49,7 @@ Timing time_launches(const std::function<void(int, cudaStream_t)>& launch, int s
     launch((warmup + i) % slots, stream);
     PB_CUDA(cudaEventRecord(stop, stream));
     PB_CUDA(cudaEventSynchronize(stop));
-    float ms = 0;
-    PB_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    us.push_back(ms * 1e3);
+    us.push_back(elapsed_ms(start, stop) * 1e3);
   }
   PB_CUDA(cudaEventDestroy(start));
   PB_CUDA(cudaEventDestroy(stop));
@@ -112,12 +120,6 @@ class GemmProbe {
   float* c_ = nullptr;
   cublasHandle_t handle_ = nullptr;
 };
-
-float elapsed_ms(cudaEvent_t from, cudaEvent_t to) {
-  float ms = 0;
-  PB_CUDA(cudaEventElapsedTime(&ms, from, to));
-  return ms;
-}
 
 }  // namespace
 
