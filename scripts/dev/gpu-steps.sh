@@ -13,7 +13,7 @@
 #   sanitize[=tool,suite,...]      scripts/dev/sanitize.sh (its logs come back in logs.tgz)
 #   regress=<scenario>=<baseline>  scripts/regress.sh scenarios/<scenario>.yaml <baseline> (the gate as CI runs it)
 # The build comes first (carry .deps): every target, or PB_BUILD_TARGETS (e.g. prefill-bench,
-# when no test step follows: about half the build). With a carried .pb-bin.tar.gz whose stamp
+# when no test step follows: about half the build). With a carried .pb-bin.tar.xz whose stamp
 # equals the carried .pb-source (scripts/dev/pack-build.sh), it configures and unpacks instead.
 # Every step gets PB_STEP_TIMEOUT seconds (default 540), within PB_CALL_BUDGET for the call (default 570). The logs come back as $OUT/logs.tgz.
 set -uo pipefail
@@ -26,11 +26,11 @@ cd "$PB_ROOT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used,memory.total --format=csv,noheader >"$OUT/env.txt" 2>&1
 B=$PB_BUILD
 packed_stamp=""
-if [[ -f .pb-bin.tar.gz ]]; then
-  packed_stamp=$(tar -xzOf .pb-bin.tar.gz pb-bin.source) || echo "gpu-steps: cannot read the carried build"
+if [[ -f .pb-bin.tar.xz ]]; then
+  packed_stamp=$(tar -xJOf .pb-bin.tar.xz pb-bin.source) || echo "gpu-steps: cannot read the carried build"
 fi
 if [[ -n $packed_stamp && $packed_stamp == "$(cat .pb-source 2>/dev/null)" ]]; then
-  cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 && tar -xzf .pb-bin.tar.gz -C "$B" ||
+  cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 && tar -xJf .pb-bin.tar.xz -C "$B" ||
     { tail -20 "$OUT/build.log"; echo "gpu-steps: unpacking the carried build failed"; exit 1; }
   export LD_LIBRARY_PATH=$B/carried-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   missing=$(ldd "$B/prefill-bench" | grep "not found")

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Builds here (every target) and packs the executables into .pb-bin.tar.gz
-# (git-ignored) with the .pb-source stamp they were built from. Carried to a lent
-# GPU machine (`carry: [".pb-source", ".pb-bin.tar.gz"]`; .deps is not needed,
-# and with it the tree passes the 64 MiB a call carries), it spares that
+# Usage: scripts/dev/pack-build.sh [executable...]
+# Builds here (every target) and packs the executables (all, or those named:
+# `prefill-bench` alone is enough for run/lane/verify/plan/bench/regress steps,
+# a tenth of the size) into .pb-bin.tar.xz (git-ignored) with the .pb-source
+# stamp they were built from. Carried to a lent GPU machine
+# (`carry: [".pb-source", ".pb-bin.tar.xz"]`; .deps is not needed, and with it
+# the tree passes the 64 MiB a call carries, tracked files included), it spares that
 # machine the build: gpu-steps.sh configures and unpacks instead, when the
 # pack's stamp equals the carried .pb-source (else it builds there as before).
 # This machine and the GPU machines share the CUDA toolkit and most system
@@ -20,6 +23,10 @@ for lib in libyaml-cpp libfmt; do
   path=$(ldd "$PB_BUILD/prefill-bench" | awk -v l="$lib" '$1 ~ "^"l"\\.so" {print $3}')
   [[ -n $path ]] && cp -L "$path" "$PB_BUILD/carried-lib/$(basename "$path")"
 done
-(cd "$PB_BUILD" && { find . -maxdepth 1 -type f \( -executable -o -name pb-bin.source \) -printf '%P\n'; echo carried-lib; } |
-  tar -czf "$PB_ROOT/.pb-bin.tar.gz" -T -)  # gzip: a GPU machine may lack zstd
-echo "packed $(du -h .pb-bin.tar.gz | cut -f1) of executables at $(head -1 .pb-source)"
+list_executables() {
+  if (($#)); then printf '%s\n' "$@" pb-bin.source; else
+    find . -maxdepth 1 -type f \( -executable -o -name pb-bin.source \) -printf '%P\n'; fi
+}
+(cd "$PB_BUILD" && { list_executables "$@"; echo carried-lib; } |
+  XZ_OPT=-T2 tar -cJf "$PB_ROOT/.pb-bin.tar.xz" -T -)  # xz: half of gzip's size; a GPU machine may lack zstd
+echo "packed $(du -h .pb-bin.tar.xz | cut -f1) of executables at $(head -1 .pb-source)"
