@@ -183,6 +183,19 @@ add_test(NAME cpu.trace_run COMMAND $<TARGET_FILE:prefill-bench> trace
          --overwrite)
 set_tests_properties(cpu.trace_run PROPERTIES LABELS cpu TIMEOUT 60 ENVIRONMENT "${PB_MPI_ENV}"
   PASS_REGULAR_EXPRESSION "wrote .*run.trace.json.gz")
+# `prefill-bench slim` of the same file: smaller, and its trace (the projected
+# gang replayed) byte for byte the full file's.
+set(pb_slim_dir ${CMAKE_BINARY_DIR}/test-out/slim)
+add_test(NAME cpu.slim_then_trace_equal COMMAND sh -c
+  "mkdir -p ${pb_slim_dir} && \
+   $<TARGET_FILE:prefill-bench> slim ${CMAKE_SOURCE_DIR}/results/h200/shared-memory-cp4-4layers.h5 -o ${pb_slim_dir}/run.h5 --overwrite && \
+   $<TARGET_FILE:prefill-bench> trace ${CMAKE_SOURCE_DIR}/results/h200/shared-memory-cp4-4layers.h5 -o ${pb_slim_dir}/full.json --overwrite && \
+   $<TARGET_FILE:prefill-bench> trace ${pb_slim_dir}/run.h5 -o ${pb_slim_dir}/slim.json --overwrite && \
+   cmp ${pb_slim_dir}/full.json ${pb_slim_dir}/slim.json && \
+   test $(stat -c %s ${pb_slim_dir}/run.h5) -lt $(stat -c %s ${CMAKE_SOURCE_DIR}/results/h200/shared-memory-cp4-4layers.h5) && \
+   echo slim-trace-equal")
+set_tests_properties(cpu.slim_then_trace_equal PROPERTIES LABELS cpu TIMEOUT 60 ENVIRONMENT "${PB_MPI_ENV}"
+  PASS_REGULAR_EXPRESSION "slim-trace-equal")
 
 # `prefill-bench lane` end to end on 2 ranks (serialized turns, tiny model): it
 # runs, checks its launch list against plan's, and writes a results file.

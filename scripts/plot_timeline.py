@@ -61,6 +61,9 @@ def projected_places(f, variant, link):
     if pick not in links:
         sys.exit("variant {} has no projection over link '{}'; it has {}".format(variant, pick, ", ".join(links)))
     g = f["{}/{}".format(base, pick)]
+    if "timeline" not in g:
+        sys.exit("variant {}'s projection over link '{}' has no timeline: a slimmed file (prefill-bench slim); "
+                 "`prefill-bench trace` replays it".format(variant, pick))
     places = {int(r["span"]): (float(r["start_us"]), float(r["end_us"])) for r in g["timeline"][:]}
     return places, pick
 

@@ -55,6 +55,12 @@ struct TraceArgs {
   bool overwrite = false;
 };
 int cmd_trace(const Gang& gang, const TraceArgs& args);
+
+struct SlimArgs {
+  std::string input, output;  // output empty: <input without .h5>-slim.h5
+  bool overwrite = false;
+};
+int cmd_slim(const Gang& gang, const SlimArgs& args);
 int cmd_kernels(const Gang& gang, const KernelsBenchOptions& options);
 int cmd_fmha(const Gang& gang, const FmhaBenchOptions& options);
 int cmd_kda(const Gang& gang, const KdaBenchOptions& options);

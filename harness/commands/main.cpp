@@ -13,6 +13,7 @@
 //   prefill-bench moe                      the MoE block, dense FFN and first token
 //   prefill-bench verify   scenario.yaml   bit-identity / floor gates
 //   prefill-bench trace    run.h5          one rep as Chrome trace JSON (Perfetto)
+//   prefill-bench slim     run.h5          the file less its projections' timelines (for committing)
 //   prefill-bench ranks    scenario.yaml   the scenario's rank count (scripts)
 //   prefill-bench --version                version, git sha, build options
 //
@@ -126,6 +127,13 @@ int main(int argc, char** argv) {
   trace->add_option("--output,-o", trace_args.output, "output .json or .json.gz (default <file>.trace.json.gz)");
   trace->add_flag("--overwrite", trace_args.overwrite, "replace an existing output file");
 
+  pb::SlimArgs slim_args;
+  CLI::App* slim = app.add_subcommand("slim", "a results file less its projections' per-span timelines "
+                                              "(every measurement stays; trace replays them)");
+  slim->add_option("file", slim_args.input, "run or lane results file (.h5)")->required();
+  slim->add_option("--output,-o", slim_args.output, "output .h5 (default <file>-slim.h5)");
+  slim->add_flag("--overwrite", slim_args.overwrite, "replace an existing output file");
+
   pb::KernelsBenchOptions kopt;
   CLI::App* kernels = app.add_subcommand("kernels", "baseline vs cut of the memory-bound cut kernels");
   add_list(kernels, "--family", kopt.families, "a list of land, conv, lse_merge, elementwise, attnres (default: all)")
@@ -205,6 +213,7 @@ int main(int argc, char** argv) {
       return pb::cmd_moe(gang, mopt);
     }
     if (*trace) return pb::cmd_trace(gang, trace_args);
+    if (*slim) return pb::cmd_slim(gang, slim_args);
     if (*ranks) {
       std::printf("%d\n", pb::load_scenario_on_gang(gang, ranks_args).cp);
       return 0;

@@ -282,19 +282,20 @@ hsize_t element_count(const Dims& dims) {
   return count;
 }
 
-// Arrays of at least this many elements are stored chunked and deflated (with
-// the shuffle filter) where the HDF5 library has deflate: a full-size run's
-// spans then fit in files of a few MB. Readers (this file, h5py) need nothing.
-constexpr hsize_t kCompressFrom = 4096;
-constexpr hsize_t kChunkElements = hsize_t(1) << 16;
+// Arrays of at least this many bytes are stored chunked and deflated (with the
+// shuffle filter) where the HDF5 library has deflate: a full-size run's spans
+// and doorbells then fit in files of a few MB. Readers (this file, h5py) need
+// nothing.
+constexpr hsize_t kCompressFromBytes = 16384;
+constexpr hsize_t kChunkBytes = hsize_t(1) << 20;
 
-Handle dataset_properties(const Dims& dims) {
+Handle dataset_properties(const Dims& dims, size_t element_bytes) {
   Handle properties{PB_H5(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose};
   static const bool have_deflate = H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0;
-  if (!have_deflate || dims.empty() || element_count(dims) < kCompressFrom) return properties;
+  if (!have_deflate || dims.empty() || element_count(dims) * element_bytes < kCompressFromBytes) return properties;
   Dims chunk = dims;  // whole rows of the trailing dimensions, as many as fit
-  const hsize_t row = element_count(chunk) / chunk[0];
-  chunk[0] = std::max<hsize_t>(1, std::min(chunk[0], kChunkElements / std::max<hsize_t>(row, 1)));
+  const hsize_t row_bytes = element_count(chunk) / chunk[0] * element_bytes;
+  chunk[0] = std::max<hsize_t>(1, std::min(chunk[0], kChunkBytes / std::max<hsize_t>(row_bytes, 1)));
   PB_H5(H5Pset_chunk(properties, int(chunk.size()), chunk.data()));
   PB_H5(H5Pset_shuffle(properties));
   PB_H5(H5Pset_deflate(properties, 4));
@@ -304,7 +305,7 @@ Handle dataset_properties(const Dims& dims) {
 void write_dataset(const Node& group, const std::string& name, hid_t file_type, hid_t memory_type,
                    const Dims& dims, const void* data) {
   Handle space{PB_H5(H5Screate_simple(int(dims.size()), dims.data(), nullptr)), H5Sclose};
-  Handle properties = dataset_properties(dims);
+  Handle properties = dataset_properties(dims, H5Tget_size(file_type));
   Handle dataset{PB_H5(H5Dcreate2(group.id, name.c_str(), file_type, space, H5P_DEFAULT, properties,
                                   H5P_DEFAULT)),
                  H5Dclose};
@@ -773,7 +774,7 @@ void write_projection(const Node& parent, const Projection& projection) {
   write_table(node, "ranks", rank_projection_row_type(), projection.ranks);
   write_table(node, "waits", projected_wait_row_type(), to_rows<ProjectedWaitRow>(projection.waits));
   write_table(node, "path", path_step_row_type(), to_rows<PathStepRow>(projection.path));
-  write_table(node, "timeline", projected_span_row_type(), projection.timeline);
+  if (!projection.timeline.empty()) write_table(node, "timeline", projected_span_row_type(), projection.timeline);
 }
 
 Projection read_projection(const Node& parent, const std::string& link) {
@@ -788,7 +789,8 @@ Projection read_projection(const Node& parent, const std::string& link) {
   projection.ranks = read_table<RankProjection>(node, "ranks", rank_projection_row_type());
   projection.waits = from_rows<ProjectedWait>(read_table<ProjectedWaitRow>(node, "waits", projected_wait_row_type()));
   projection.path = from_rows<PathStep>(read_table<PathStepRow>(node, "path", path_step_row_type()));
-  projection.timeline = read_table<ProjectedSpan>(node, "timeline", projected_span_row_type());
+  if (has_link(node, "timeline"))  // a slimmed file has none (slim_results)
+    projection.timeline = read_table<ProjectedSpan>(node, "timeline", projected_span_row_type());
   return projection;
 }
 
@@ -920,6 +922,17 @@ auto naming_the_file(const char* doing, const std::string& path, Body body) {
 }
 
 }  // namespace
+
+void drop_projection_timelines(RunResult& result) {
+  size_t dropped = 0;
+  for (VariantResult& variant : result.variants)
+    for (Projection& projection : variant.projections) {
+      dropped += projection.timeline.size();
+      projection.timeline.clear();
+    }
+  if (dropped > 0)
+    result.text["slimmed"] = fmt::format("projection timelines dropped ({} spans); `trace` replays them", dropped);
+}
 
 void check_results_path(const std::string& path, bool overwrite) {
   PB_CHECK(overwrite || !std::filesystem::exists(path),

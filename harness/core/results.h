@@ -199,7 +199,7 @@ struct Projection {
   std::vector<RankProjection> ranks;
   std::vector<ProjectedWait> waits;
   std::vector<PathStep> path;
-  std::vector<ProjectedSpan> timeline;
+  std::vector<ProjectedSpan> timeline;  // empty in a slimmed file: project_rep(variant, rep, link) rebuilds it
 };
 
 struct VariantResult {
@@ -256,6 +256,12 @@ void write_results(const std::string& path, const RunResult& result, bool overwr
 // The same refusal, and a folder that cannot take a new file (missing, not a
 // folder, read-only), checked before a long run starts.
 void check_results_path(const std::string& path, bool overwrite);
+// Drops every projection's per-span timeline, over half of a full-size run's
+// file (the replay rebuilds it from the spans and doorbells the file keeps:
+// `trace` does); the projections' TTFT, ranks, waits and critical path stay.
+// Records what it dropped in text["slimmed"]. `prefill-bench slim`.
+void drop_projection_timelines(RunResult& result);
+
 // Read a file written by write_results; throws pb::Error naming the file and
 // what is missing or of the wrong schema.
 RunResult read_results(const std::string& path);

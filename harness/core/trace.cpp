@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "check.h"
+#include "projection.h"
 
 namespace pb {
 
@@ -176,8 +177,11 @@ std::string trace_json(const RunResult& result, const TraceOptions& options) {
   for (const char* key : {"git_sha", "scenario_source", "hostnames"})
     if (result.text.count(key)) other[key] = result.text.at(key);
   if (const Projection* p = pick_projection(v, options.projection)) {
+    std::vector<ProjectedSpan> replayed;  // a slimmed file keeps no timeline: replay the rep
+    if (p->timeline.empty() && can_project(v)) replayed = project_rep(v, p->rep, p->link).timeline;
     std::map<int64_t, Placed> projected;
-    for (const ProjectedSpan& s : p->timeline) projected[s.span] = Placed{s.start_us, s.end_us, false};
+    for (const ProjectedSpan& s : p->timeline.empty() ? replayed : p->timeline)
+      projected[s.span] = Placed{s.start_us, s.end_us, false};
     name_tracks(events, v, projected, kProjectedPid, "projected gang (" + p->link + ")");
     add_spans(events, v, projected, kProjectedPid);
     add_flows(events, v, p->rep, projected, kProjectedPid, next_id);

@@ -10,6 +10,8 @@
 #include <functional>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "check.h"
 #include "results.h"
 #include "temp_dir.h"
@@ -324,6 +326,29 @@ TEST_CASE("results: a large table is stored deflated and reads back the same; a 
   CHECK(span_filters(path, "big") == 2);  // shuffle, deflate
   CHECK(span_filters(path, "small") == 0);
   check_equal(pb::read_results(path), run);
+}
+
+TEST_CASE("results: a slimmed file keeps everything but the projections' timelines, and says so") {
+  TempDir dir;
+  pb::RunResult run = make_run();
+  const size_t spans = run.variants[0].projections[0].timeline.size() + run.variants[0].projections[1].timeline.size();
+  const std::string full = dir.file("full.h5"), slim = dir.file("slim.h5");
+  pb::write_results(full, run, false);
+  pb::drop_projection_timelines(run);
+  for (const pb::VariantResult& v : run.variants)
+    for (const pb::Projection& p : v.projections) CHECK(p.timeline.empty());
+  CHECK(run.text.at("slimmed") == fmt::format("projection timelines dropped ({} spans); `trace` replays them",
+                                              spans * run.variants.size()));
+  pb::write_results(slim, run, false);
+  check_equal(pb::read_results(slim), run);
+  const hid_t file = H5Fopen(slim.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  REQUIRE(file >= 0);
+  const std::string name = "variants/" + run.variants[0].name + "/projection/measured/timeline";
+  CHECK(H5Lexists(file, name.c_str(), H5P_DEFAULT) == 0);
+  CHECK(H5Lexists(file, "variants", H5P_DEFAULT) > 0);
+  H5Fclose(file);
+  pb::drop_projection_timelines(run);  // nothing more to drop: the first note stays
+  CHECK(run.text.at("slimmed").find(fmt::format("({} spans)", spans * run.variants.size())) != std::string::npos);
 }
 
 TEST_CASE("results: find_variant") {

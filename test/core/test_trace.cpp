@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "projection.h"
 #include "temp_dir.h"
 #include "trace.h"
 
@@ -138,6 +139,17 @@ TEST_CASE("trace: the projected gang as processes of its own") {
   CHECK(projected == 6);
   CHECK(doc["otherData"]["projection"]["link"] == "measured");
   CHECK(of_phase(doc, "s").size() == 2);  // the measured flow and the projected one
+}
+
+TEST_CASE("trace: a slimmed file's projected gang is replayed, the same as the stored one") {
+  pb::RunResult run = make_run(true);
+  for (pb::BellOp& bell : run.variants[0].bells) bell.flag = 0;  // doorbell_index(2, sender 0, window)
+  run.variants[0].projections.push_back(pb::project_variant(run.variants[0], "measured"));
+  REQUIRE_FALSE(run.variants[0].projections[0].timeline.empty());
+  const std::string full = pb::trace_json(run, {});
+  pb::drop_projection_timelines(run);
+  CHECK(pb::trace_json(run, {}) == full);
+  CHECK(of_phase(parse(full), "X").size() == 12);  // six measured spans, six projected
 }
 
 TEST_CASE("trace: bad picks name what the file holds") {

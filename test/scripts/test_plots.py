@@ -257,6 +257,8 @@ def timeline_layers(out):
             fam, d["measured_ms"][fam], ms))
     expect(set(d["projected_ms"]) == set(want), "the projected panel's families: {}".format(d["projected_ms"]))
     refused(out, "plot_timeline.py", [path, "--variant", "all", "--layers", "5-3"], "--layers wants 0 <= a <= b")
+    refused(out, "plot_timeline.py", [committed("cp4-64k-each-cut.h5"), "--variant", "all"],
+            "has no timeline: a slimmed file")
 
 
 def candidates_with_modules():
