@@ -122,6 +122,13 @@ def variant_label(f, variant):
 def family_ms(f, variant):
     """{rank: {family: ms}} of one variant: for measured runs the median over
     reps of each rep's per-family sum; for plans (rep -1) the plan's sum."""
+    return {rank: {fam: float(np.median(per_rep)) for fam, per_rep in fams.items()}
+            for rank, fams in family_rep_ms(f, variant).items()}
+
+
+def family_rep_ms(f, variant):
+    """{rank: {family: [ms per rep]}} of one variant, reps in order (a plan: its
+    one rep -1)."""
     spans = f["variants"][variant]["spans"][()]
     if len(spans) == 0:
         return {}
@@ -134,8 +141,7 @@ def family_ms(f, variant):
         per_family = {}
         for fam in np.unique(fams[ranks == rank]):
             sel = (ranks == rank) & (fams == fam)
-            per_rep = [times[sel & (reps == r)].sum() for r in np.unique(reps[sel])]
-            per_family[str(fam)] = float(np.median(per_rep))
+            per_family[str(fam)] = [float(times[sel & (reps == r)].sum()) for r in np.unique(reps[sel])]
         out[int(rank)] = per_family
     return out
 
