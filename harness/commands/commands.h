@@ -61,6 +61,7 @@ struct SlimArgs {
   bool overwrite = false;
 };
 int cmd_slim(const Gang& gang, const SlimArgs& args);
+
 int cmd_kernels(const Gang& gang, const KernelsBenchOptions& options);
 int cmd_fmha(const Gang& gang, const FmhaBenchOptions& options);
 int cmd_kda(const Gang& gang, const KdaBenchOptions& options);

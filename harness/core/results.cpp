@@ -789,7 +789,7 @@ Projection read_projection(const Node& parent, const std::string& link) {
   projection.ranks = read_table<RankProjection>(node, "ranks", rank_projection_row_type());
   projection.waits = from_rows<ProjectedWait>(read_table<ProjectedWaitRow>(node, "waits", projected_wait_row_type()));
   projection.path = from_rows<PathStep>(read_table<PathStepRow>(node, "path", path_step_row_type()));
-  if (has_link(node, "timeline"))  // a slimmed file has none (slim_results)
+  if (has_link(node, "timeline"))  // a slimmed file has none (drop_projection_timelines)
     projection.timeline = read_table<ProjectedSpan>(node, "timeline", projected_span_row_type());
   return projection;
 }

@@ -2,7 +2,7 @@
 # Usage: scripts/dev/pack-build.sh [executable...]
 # Builds here (every target) and packs the executables (all, or those named:
 # `prefill-bench` alone is enough for run/lane/verify/plan/bench/regress steps,
-# a tenth of the size) into .pb-bin.tar.xz (git-ignored) with the .pb-source
+# 3 MB of 14) into .pb-bin.tar.xz (git-ignored) with the .pb-source
 # stamp they were built from. Carried to a lent GPU machine
 # (`carry: [".pb-source", ".pb-bin.tar.xz"]`; .deps is not needed, and with it
 # the tree passes the 64 MiB a call carries, tracked files included), it spares that
