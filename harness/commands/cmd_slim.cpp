@@ -11,18 +11,13 @@ namespace pb {
 
 namespace {
 
-std::string default_output(const std::string& input) {
-  const bool h5 = input.size() > 3 && input.compare(input.size() - 3, 3, ".h5") == 0;
-  return (h5 ? input.substr(0, input.size() - 3) : input) + "-slim.h5";
-}
-
 double megabytes(const std::string& path) { return double(std::filesystem::file_size(path)) / 1e6; }
 
 }  // namespace
 
 int cmd_slim(const Gang& gang, const SlimArgs& args) {
   if (!gang.is_root()) return 0;
-  const std::string output = args.output.empty() ? default_output(args.input) : args.output;
+  const std::string output = args.output.empty() ? beside_results(args.input, "-slim.h5") : args.output;
   PB_CHECK(std::filesystem::weakly_canonical(output) != std::filesystem::weakly_canonical(args.input),
            "slim: the output '" + output + "' is the input; name another");
   RunResult result = read_results(args.input);

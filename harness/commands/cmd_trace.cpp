@@ -6,20 +6,9 @@
 
 namespace pb {
 
-namespace {
-
-std::string default_output(const std::string& input) {
-  const std::string stem = input.size() > 3 && input.compare(input.size() - 3, 3, ".h5") == 0
-                               ? input.substr(0, input.size() - 3)
-                               : input;
-  return stem + ".trace.json.gz";
-}
-
-}  // namespace
-
 int cmd_trace(const Gang& gang, const TraceArgs& args) {
   if (!gang.is_root()) return 0;
-  const std::string output = args.output.empty() ? default_output(args.input) : args.output;
+  const std::string output = args.output.empty() ? beside_results(args.input, ".trace.json.gz") : args.output;
   const RunResult result = read_results(args.input);
   write_trace(output, trace_json(result, args.options), args.overwrite);
   std::printf("wrote %s\n", output.c_str());

@@ -56,6 +56,13 @@ struct TraceArgs {
 };
 int cmd_trace(const Gang& gang, const TraceArgs& args);
 
+// The default name of a file made from a results file: `input` less a ".h5"
+// ending, then `suffix` (trace: ".trace.json.gz", slim: "-slim.h5").
+inline std::string beside_results(const std::string& input, const std::string& suffix) {
+  const bool h5 = input.size() > 3 && input.compare(input.size() - 3, 3, ".h5") == 0;
+  return (h5 ? input.substr(0, input.size() - 3) : input) + suffix;
+}
+
 struct SlimArgs {
   std::string input, output;  // output empty: <input without .h5>-slim.h5
   bool overwrite = false;
