@@ -1,9 +1,38 @@
-# CTest suites. test/ mirrors the source tree (test/kernels/<family>,
-# test/core, test/blocks); each suite is labelled by what it needs:
-#   cpu  doctest suites on the host (CI): the C++ references, core, the doorbell replay
-#   mpi  suites under mpirun --oversubscribe (CI)
-#   gpu  suites that need a CUDA device; exit 77 = skipped without one
+# CTest suites. test/ mirrors the source tree (test/kernels/<family>, and
+# test/<subsystem> for each folder of harness/); each suite is labelled by what it needs:
+#   cpu        doctest suites on the host (CI): the C++ references, the host subsystems
+#   mpi        suites under mpirun --oversubscribe (CI)
+#   gpu        suites that need a CUDA device; exit 77 = skipped without one
+#   sanitized  host suites that link no CUDA object: CI builds and runs them again under
+#              AddressSanitizer and UndefinedBehaviorSanitizer (scripts/test.sh --sanitize).
+#              The label is given where a suite is declared (pb_cpu_test, pb_sanitized_test).
 # test/support holds the mains and helpers of each kind.
+
+# The host libraries: no CUDA object in them or below them (CMakeLists.txt).
+set(PB_HOST_LIBS pb_results pb_config pb_analytic pb_analysis pb_platform pb_fabric_plan pb_kernel_refs pb_check)
+
+# Every sanitized suite's target; the sanitize build builds only this.
+add_custom_target(pb_sanitized)
+# A finding fails the test (ASan's exit, UBSan's -fno-sanitize-recover=all).
+# LeakSanitizer is on for single-process suites; under mpirun it is off: Open
+# MPI keeps memory until exit in plugins it unloads at MPI_Finalize, whose
+# allocation stacks LeakSanitizer can then no longer name (nor suppress).
+set(PB_SANITIZER_ENV "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+# pb_sanitized_test(<target> <test>...): the tests run <target>, which links only host
+# libraries; labelled sanitized, and <target> built by pb_sanitized.
+function(pb_sanitized_test target)
+  add_dependencies(pb_sanitized ${target})
+  foreach(test ${ARGN})
+    set_property(TEST ${test} APPEND PROPERTY LABELS sanitized)
+    get_test_property(${test} LABELS labels)
+    if("mpi" IN_LIST labels)
+      set_property(TEST ${test} APPEND PROPERTY ENVIRONMENT ${PB_SANITIZER_ENV} "ASAN_OPTIONS=detect_leaks=0")
+    else()
+      set_property(TEST ${test} APPEND PROPERTY ENVIRONMENT ${PB_SANITIZER_ENV} "ASAN_OPTIONS=detect_leaks=1")
+    endif()
+  endforeach()
+endfunction()
+
 add_library(pb_doctest_main STATIC test/support/doctest_main.cpp)
 target_include_directories(pb_doctest_main PUBLIC test/support)
 target_link_libraries(pb_doctest_main PUBLIC doctest::doctest)
@@ -15,11 +44,11 @@ target_link_libraries(pb_gpu_test_support PUBLIC pb_kernels doctest::doctest CUD
 
 add_library(pb_mpi_test_main STATIC test/support/mpi_test_main.cpp)
 target_include_directories(pb_mpi_test_main PUBLIC test/support)
-target_link_libraries(pb_mpi_test_main PUBLIC pb_core doctest::doctest)
+target_link_libraries(pb_mpi_test_main PUBLIC ${PB_HOST_LIBS} doctest::doctest)
 
 add_library(pb_mpi_gpu_test_main STATIC test/support/mpi_gpu_test_main.cpp)
 target_include_directories(pb_mpi_gpu_test_main PUBLIC test/support)
-target_link_libraries(pb_mpi_gpu_test_main PUBLIC pb_blocks doctest::doctest CUDA::cudart)
+target_link_libraries(pb_mpi_gpu_test_main PUBLIC pb_superstep doctest::doctest CUDA::cudart)
 
 set(PB_MPIRUN ${MPIEXEC_EXECUTABLE} --oversubscribe)
 if(NOT MPIEXEC_EXECUTABLE)
@@ -27,21 +56,34 @@ if(NOT MPIEXEC_EXECUTABLE)
 endif()
 set(PB_MPI_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
 
-# pb_cpu_test(<source>): a doctest suite on the host, test name cpu.<file name>.
+# pb_cpu_test(<source> [LINK <libraries>...]): a doctest suite on the host, test
+# name cpu.<file name>, linked with the host libraries (and LINK). Sanitized
+# unless LINK names a library with CUDA objects.
+set(PB_DEVICE_LIBS pb_kernels pb_observe pb_fabric pb_superstep pb_bench)
 function(pb_cpu_test src)
+  cmake_parse_arguments(arg "" "" "LINK" ${ARGN})
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src})
-  target_link_libraries(${name} PRIVATE pb_core pb_kernel_refs pb_doctest_main)
+  target_link_libraries(${name} PRIVATE ${PB_HOST_LIBS} pb_doctest_main ${arg_LINK})
   target_compile_definitions(${name} PRIVATE PB_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
   add_test(NAME cpu.${name} COMMAND ${name})
   set_tests_properties(cpu.${name} PROPERTIES LABELS cpu TIMEOUT 300)
+  set(device OFF)
+  foreach(lib ${arg_LINK})
+    if(lib IN_LIST PB_DEVICE_LIBS)
+      set(device ON)
+    endif()
+  endforeach()
+  if(NOT device)
+    pb_sanitized_test(${name} cpu.${name})
+  endif()
 endfunction()
 
 # pb_gpu_test(<source>): a doctest suite on one device, gpu.<file name>.
 function(pb_gpu_test src)
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src})
-  target_link_libraries(${name} PRIVATE pb_gpu_test_support pb_blocks pb_core)
+  target_link_libraries(${name} PRIVATE pb_gpu_test_support pb_superstep)
   add_test(NAME gpu.${name} COMMAND ${name})
   set_tests_properties(gpu.${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600)
 endfunction()
@@ -51,28 +93,34 @@ foreach(family ${PB_KERNEL_FAMILIES})
   file(GLOB cpu_suites CONFIGURE_DEPENDS test/kernels/${family}/test_*.cpp)
   file(GLOB gpu_suites CONFIGURE_DEPENDS test/kernels/${family}/test_*.cu)
   foreach(src ${cpu_suites})
-    pb_cpu_test(${src})
+    get_filename_component(name ${src} NAME_WE)
+    if(name STREQUAL "test_ref_fmha")
+      pb_cpu_test(${src} LINK pb_kernels)  # the engine names and which engines this build has: fmha.cu
+    else()
+      pb_cpu_test(${src})
+    endif()
   endforeach()
   foreach(src ${gpu_suites})
     pb_gpu_test(${src})
   endforeach()
 endforeach()
-# The engine names and which engines this build has: fmha.cu.
-target_link_libraries(test_ref_fmha PRIVATE pb_kernels)
 
-# harness/core: pure host code.
-foreach(name test_compare test_plan test_projection test_results test_scenario test_schedule test_slab_layout test_trace test_power_state test_wall_split
-             test_gemm_ceiling test_activity_spans)
-  pb_cpu_test(test/core/${name}.cpp)
+# The host subsystems.
+foreach(src results/test_results config/test_scenario analytic/test_plan analytic/test_schedule
+            analytic/test_slab_layout analytic/test_doorbell_protocol analysis/test_compare
+            analysis/test_projection analysis/test_trace analysis/test_power_state analysis/test_wall_split
+            analysis/test_gemm_ceiling analysis/test_activity_spans)
+  pb_cpu_test(test/${src}.cpp)
 endforeach()
 # The gang on 4 ranks.
-add_executable(test_gang test/core/test_gang.cpp)
+add_executable(test_gang test/platform/test_gang.cpp)
 target_link_libraries(test_gang PRIVATE pb_mpi_test_main)
 add_test(NAME mpi.test_gang COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:test_gang>)
 set_tests_properties(mpi.test_gang PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}")
+pb_sanitized_test(test_gang mpi.test_gang)
 # A failing rank ends the job with its message, never a hang.
-add_executable(rank_failure_probe test/core/rank_failure_probe.cpp)
-target_link_libraries(rank_failure_probe PRIVATE pb_core)
+add_executable(rank_failure_probe test/platform/rank_failure_probe.cpp)
+target_link_libraries(rank_failure_probe PRIVATE ${PB_HOST_LIBS})
 add_test(NAME mpi.rank_failure COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:rank_failure_probe>)
 set_tests_properties(mpi.rank_failure PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONMENT "${PB_MPI_ENV}"
   PASS_REGULAR_EXPRESSION "\\[rank 2 on [^]]+\\] error: planted failure on purpose")
@@ -80,16 +128,16 @@ set_tests_properties(mpi.rank_failure PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONME
 add_test(NAME mpi.rank_failure_debug COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:rank_failure_probe>)
 set_tests_properties(mpi.rank_failure_debug PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONMENT "${PB_MPI_ENV};PB_DEBUG=1"
   PASS_REGULAR_EXPRESSION "\\[rank 2 on [^]]+\\] error: [^ ]*rank_failure_probe\\.cpp:[0-9]+: planted failure on purpose")
+pb_sanitized_test(rank_failure_probe mpi.rank_failure mpi.rank_failure_debug)
 
-# harness/blocks: the doorbell protocol replayed on the host; the MoE block on
-# one device; the IPC fabric and the MLA and KDA blocks across 4 ranks, which
-# may share one GPU (every rank exits 77 when any rank sees no device).
-pb_cpu_test(test/blocks/test_doorbell_protocol.cpp)
-pb_cpu_test(test/blocks/test_device_memory.cpp)
-target_link_libraries(test_device_memory PRIVATE pb_blocks)
-pb_gpu_test(test/blocks/test_moe_block.cu)
-foreach(name test_fabric test_mla_cp test_kda_cp)
-  add_executable(${name} test/blocks/${name}.cpp)
+# The blocks: the MoE block on one device; the IPC fabric and the MLA and KDA
+# blocks across 4 ranks, which may share one GPU (every rank exits 77 when any
+# rank sees no device); the blocks' buffer homes on the host.
+pb_cpu_test(test/superstep/test_device_memory.cpp LINK pb_superstep)
+pb_gpu_test(test/superstep/test_moe_block.cu)
+foreach(src fabric/test_fabric superstep/test_mla_cp superstep/test_kda_cp)
+  get_filename_component(name ${src} NAME)
+  add_executable(${name} test/${src}.cpp)
   target_link_libraries(${name} PRIVATE pb_mpi_gpu_test_main)
   add_test(NAME mpi_gpu.${name} COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:${name}>)
   set_tests_properties(mpi_gpu.${name} PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
@@ -102,8 +150,8 @@ foreach(name test_mla_cp test_kda_cp)
     ENVIRONMENT "${PB_MPI_ENV}")
 endforeach()
 # A doorbell nobody rings ends the job within its 2 s time-out, naming rank, layer and window.
-add_executable(fabric_timeout_probe test/blocks/fabric_timeout_probe.cpp)
-target_link_libraries(fabric_timeout_probe PRIVATE pb_blocks)
+add_executable(fabric_timeout_probe test/fabric/fabric_timeout_probe.cpp)
+target_link_libraries(fabric_timeout_probe PRIVATE pb_fabric)
 add_test(NAME mpi_gpu.fabric_timeout COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:fabric_timeout_probe>)
 set_tests_properties(mpi_gpu.fabric_timeout PROPERTIES LABELS "gpu;mpi" TIMEOUT 60 ENVIRONMENT "${PB_MPI_ENV}"
   PASS_REGULAR_EXPRESSION "(wait timed out after [0-9.]+ s: rank 1, layer 3, window 5|SKIPPED: no CUDA device)")
@@ -306,7 +354,7 @@ add_test(NAME cli.variants_selected
 set_tests_properties(cli.variants_selected PROPERTIES LABELS cpu TIMEOUT 60
   PASS_REGULAR_EXPRESSION "variant overlap \\([^)]*\\), prefix.*variant baseline \\(" FAIL_REGULAR_EXPRESSION "variant land")
 add_test(NAME cli.variants_unknown
-  COMMAND bash ${CMAKE_SOURCE_DIR}/test/commands/expect.sh 2
+  COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/expect.sh 2
           "error: --variants: 'fast' is not a variant of .*ab-each-cut.yaml; its variants: baseline, all, land"
           $<TARGET_FILE:prefill-bench> plan ${CMAKE_SOURCE_DIR}/scenarios/ab-each-cut.yaml --variants land,fast
           -o ${CMAKE_BINARY_DIR}/test-out/plan-variants-bad.h5 --overwrite)
@@ -360,32 +408,32 @@ add_test(NAME cpu.plan_calibrated_cp1_16k
 set_tests_properties(cpu.plan_calibrated_cp1_16k PROPERTIES LABELS cpu TIMEOUT 120
   PASS_REGULAR_EXPRESSION "calibrated superstep against the measured TTFT.*baseline +[0-9.]+ +[0-9.]+ +[-+][0-9.]+%.*attnres +[0-9.]+ +[0-9.]+ +[-+][0-9.]+%")
 
-# Device memory shared by the ranks of one GPU (harness/blocks/shared_region.h):
+# Device memory shared by the ranks of one GPU (harness/platform/shared_region.h):
 # the descriptor passing over a Unix socket, its deadlines and the granularity
 # rounding on 3 and 4 ranks without a GPU; both share modes on the device.
-add_executable(test_fd_share test/blocks/test_fd_share.cpp)
-target_link_libraries(test_fd_share PRIVATE pb_mpi_test_main pb_blocks_host)
+add_executable(test_fd_share test/platform/test_fd_share.cpp)
+target_link_libraries(test_fd_share PRIVATE pb_mpi_test_main)
 foreach(np 3 4)
   add_test(NAME mpi.test_fd_share${np} COMMAND ${PB_MPIRUN} -np ${np} $<TARGET_FILE:test_fd_share>)
   set_tests_properties(mpi.test_fd_share${np} PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${PB_MPI_ENV}")
 endforeach()
-add_executable(test_shared_region test/blocks/test_shared_region.cpp)
+pb_sanitized_test(test_fd_share mpi.test_fd_share3 mpi.test_fd_share4)
+add_executable(test_shared_region test/platform/test_shared_region.cpp)
 target_link_libraries(test_shared_region PRIVATE pb_mpi_gpu_test_main)
 add_test(NAME mpi_gpu.test_shared_region COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:test_shared_region>)
 set_tests_properties(mpi_gpu.test_shared_region PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
   ENVIRONMENT "${PB_MPI_ENV}")
 
-# The NCCL fabric (harness/blocks/fabric.h, fabric_plan.h). On the host (CI):
+# The NCCL fabric (harness/fabric/fabric.h, fabric_plan.h). On the host (CI):
 # the locality plan, the scenario keys fabric and emulate_hosts, the staging.
-pb_cpu_test(test/blocks/test_fabric_plan.cpp)
-target_link_libraries(test_fabric_plan PRIVATE pb_blocks_host)
+pb_cpu_test(test/fabric/test_fabric_plan.cpp)
 # On the device (every rank exits 77 when any rank sees no device): the MLA
 # and KDA blocks over fabric nccl (CP2, CP4: every rank its own emulated host)
 # and fabric auto (CP4: 2 emulated hosts x 2 ranks) equal fabric ipc bit for
 # bit. NCCL reads NCCL_HOSTID once per process: one fabric per process.
 set(PB_NCCL_ENV "${PB_MPI_ENV};NCCL_NVLS_ENABLE=0")
 set(PB_NCCL_CONCURRENT_ENV "${PB_NCCL_ENV};CUDA_MODULE_LOADING=EAGER")  # concurrent ranks (fabric.h)
-add_executable(test_cp_fabrics test/blocks/test_cp_fabrics.cpp)
+add_executable(test_cp_fabrics test/fabric/test_cp_fabrics.cpp)
 target_link_libraries(test_cp_fabrics PRIVATE pb_mpi_gpu_test_main)
 foreach(case nccl:2 nccl:4 auto:4)
   string(REPLACE ":" ";" parts ${case})
@@ -397,8 +445,8 @@ foreach(case nccl:2 nccl:4 auto:4)
     TIMEOUT 600 ENVIRONMENT "${PB_NCCL_CONCURRENT_ENV}")
 endforeach()
 # A stalled peer over NCCL ends the job within its 2 s time-out, naming rank, layer and window.
-add_executable(nccl_timeout_probe test/blocks/nccl_timeout_probe.cpp)
-target_link_libraries(nccl_timeout_probe PRIVATE pb_blocks)
+add_executable(nccl_timeout_probe test/fabric/nccl_timeout_probe.cpp)
+target_link_libraries(nccl_timeout_probe PRIVATE pb_fabric)
 add_test(NAME mpi_gpu.nccl_timeout COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:nccl_timeout_probe>)
 set_tests_properties(mpi_gpu.nccl_timeout PROPERTIES LABELS "gpu;mpi" TIMEOUT 120
   ENVIRONMENT "${PB_NCCL_CONCURRENT_ENV}"
@@ -420,18 +468,19 @@ set_tests_properties(cpu.launch_dry_run_emulated PROPERTIES LABELS cpu TIMEOUT 6
   PASS_REGULAR_EXPRESSION "NCCL environment: NCCL_NVLS_ENABLE=0.*-np 4 .*prefill-bench run .*smoke-cp4.yaml --set emulate_hosts=2 --set fabric=auto")
 
 # ---- the command line: the regression gate's exits, one list grammar, --version, messages ----
-# Each case runs the real binary through test/commands/expect.sh <exit code>
+# Each case runs the real binary through test/cli/expect.sh <exit code>
 # <regex over the whole output> (anchored ^...$ where nothing else may print).
 # The gate's inputs: synthetic files (test/support/synthetic_results.h) written
 # by write_gate_files, and the committed results/h200 files.
-add_executable(write_gate_files test/commands/write_gate_files.cpp)
+add_executable(write_gate_files test/cli/write_gate_files.cpp)
 target_include_directories(write_gate_files PRIVATE test/support)
-target_link_libraries(write_gate_files PRIVATE pb_core)
+target_link_libraries(write_gate_files PRIVATE ${PB_HOST_LIBS})
 set(PB_GATE_DIR ${CMAKE_BINARY_DIR}/test-out/gate)
 add_test(NAME cli.gate_files COMMAND write_gate_files ${PB_GATE_DIR})
 set_tests_properties(cli.gate_files PROPERTIES LABELS cpu TIMEOUT 60 FIXTURES_SETUP gate_files)
+pb_sanitized_test(write_gate_files cli.gate_files)
 
-set(PB_EXPECT bash ${CMAKE_SOURCE_DIR}/test/commands/expect.sh)
+set(PB_EXPECT bash ${CMAKE_SOURCE_DIR}/test/cli/expect.sh)
 # pb_cli_test(<name> <exit code> <regex> <prefill-bench arguments...>): label cpu.
 function(pb_cli_test name code regex)
   add_test(NAME cli.${name} COMMAND ${PB_EXPECT} ${code} ${regex} $<TARGET_FILE:prefill-bench> ${ARGN})
@@ -517,22 +566,24 @@ set_tests_properties(cli.regress_usage PROPERTIES LABELS cpu TIMEOUT 60)
 
 # ---- faults injected on purpose ----
 # Writing a results file when the disk fills or the folder cannot take it.
-pb_cpu_test(test/core/test_write_faults.cpp)
+pb_cpu_test(test/results/test_write_faults.cpp)
 # describe_results <file>: one line (kind, complete, reps per variant) the fault tests match.
-add_executable(describe_results test/commands/describe_results.cpp)
-target_link_libraries(describe_results PRIVATE pb_core)
+add_executable(describe_results test/cli/describe_results.cpp)
+target_link_libraries(describe_results PRIVATE ${PB_HOST_LIBS})
+add_dependencies(pb_sanitized describe_results)
 # A rank killed (SIGKILL) mid-run, without a GPU: a gang that rewrites its
 # results after every rep (gang_fault_probe) on 3 ranks loses rank 1, then
 # rank 0 (the writer, perhaps mid-write): the job ends within 30 s naming the
 # rank, and the file reads back incomplete with the reps that finished.
-add_executable(gang_fault_probe test/core/gang_fault_probe.cpp)
-target_link_libraries(gang_fault_probe PRIVATE pb_core)
-set(PB_KILL_RANK bash ${CMAKE_SOURCE_DIR}/test/commands/kill_rank.sh $<TARGET_FILE:describe_results>)
+add_executable(gang_fault_probe test/platform/gang_fault_probe.cpp)
+target_link_libraries(gang_fault_probe PRIVATE ${PB_HOST_LIBS})
+set(PB_KILL_RANK bash ${CMAKE_SOURCE_DIR}/test/cli/kill_rank.sh $<TARGET_FILE:describe_results>)
 foreach(rank 1 0)
   add_test(NAME mpi.kill_rank${rank}
     COMMAND ${PB_KILL_RANK} KILL ${rank} 30 ${CMAKE_BINARY_DIR}/test-out/kill-rank${rank}.h5
             ${PB_MPIRUN} -np 3 $<TARGET_FILE:gang_fault_probe> ${CMAKE_BINARY_DIR}/test-out/kill-rank${rank}.h5 1000)
   set_tests_properties(mpi.kill_rank${rank} PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${PB_MPI_ENV}")
+  pb_sanitized_test(gang_fault_probe mpi.kill_rank${rank})
 endforeach()
 # `prefill-bench run` losing a rank mid-run (smoke size, ranks taking turns on
 # one GPU): SIGKILL on rank 1 of 2 and rank 2 of 4, SIGINT on rank 0 of 2 and
@@ -557,7 +608,7 @@ endforeach()
 # `compare` given broken results files: a named error and exit 2, alone and on
 # either side of the gate; damage anywhere never crashes it.
 add_test(NAME cli.compare_corrupt_files
-  COMMAND bash ${CMAKE_SOURCE_DIR}/test/commands/corrupt_results.sh $<TARGET_FILE:prefill-bench>
+  COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/corrupt_results.sh $<TARGET_FILE:prefill-bench>
           ${PB_GATE_DIR}/base.h5 ${CMAKE_BINARY_DIR}/test-out/corrupt)
 set_tests_properties(cli.compare_corrupt_files PROPERTIES LABELS cpu TIMEOUT 300 FIXTURES_REQUIRED gate_files
   ENVIRONMENT "${PB_MPI_ENV}")
@@ -565,11 +616,11 @@ set_tests_properties(cli.compare_corrupt_files PROPERTIES LABELS cpu TIMEOUT 300
 # folder that is a regular file: exit 2, named; the earlier file intact.
 # `plan` (no GPU) and `run` (GPU, smoke size).
 add_test(NAME cli.plan_output_faults
-  COMMAND bash ${CMAKE_SOURCE_DIR}/test/commands/output_faults.sh ${CMAKE_BINARY_DIR}/test-out/faults-plan.h5
+  COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/output_faults.sh ${CMAKE_BINARY_DIR}/test-out/faults-plan.h5
           $<TARGET_FILE:prefill-bench> plan ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp2.yaml)
 set_tests_properties(cli.plan_output_faults PROPERTIES LABELS cpu TIMEOUT 120 ENVIRONMENT "${PB_MPI_ENV}")
 add_test(NAME mpi_gpu.run_output_faults
-  COMMAND bash ${CMAKE_SOURCE_DIR}/test/commands/output_faults.sh ${CMAKE_BINARY_DIR}/test-out/faults-run.h5
+  COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/output_faults.sh ${CMAKE_BINARY_DIR}/test-out/faults-run.h5
           $<TARGET_FILE:prefill-bench> run ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml)
 set_tests_properties(mpi_gpu.run_output_faults PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
   ENVIRONMENT "${PB_MPI_ENV}")
@@ -578,7 +629,7 @@ set_tests_properties(mpi_gpu.run_output_faults PROPERTIES LABELS "gpu;mpi" SKIP_
 # name the buffer, the bytes asked and free (gpu); `run` of a model far larger
 # than the GPU is refused before allocating, naming the rank, the GPU, the
 # need, the free bytes and the rank's largest buffer (cp 1, and cp 2 sharing a GPU).
-pb_gpu_test(test/blocks/test_out_of_memory.cpp)
+pb_gpu_test(test/platform/test_out_of_memory.cpp)
 set_tests_properties(gpu.test_out_of_memory PROPERTIES RUN_SERIAL ON)  # it asks for what is free
 set(PB_HUGE_MODEL --set model.experts=1024 --set model.moe_latent=1024 --set model.expert_inter=65536)
 set(PB_NO_FIT_REGEX "\\[rank [01] on [^]]+\\] error: the scenario does not fit on GPU [0-9]+ of [^:]+: [0-9]+ rank\\(s\\) need [0-9.]+ GB \\(weights [0-9.]+ GB, turn-local arena [0-9.]+ GB, rank buffers [0-9.]+ GB\\) and [0-9.]+ GB are free of [0-9.]+ GB; this rank's largest buffer: moe\\.expert_gate_up \\(weights\\), [0-9.]+ GB")
@@ -592,36 +643,6 @@ add_test(NAME mpi_gpu.run_does_not_fit_cp2
 set_tests_properties(mpi_gpu.run_does_not_fit mpi_gpu.run_does_not_fit_cp2 PROPERTIES LABELS "gpu;mpi" TIMEOUT 300
   ENVIRONMENT "${PB_MPI_ENV}" SKIP_REGULAR_EXPRESSION "no CUDA device is visible")
 
-# ---- the host suites under AddressSanitizer and UndefinedBehaviorSanitizer ----
-# In a build folder configured with -DPB_SANITIZE=ON (CMakeLists.txt), target
-# pb_sanitized builds the suites that need no CUDA object (no nvcc run), and
-# label `sanitized` selects them: `scripts/test.sh --sanitize` (part of CI).
-# A finding fails the test (ASan's exit, UBSan's -fno-sanitize-recover=all).
-# LeakSanitizer is on for the single-process suites; under mpirun it is off:
-# Open MPI keeps memory until exit in plugins it unloads at MPI_Finalize, whose
-# allocation stacks LeakSanitizer can then no longer name (nor suppress).
-set(PB_SANITIZED_TARGETS
-  test_ref_argmax test_ref_attnres test_ref_conv_merge test_ref_kda test_ref_land_elementwise
-  test_ref_moe_route test_ref_rmsnorm test_kda_tiles
-  test_compare test_plan test_projection test_results test_scenario test_schedule test_slab_layout
-  test_trace test_power_state test_doorbell_protocol test_fabric_plan write_gate_files
-  test_gang rank_failure_probe test_fd_share test_write_faults describe_results gang_fault_probe)
-add_custom_target(pb_sanitized)
-add_dependencies(pb_sanitized ${PB_SANITIZED_TARGETS})
-set(PB_SANITIZED_CPU_TESTS cli.gate_files)
-foreach(name ${PB_SANITIZED_TARGETS})
-  if(TEST cpu.${name})
-    list(APPEND PB_SANITIZED_CPU_TESTS cpu.${name})
-  endif()
-endforeach()
-set(PB_SANITIZED_MPI_TESTS mpi.test_gang mpi.rank_failure mpi.rank_failure_debug mpi.test_fd_share3 mpi.test_fd_share4
-    mpi.kill_rank1 mpi.kill_rank0)
-set_property(TEST ${PB_SANITIZED_CPU_TESTS} ${PB_SANITIZED_MPI_TESTS} APPEND PROPERTY LABELS sanitized)
-set(PB_SANITIZER_ENV "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
-set_property(TEST ${PB_SANITIZED_CPU_TESTS} APPEND PROPERTY ENVIRONMENT ${PB_SANITIZER_ENV}
-             "ASAN_OPTIONS=detect_leaks=1")
-set_property(TEST ${PB_SANITIZED_MPI_TESTS} APPEND PROPERTY ENVIRONMENT ${PB_SANITIZER_ENV}
-             "ASAN_OPTIONS=detect_leaks=0")
 # A write that fails leaves HDF5's file struct behind (test/support/lsan-failed-write.supp says why).
 set_property(TEST cpu.test_write_faults APPEND PROPERTY ENVIRONMENT
              "LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/test/support/lsan-failed-write.supp:print_suppressions=0")

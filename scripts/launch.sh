@@ -52,7 +52,7 @@ for v in NCCL_SOCKET_IFNAME NCCL_IB_HCA NCCL_DEBUG; do
   [[ -n ${!v:-} ]] && cmd+=(-x "$v") && env_text+=" $v=${!v}"
 done
 if ((hosts > 1)); then
-  # Concurrent ranks over NCCL: no lazy kernel loading mid-run (harness/blocks/fabric.h).
+  # Concurrent ranks over NCCL: no lazy kernel loading mid-run (harness/fabric/fabric.h).
   export CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-EAGER}
   cmd+=(-x CUDA_MODULE_LOADING)
   env_text+=" CUDA_MODULE_LOADING=$CUDA_MODULE_LOADING"

@@ -1,5 +1,5 @@
 """Reading prefill-bench HDF5 results (schema in docs/results.md;
-harness/core/results.h) for the plot scripts."""
+harness/results/results.h) for the plot scripts."""
 import os
 import re
 import sys

@@ -79,7 +79,7 @@
 //
 // ---- FLOPs (per head and chunk of c tokens; a multiply-add = 2) -------------
 // kda_forward_flops counts dense c x c tiles, the way a tensor-core kernel
-// computes them (masked), and for dk = dv = d equals harness/core/cost.cpp's
+// computes them (masked), and for dk = dv = d equals harness/analytic/cost.cpp's
 // kda_forward exactly:
 //   K Kᵀ, Q Kᵀ (with decays)     2·2 c² dk
 //   UT transform (solve)         c³

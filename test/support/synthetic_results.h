@@ -1,5 +1,5 @@
-// Synthetic results for the compare tests (test/core/test_compare.cpp) and the
-// gate's command-line tests (test/commands/write_gate_files.cpp): runs with
+// Synthetic results for the compare tests (test/analysis/test_compare.cpp) and the
+// gate's command-line tests (test/cli/write_gate_files.cpp): runs with
 // known TTFT samples, spans and outputs, and the set of files that exercises
 // each of the gate's verdicts. No RNG: every value is fixed.
 #pragma once

@@ -1,0 +1,238 @@
+// `prefill-bench lane`: one MLA layer's attention across the CP gang.
+// Every rank runs the MLA block (harness/superstep/mla_block.h) on its segment
+// over the IPC fabric, for each variant of the scenario, reps interleaved.
+// With serialize_ranks the ranks of one GPU take turns phase by phase, so each
+// rank's kernels run alone and its spans show its true work. Per rank it
+// reports the FMHA time against the schedule's prediction (pairs x the time
+// of one dense segment pair, measured first on rank 0 alone), the doorbell
+// wait and the fabric bytes; every launch becomes a span with plan's name and
+// cost, and the launch list is checked against plan's MLA layer.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "check.h"
+#include "commands.h"
+#include "fabric.h"
+#include "gang_device.h"
+#include "mla_block.h"
+#include "plan_match.h"
+#include "random_fill.h"
+#include "run_info.h"
+#include "stats.h"
+#include "timing.h"
+#include "telemetry.h"
+#include "turns.h"
+
+namespace pb {
+
+namespace {
+
+constexpr double kLaneWaitTimeoutS = 120.0;
+
+int64_t first_mla_layer(const ModelShape& m) {
+  for (int64_t l = 0; l < m.layers; ++l)
+    if (m.is_mla(l)) return l;
+  throw_error(__FILE__, __LINE__, "the scenario's model has no MLA layer");
+}
+
+// One dense FMHA pair (q and k of one segment), timed alone: the unit of the
+// schedule's prediction.
+double measure_pair_ms(const ModelShape& m, int64_t t, FmhaEngine engine, int settle_ms, cudaStream_t stream) {
+  const int64_t heads = m.heads, dq = m.d_qk(), dv = m.v_head;
+  DeviceBuffer<__nv_bfloat16> q(size_t(t * heads * dq)), k(size_t(t * heads * dq)), v(size_t(t * heads * dv)),
+      o(size_t(t * heads * dv));
+  DeviceBuffer<float> lse(size_t(heads * t));
+  fill_uniform_bf16(q.get(), t * heads * dq, 1, 1.0f, stream);
+  fill_uniform_bf16(k.get(), t * heads * dq, 2, 1.0f, stream);
+  fill_uniform_bf16(v.get(), t * heads * dv, 3, 1.0f, stream);
+  FmhaTensors x{q.get(), heads * dq, dq, k.get(), heads * dq, dq, v.get(), heads * dv, dv, o.get(), lse.get()};
+  FmhaShape s;
+  s.tq = s.tk = t;
+  s.heads = int(heads);
+  s.d_qk = int(dq);
+  s.d_v = int(dv);
+  s.scale = float(1.0 / std::sqrt(double(dq)));
+  const Timing tm = time_launches([&](int, cudaStream_t st) { fmha(engine, x, s, st); }, 1, 2, 5, stream, settle_ms);
+  return tm.median_us / 1e3;
+}
+
+struct RankSummary {
+  std::vector<double> fmha_ms, wait_ms, fabric_mb;
+};
+
+double median_of(std::vector<double> v) { return v.empty() ? 0.0 : median(v); }
+
+}  // namespace
+
+int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
+  const GangScenario loaded = load_gang_scenario(gang, args, "lane");  // before CUDA starts
+  const Scenario& s = loaded.scenario;
+  const FabricPlan& fabric = loaded.fabric;
+  const std::string path = output_path(args.output, s.name, "lane");
+  if (gang.is_root()) check_results_path(path, args.overwrite);  // before the device and the long part
+  const int device = select_gang_device(gang, "lane");
+  if (device < 0) return 3;
+  check_span_timing(s);
+  const int me = gang.rank(), cp = s.cp;
+  const ModelShape& m = s.model;
+  const int64_t layer = first_mla_layer(m), rows = s.bucket;
+  const std::vector<Segment> segs = lane_segments(s.layout, s.context, cp);
+  const FmhaEngine engine = fmha_engine_from_name(s.fmha);
+  const bool serial = s.serialize_ranks;
+
+  RunResult result;
+  result.kind = "lane";
+  record_run_info(gang, args.command_line, result);
+  record_scenario(s, result);
+  record_devices(gang, device, result);
+  GpuTelemetry telemetry(device);
+  record_fabric(fabric, result);
+  result.text["engine_fmha"] = fmha_engine_name(engine);
+
+  cudaStream_t stream;
+  PB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  double pair_ms = 0;
+  if (me == 0) pair_ms = measure_pair_ms(m, segs[0].len, engine, serial ? s.turn_settle_ms : 0, stream);
+  pair_ms = std::stod(gang.broadcast(std::to_string(pair_ms)));
+  result.numbers["pair_ms"] = pair_ms;
+
+  const Blas blas;
+  const MlaWeights weights(m, s.seed, stream);
+  DeviceBuffer<__nv_bfloat16> mixed(size_t(rows * m.hidden));
+  fill_uniform_bf16(mixed.get(), rows * m.hidden, s.seed + 100 + uint64_t(me), 1.0f, stream);
+  std::unique_ptr<Fabric> fab;
+  if (cp > 1)
+    fab = std::make_unique<Fabric>(
+        gang,
+        slab_layout(cp, rows, int(m.heads), int(m.kv_lora), int(m.qk_rope), int(m.d_qk()), int(m.v_head), s.layout),
+        s.wait_timeout_or(kLaneWaitTimeoutS), fabric);
+  MlaLane lane{me, cp, segs, rows, fab.get(), s.helped_in_place, s.layout};
+  lane.overlap = any_variant_has(s, Cut::overlap);  // overlap's held window
+  MlaBlock block(m, weights, lane, engine);
+  Timeline tl(stream, true);
+  tl.set_nvtx(s.nvtx);
+  const std::unique_ptr<KernelActivity> activity = start_span_timing(s, tl, result);
+  tl.set_layer(int32_t(layer));
+  const Turn turn = make_turn(gang, serial, fab.get(), stream, s.turn_settle_ms);
+  size_t free_b = 0, total_b = 0;
+  PB_CUDA(cudaMemGetInfo(&free_b, &total_b));
+
+  const size_t nv = s.variants.size();
+  std::vector<RankPlan> plans;  // this rank's launch list per variant, the spans' names and costs
+  for (const VariantSpec& spec : s.variants) plans.push_back(plan_rank(s, spec.cuts, me));
+  std::vector<std::vector<Span>> spans(nv);
+  std::vector<std::vector<RankRep>> rank_reps(nv);
+  std::vector<RankSummary> summary(nv);
+  int64_t seq = 0;
+  for (int rep = -s.warmup; rep < s.reps; ++rep) {
+    for (size_t vi = 0; vi < nv; ++vi) {
+      const CutSet& cuts = s.variants[vi].cuts;
+      const FabricStats before = fab ? fab->stats() : FabricStats{};
+      tl.set_nvtx_label("rank " + std::to_string(me) + " " + s.variants[vi].name + " rep " + std::to_string(rep));
+      gang.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      const double gpu_t0 = telemetry.now_ms();
+      turn([&] { block.project(mixed.get(), seq, cuts, tl, blas); });
+      turn([&] { block.attend(tl, blas); });
+      turn([&] { block.finish(tl, blas); });
+      if (fab) fab->drain();
+      const std::vector<TimedLaunch> launches = tl.collect();
+      const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      if (fab) fab->settle_transfers();  // sends still in flight, for the NCCL time
+      const std::vector<TelemetrySample> clocks = telemetry.between(gpu_t0, telemetry.now_ms());
+      ++seq;
+      const RankPlan& plan = plans[vi];
+      const std::vector<Launch> want = plan_slice(plan, int32_t(layer), "rmsnorm.mla_in", launches.size());
+      const std::string diff = launch_list_difference(launches, want);
+      if (!diff.empty()) gang.fail("lane: the MLA block's launches differ from plan's: " + diff);
+      if (rep < 0) continue;
+      RankRep rr;
+      rr.rep = rep;
+      rr.rank = me;
+      double fmha_ms = 0, span_ms = 0;
+      for (size_t i = 0; i < launches.size(); ++i) {
+        const TimedLaunch& l = launches[i];
+        spans[vi].push_back({rep, me, l.layer, l.family, l.kernel, l.ms * 1e3, want[i].cost.bytes, want[i].cost.flops,
+                             l.stream, l.start_ms * 1e3});
+        span_ms += l.ms;
+        if (l.family == "fmha") fmha_ms += l.ms;
+        if (l.kernel.rfind("fabric.wait", 0) == 0) rr.wait_us += l.ms * 1e3;
+      }
+      if (fab) add_fabric_stats(rr, before, fab->stats());
+      rr.wall_us = serial ? span_ms * 1e3 : wall_us;  // serialized: the rank's own work
+      rr.peak_mem_bytes = double(total_b - free_b);   // device-wide when ranks share a GPU
+      summarize_clocks(clocks, rr);
+      rank_reps[vi].push_back(rr);
+      summary[vi].fmha_ms.push_back(fmha_ms);
+      summary[vi].wait_ms.push_back(rr.wait_us / 1e3);
+      summary[vi].fabric_mb.push_back(rr.fabric_bytes / 1e6);
+    }
+    if (gang.is_root()) std::fprintf(stderr, "lane: rep %d of %d done\n", rep + 1, s.reps);
+  }
+
+  record_telemetry(gang, device, telemetry, result);
+
+  // Gather and report: rank 0 prints per variant and rank the FMHA time
+  // against pairs x pair_ms, and writes the file.
+  bool all_within = true;
+  for (size_t vi = 0; vi < nv; ++vi) {
+    const std::vector<std::string> span_parts = gang.gather(pack_spans(spans[vi]));
+    const std::vector<std::string> rep_parts = gang.gather(pack_rank_reps(rank_reps[vi]));
+    const std::string mine = std::to_string(median_of(summary[vi].fmha_ms)) + " " +
+                             std::to_string(median_of(summary[vi].wait_ms)) + " " +
+                             std::to_string(median_of(summary[vi].fabric_mb));
+    const std::vector<std::string> rows_txt = gang.gather(mine);
+    if (!gang.is_root()) continue;
+    VariantResult v;
+    v.name = s.variants[vi].name;
+    v.cuts = s.variants[vi].cuts.describe();
+    for (const auto& p : span_parts) {
+      const std::vector<Span> part = unpack_spans(p);
+      v.spans.insert(v.spans.end(), part.begin(), part.end());
+    }
+    for (const auto& p : rep_parts) {
+      const std::vector<RankRep> part = unpack_rank_reps(p);
+      v.rank_reps.insert(v.rank_reps.end(), part.begin(), part.end());
+    }
+    const Schedule sched = attention_schedule(s.variants[vi].cuts, s.layout, s.cp);
+    const std::string ranks = !serial ? "concurrent"
+                              : s.turn_settle_ms > 0 ? "serialized (turns and pair after " +
+                                                           std::to_string(s.turn_settle_ms) + " ms idle)"
+                                                     : "serialized";
+    std::printf("\nlane %s, variant %s (%s schedule), one MLA layer, %s ranks, pair = %.3f ms (%lld x %lld dense)\n",
+                s.name.c_str(), v.name.c_str(), schedule_name(sched), ranks.c_str(),
+                pair_ms, (long long)segs[0].len, (long long)segs[0].len);
+    std::printf("%5s %7s %12s %12s %7s %10s %11s\n", "rank", "pairs", "predicted_ms", "fmha_ms", "ratio", "wait_ms",
+                "fabric_MB");
+    double deep = 0;
+    int deep_rank = 0;
+    for (int r = 0; r < cp; ++r) {
+      double fm = 0, wm = 0, mb = 0;
+      std::sscanf(rows_txt[r].c_str(), "%lf %lf %lf", &fm, &wm, &mb);
+      const double pairs = rank_attention(sched, cp, r).load_pairs, predicted = pairs * pair_ms;
+      const double ratio = fm / predicted;
+      all_within &= std::fabs(ratio - 1.0) <= 0.10;
+      if (fm > deep) deep = fm, deep_rank = r;
+      std::printf("%5d %7.1f %12.3f %12.3f %7.3f %10.3f %11.1f\n", r, pairs, predicted, fm, ratio, wm, mb);
+      result.numbers["fmha_ms." + v.name + ".rank" + std::to_string(r)] = fm;
+    }
+    std::printf("deep rank %d: FMHA %.3f ms\n", deep_rank, deep);
+    result.variants.push_back(std::move(v));
+  }
+  if (gang.is_root()) {
+    std::printf("every rank's FMHA time within 10%% of pairs x pair time: %s\n", all_within ? "yes" : "NO");
+    write_results(path, result, args.overwrite);
+    std::printf("wrote %s\n", path.c_str());
+  }
+  gang.barrier();  // no peer stores into a slab being freed
+  fab.reset();
+  PB_CUDA(cudaStreamDestroy(stream));
+  return 0;
+}
+
+}  // namespace pb

@@ -1,0 +1,18 @@
+// `prefill-bench trace`: one rep of a results file as Chrome trace-event JSON
+// (harness/analysis/trace.h), for Perfetto or chrome://tracing. Rank 0 only.
+#include <cstdio>
+
+#include "commands.h"
+
+namespace pb {
+
+int cmd_trace(const Gang& gang, const TraceArgs& args) {
+  if (!gang.is_root()) return 0;
+  const std::string output = args.output.empty() ? beside_results(args.input, ".trace.json.gz") : args.output;
+  const RunResult result = read_results(args.input);
+  write_trace(output, trace_json(result, args.options), args.overwrite);
+  std::printf("wrote %s\n", output.c_str());
+  return 0;
+}
+
+}  // namespace pb
