@@ -112,6 +112,8 @@ foreach(src results/test_results config/test_scenario analytic/test_plan analyti
             analysis/test_gemm_ceiling analysis/test_activity_spans)
   pb_cpu_test(test/${src}.cpp)
 endforeach()
+# The cut table against its consumers (the kernels benchmark's families among them).
+pb_cpu_test(test/config/test_cut_table.cpp LINK pb_bench)
 # The gang on 4 ranks.
 add_executable(test_gang test/platform/test_gang.cpp)
 target_link_libraries(test_gang PRIVATE pb_mpi_test_main)

@@ -97,14 +97,13 @@ FAMILY_COLOURS = {
     "moe_block_cutlass": "#00665C",
     "moe_block_loop": "#00665C",
     "dense_ffn": "#5E8C31",
+    "quant": "#88CCEE",
 }
 FAMILY_HATCH = {"fabric": "xx"}  # time that is waiting, not work
 
 # Variants of a run: baseline and all in greys, a single cut in the colour of
-# the family it changes.
+# the family it changes (the file's /cuts table: pbresults.cut_families).
 VARIANT_COLOURS = {"baseline": "#9E9E9E", "none": "#9E9E9E", "all": "#263238"}
-CUT_FAMILY = {"land": "land", "conv": "conv", "stripe": "fmha", "lse_merge": "lse_merge",
-              "elementwise": "elementwise", "attnres": "attnres"}
 
 FASTER = "#1B7837"
 SLOWER = "#B2182B"
@@ -122,11 +121,12 @@ def family_colour(family):
     return FAMILY_COLOURS.get(family) or fallback_colour(family)
 
 
-def variant_colour(variant):
+def variant_colour(variant, cut_families=None):
+    """cut_families: cut name -> family, from the file (pbresults.cut_families)."""
     if variant in VARIANT_COLOURS:
         return VARIANT_COLOURS[variant]
-    if variant in CUT_FAMILY:
-        return family_colour(CUT_FAMILY[variant])
+    if cut_families and variant in cut_families:
+        return family_colour(cut_families[variant])
     return fallback_colour(variant)
 
 

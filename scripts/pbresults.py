@@ -7,7 +7,8 @@ import sys
 import h5py
 import numpy as np
 
-SCHEMA_VERSIONS = (1, 2, 3)  # 2 added spans.stream, bells and projection/; 3 spans.start_us
+SCHEMA_VERSIONS = (1, 2, 3, 4)  # 2 added spans.stream, bells and projection/; 3 spans.start_us;
+# 4 bench rows' verdicts (wrong, error, error_floor) and /cuts
 SPAN_KINDS = ("run", "plan", "lane")             # files with /variants/<name>/spans
 BENCH_KINDS = ("kernels", "fmha", "kda", "moe")  # files with /bench
 
@@ -110,6 +111,14 @@ def cuts_on(f, variant):
     if len(on) == len(pairs):
         return "all cuts"
     return "cuts: " + ", ".join(on)
+
+
+def cut_families(f):
+    """Cut name -> the span family it changes, from the file's /cuts table
+    (the cut table of the build that wrote it); empty for files without one."""
+    if "cuts" not in f:
+        return {}
+    return {text(row["name"]): text(row["family"]) for row in f["cuts"][()]}
 
 
 def variant_label(f, variant):

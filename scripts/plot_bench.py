@@ -277,7 +277,7 @@ def plot_ttft(f, a, plt, variants):
     hi = [float(np.max(samples[v])) - m for m, v in zip(med, variants)]
     fig, ax = plt.subplots(figsize=(max(7.0, 1.0 * len(variants) + 3), 5.6), constrained_layout=True)
     xs = list(range(len(variants)))
-    ax.bar(xs, med, 0.7, color=[pbplot.variant_colour(v) for v in variants], yerr=[lo, hi],
+    ax.bar(xs, med, 0.7, color=[pbplot.variant_colour(v, pr.cut_families(f)) for v in variants], yerr=[lo, hi],
            error_kw={"elinewidth": 0.8, "capsize": 3, "ecolor": "#444444"})
     for x, m, h in zip(xs, med, hi):
         pbplot.annotate_bar(ax, x, m + h, m, med[0] if x > 0 else None, with_ms=True)
@@ -303,7 +303,7 @@ def plot_per_rank(f, a, plt, variants):
     for j, v in enumerate(variants):
         xs = [g + (j - (n - 1) / 2.0) * width for g in range(len(ranks))]
         vals = [per_variant[v].get(r, 0.0) for r in ranks]
-        ax.bar(xs, vals, width * 0.95, color=pbplot.variant_colour(v), label=pr.variant_label(f, v))
+        ax.bar(xs, vals, width * 0.95, color=pbplot.variant_colour(v, pr.cut_families(f)), label=pr.variant_label(f, v))
         for x, r, val in zip(xs, ranks, vals):
             ref = per_variant[variants[0]].get(r) if j > 0 else None
             pbplot.annotate_bar(ax, x, val, val, ref, fontsize=6.5 if n * len(ranks) > 16 else 7)

@@ -66,12 +66,12 @@ std::string cut_partner(const std::string& variant) {
 
 std::string first_part(const std::string& kernel) { return kernel.substr(0, kernel.find('.')); }
 
-// The memory-bound cut whose kernels the family runs, if any (the stripe and
-// balance reschedule fmha, overlap reorders launches; they do not change a kernel).
+// The cut whose kernels the family runs and a benchmark family measures, if any
+// (the cut table's bench_family; the FMHA schedules and overlap change no kernel).
 bool family_cut(const std::string& family, Cut* out) {
-  for (Cut c : kAllCuts)
-    if (c != Cut::stripe && c != Cut::balance && c != Cut::overlap && cut_family(c) == family) {
-      *out = c;
+  for (const CutInfo& info : cut_table())
+    if (*info.bench_family && info.family == family) {
+      *out = info.id;
       return true;
     }
   return false;
@@ -96,8 +96,10 @@ class Matcher {
   Matcher(const Scenario& s, const CutSet& cuts, int rank, const Calibration& cal, const GpuProfile& profile)
       : s_(s), cuts_(cuts), rank_(rank), cal_(cal), profile_(profile),
         fmha_engine_(resolved(s.fmha, "cudnn")), moe_engine_(resolved(s.moe_gemm, "cutlass")) {
-    all_on_ = true;  // overlap changes no kernel and runs none beside another: it does not count
-    for (Cut c : kAllCuts) all_on_ = all_on_ && (cuts[c] || c == Cut::overlap);
+    all_on_ = true;  // a cut that only reorders launches runs no kernel beside another: it does not count
+    for (const CutInfo& info : cut_table())
+      all_on_ = all_on_ && (cuts[info.id] || info.plan_effect == PlanEffect::launch_order ||
+                            !cut_applies(info.id, s.precision));
     for (const auto& r : cal.rows) states_.push_back(row_state(r.row.variant));
   }
 

@@ -354,26 +354,22 @@ std::vector<Span> plan_spans(const RankPlan& plan, const GpuProfile& profile) {
 
 namespace {
 
-bool fmha_cut(Cut c) { return c == Cut::stripe || c == Cut::balance; }
-
-// Why an FMHA cut leaves the FLOPs where they are in this scenario.
-std::string unchanged_fmha(const Scenario& s, Cut c) {
+// Why a cut that moves FMHA FLOPs leaves them where they are in this scenario.
+std::string unchanged_fmha(const Scenario& s) {
   if (s.layout == Layout::zigzag) return "no change under zigzag";
   if (s.cp == 1) return "no change at cp 1";
-  if (c == Cut::balance && s.cp % 2 == 1) return "no change at odd cp";
+  if (s.cp % 2 == 1) return "no change at odd cp";
   return "no change";
 }
 
 }  // namespace
 
-std::string cut_family(Cut c) {
-  if (c == Cut::overlap) return "fabric";
-  return fmha_cut(c) ? "fmha" : cut_name(c);
-}
+std::string cut_family(Cut c) { return cut_info(c).family; }
 
 std::string CutEffect::mark() const {
-  if (cut == Cut::overlap) return "launch order only: its gain is in the projection";
-  if (fmha_cut(cut)) {
+  const PlanEffect effect = cut_info(cut).plan_effect;
+  if (effect == PlanEffect::launch_order) return "launch order only: its gain is in the projection";
+  if (effect == PlanEffect::fmha_flops) {
     if (deep_flops_on == deep_flops_off) return unchanged;
     return fmt::format("deep rank {:+.0f}% FLOPs", 100 * (deep_flops_on / deep_flops_off - 1));
   }
@@ -384,14 +380,14 @@ std::string CutEffect::mark() const {
 std::vector<CutEffect> cut_effects(const Scenario& s, const CutSet& cuts) {
   std::vector<CutEffect> effects;
   for (Cut c : kAllCuts) {
-    if (!cuts[c]) continue;
+    if (!cuts[c] || !cut_applies(c, s.precision)) continue;
     CutSet on = cuts.without(c);  // the cuts refining c off on both sides
     on.set(c, true);
     const CutSet off = on.without(c);
     CutEffect e;
     e.cut = c;
     e.family = cut_family(c);
-    e.unchanged = unchanged_fmha(s, c);
+    e.unchanged = unchanged_fmha(s);
     for (int r = 0; r < s.cp; ++r) {
       double flops_on = 0, flops_off = 0;
       for (const auto& l : plan_rank(s, on, r).launches)
@@ -409,7 +405,7 @@ std::vector<CutEffect> cut_effects(const Scenario& s, const CutSet& cuts) {
 std::vector<std::string> cut_effect_notes(const std::vector<CutEffect>& effects) {
   bool same = false, fewer = false;
   for (const auto& e : effects) {
-    if (fmha_cut(e.cut) || e.cut == Cut::overlap) continue;
+    if (cut_info(e.cut).plan_effect != PlanEffect::bytes) continue;
     (e.same_bytes() ? same : fewer) = true;
   }
   std::vector<std::string> notes;

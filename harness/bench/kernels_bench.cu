@@ -12,12 +12,14 @@
 #include <array>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 
 #include "attnres.h"
 #include "check.h"
 #include "conv_silu_chunk.h"
 #include "cost.h"
+#include "cuts.h"
 #include "device_buffer.h"
 #include "elementwise.h"
 #include "land.h"
@@ -329,33 +331,44 @@ void print_attnres_superstep(int64_t rows, RunResult& result) {
   result.numbers["attnres_superstep_calls"] = total;
 }
 
-bool wanted(const KernelsBenchOptions& o, const std::string& family) {
-  return o.families.empty() || std::find(o.families.begin(), o.families.end(), family) != o.families.end();
+using Builders = std::vector<std::function<Case(cudaStream_t)>>;
+
+// Each family's cases, keyed by the cut table's bench_family.
+const std::map<std::string, std::function<void(Builders&, int64_t)>>& family_cases() {
+  static const std::map<std::string, std::function<void(Builders&, int64_t)>> cases = {
+      {"land",
+       [](Builders& b, int64_t r) {
+         b.push_back([r](cudaStream_t s) { return land_case(r, 12288, 0, 12288, s); });
+         b.push_back([r](cudaStream_t s) { return land_case(r, 18432, 0, 18432, s); });
+         b.push_back([r](cudaStream_t s) { return land_case(r, 67584, 33792, 33792, s); });
+       }},
+      {"conv", [](Builders& b, int64_t r) { b.push_back([r](cudaStream_t s) { return conv_case(r, 12288, s); }); }},
+      {"lse_merge", [](Builders& b, int64_t r) { b.push_back([r](cudaStream_t s) { return merge_case(r, 96, s); }); }},
+      {"elementwise",
+       [](Builders& b, int64_t r) {
+         for (int64_t width : {int64_t(7168), int64_t(12288)}) {
+           b.push_back([r, width](cudaStream_t s) { return binary_case("add2", add2, 1, r, width, s); });
+           b.push_back([r, width](cudaStream_t s) { return binary_case("mul_sigmoid", mul_sigmoid, 6, r, width, s); });
+           b.push_back([r, width](cudaStream_t s) { return binary_case("situ", situ, 12, r, width, s); });
+         }
+         b.push_back([r](cudaStream_t s) { return o_norm_gate_case(r, 96, s); });
+       }},
+      {"attnres",
+       [](Builders& b, int64_t r) {
+         for (int nb = 1; nb <= kAttnResMaxBlocks; ++nb)
+           b.push_back([r, nb](cudaStream_t s) { return attnres_case(r, 7168, nb, s); });
+       }},
+  };
+  return cases;
 }
 
 // The cases in run order; each is built just before it runs so only one
 // case's buffers are alive at a time.
-std::vector<std::function<Case(cudaStream_t)>> case_builders(const KernelsBenchOptions& o) {
-  const int64_t r = o.rows;
-  std::vector<std::function<Case(cudaStream_t)>> b;
-  if (wanted(o, "land")) {
-    b.push_back([r](cudaStream_t s) { return land_case(r, 12288, 0, 12288, s); });
-    b.push_back([r](cudaStream_t s) { return land_case(r, 18432, 0, 18432, s); });
-    b.push_back([r](cudaStream_t s) { return land_case(r, 67584, 33792, 33792, s); });
-  }
-  if (wanted(o, "conv")) b.push_back([r](cudaStream_t s) { return conv_case(r, 12288, s); });
-  if (wanted(o, "lse_merge")) b.push_back([r](cudaStream_t s) { return merge_case(r, 96, s); });
-  if (wanted(o, "elementwise")) {
-    for (int64_t width : {int64_t(7168), int64_t(12288)}) {
-      b.push_back([r, width](cudaStream_t s) { return binary_case("add2", add2, 1, r, width, s); });
-      b.push_back([r, width](cudaStream_t s) { return binary_case("mul_sigmoid", mul_sigmoid, 6, r, width, s); });
-      b.push_back([r, width](cudaStream_t s) { return binary_case("situ", situ, 12, r, width, s); });
-    }
-    b.push_back([r](cudaStream_t s) { return o_norm_gate_case(r, 96, s); });
-  }
-  if (wanted(o, "attnres"))
-    for (int nb = 1; nb <= kAttnResMaxBlocks; ++nb)
-      b.push_back([r, nb](cudaStream_t s) { return attnres_case(r, 7168, nb, s); });
+Builders case_builders(const KernelsBenchOptions& o) {
+  Builders b;
+  for (const std::string& family : kernels_bench_families())
+    if (o.families.empty() || std::find(o.families.begin(), o.families.end(), family) != o.families.end())
+      family_cases().at(family)(b, o.rows);
   return b;
 }
 
@@ -380,6 +393,13 @@ BenchRow make_row(const Case& c, Variant v, const Timing& t, double copy_tbps, d
 }
 
 }  // namespace
+
+std::vector<std::string> kernels_bench_families() {
+  std::vector<std::string> families;
+  for (const CutInfo& info : cut_table())
+    if (*info.bench_family && family_cases().count(info.bench_family)) families.push_back(info.bench_family);
+  return families;
+}
 
 int run_kernels_bench(const KernelsBenchOptions& o, RunResult& result) {
   cudaStream_t stream;

@@ -10,8 +10,12 @@
 
 namespace pb {
 
+// The benchmark's families, one per cut of the cut table with a bench_family
+// (harness/config/cuts.h), in the table's order.
+std::vector<std::string> kernels_bench_families();
+
 struct KernelsBenchOptions {
-  std::vector<std::string> families;  // empty: all (land, conv, lse_merge, elementwise, attnres)
+  std::vector<std::string> families;  // empty: all of kernels_bench_families()
   int64_t rows = 16896;               // the bucket
   int warmup = 3;
   int reps = 30;                      // the median of at least 20

@@ -136,8 +136,11 @@ int main(int argc, char** argv) {
 
   pb::KernelsBenchOptions kopt;
   CLI::App* kernels = app.add_subcommand("kernels", "baseline vs cut of the memory-bound cut kernels");
-  add_list(kernels, "--family", kopt.families, "a list of land, conv, lse_merge, elementwise, attnres (default: all)")
-      ->check(CLI::IsMember({"land", "conv", "lse_merge", "elementwise", "attnres"}));
+  const std::vector<std::string> bench_families = pb::kernels_bench_families();
+  std::string family_list;
+  for (const std::string& f : bench_families) family_list += (family_list.empty() ? "" : ", ") + f;
+  add_list(kernels, "--family", kopt.families, "a list of " + family_list + " (default: all)")
+      ->check(CLI::IsMember(bench_families));
   kernels->add_option("--rows", kopt.rows, "rows (the bucket; default 16896)");
   kernels->add_option("--reps", kopt.reps, "timed repetitions, median reported (default 30)");
   kernels->add_option("--warmup", kopt.warmup, "untimed repetitions first (default 3)");

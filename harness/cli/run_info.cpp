@@ -41,6 +41,8 @@ void record_scenario(const Scenario& s, RunResult& result) {
   result.text["scenario_source"] = s.source;
   result.text["scenario_yaml"] = s.text;
   result.text["scenario_overrides"] = s.overrides;
+  result.text["precision"] = s.precision.describe();
+  result.cuts = cut_records();
 }
 
 void record_devices(const Gang& gang, int device, RunResult& result) {

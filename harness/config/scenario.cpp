@@ -23,7 +23,7 @@ std::string join(const std::vector<std::string>& items) {
 const std::vector<std::string> kTopKeys = {
     "name", "model", "cp", "context", "bucket", "split_k", "fabric", "emulate_hosts", "fmha", "moe_gemm",
     "gpu_profile", "serialize_ranks", "share_memory", "turn_settle_ms", "helped_in_place", "wait_timeout_s", "nvtx",
-    "timing", "ceiling_sustained_s", "layout", "cuts",
+    "timing", "ceiling_sustained_s", "layout", "precision", "cuts",
     "variants", "warmup", "warmup_layers", "reps", "seed", "output", "debug"};
 const std::vector<std::string> kDebugKeys = {"delay_family", "delay_us", "poison_arena"};
 const std::vector<std::string> kVariantKeys = {"name", "cuts"};
@@ -143,25 +143,27 @@ std::string divisors_of(int n) {
   return out;
 }
 
-bool named_cut_set(const std::string& word, CutSet* out) {
-  if (word == "all") *out = CutSet::all();
+bool named_cut_set(const std::string& word, const Precision& p, CutSet* out) {
+  if (word == "all") *out = CutSet::all(p);
   else if (word == "none") *out = CutSet::none();
   else if (word == "seed") *out = CutSet::seed();
   else return false;
   return true;
 }
 
-CutSet parse_cut_spelling(const Locator& at, const YAML::Node& node, const std::string& path);
+CutSet parse_cut_spelling(const Locator& at, const YAML::Node& node, const std::string& path, const Precision& p);
 
-// A cut set as the scenario spells it, whose cuts have their prerequisites on.
-CutSet parse_cuts(const Locator& at, const YAML::Node& node, const std::string& path) {
-  const CutSet set = parse_cut_spelling(at, node, path);
-  const std::string problem = set.problem();
-  if (!problem.empty()) at.fail(node, path, problem);
+// A cut set as the scenario spells it, whose cuts have their prerequisites on
+// and apply to the scenario's precision.
+CutSet parse_cuts(const Locator& at, const YAML::Node& node, const std::string& path, const Precision& p) {
+  const CutSet set = parse_cut_spelling(at, node, path, p);
+  std::string problem = set.problem();
+  if (problem.empty()) problem = set.precision_problem(p);
+  if (!problem.empty()) at.fail(node, path, problem + at.origin("precision"));
   return set;
 }
 
-CutSet parse_cut_spelling(const Locator& at, const YAML::Node& node, const std::string& path) {
+CutSet parse_cut_spelling(const Locator& at, const YAML::Node& node, const std::string& path, const Precision& p) {
   const std::string allowed = "all, none, seed, a list of cut names, or a map cut: on|off; cut names: " +
                               allowed_cut_names();
   CutSet set;
@@ -173,7 +175,7 @@ CutSet parse_cut_spelling(const Locator& at, const YAML::Node& node, const std::
     set.set(c, true);
   };
   if (node.IsScalar()) {
-    if (named_cut_set(node.Scalar(), &set)) return set;
+    if (named_cut_set(node.Scalar(), p, &set)) return set;
     Cut c;
     if (cut_from_name(node.Scalar(), &c)) {
       set.set(c, true);
@@ -199,15 +201,35 @@ CutSet parse_cut_spelling(const Locator& at, const YAML::Node& node, const std::
   at.fail(node, path, "expected " + allowed);
 }
 
-std::vector<VariantSpec> each_cut_variants() {
-  std::vector<VariantSpec> v = {{"baseline", CutSet::none()}, {"all", CutSet::all()}};
-  for (Cut c : kAllCuts) {
-    CutSet one;
-    one.set(c, true);
-    Cut needs;
-    if (cut_requires(c, &needs)) one.set(needs, true);  // a refinement runs on what it refines
-    v.push_back({cut_name(c), one});
+// `precision: bf16 | fp8`, or the map {gemm: fp8, experts: fp8, fmha: bf16} (precision.h).
+Precision parse_precision(const Locator& at, const YAML::Node& node, const std::string& path) {
+  Precision p;
+  if (node.IsScalar()) {
+    const std::string word = get_choice(at, node, path, format_names());
+    if (word == "fp8") p.gemm = p.experts = Format::fp8;
+  } else if (node.IsMap()) {
+    check_keys(at, node, path, precision_part_names());
+    const auto part = [&](const char* key, Format* f) {
+      if (node[key]) format_from_name(get_choice(at, node[key], path + "." + key, format_names()), f);
+    };
+    part("gemm", &p.gemm);
+    part("experts", &p.experts);
+    part("fmha", &p.fmha);
+    if (p.fmha == Format::fp8)
+      at.fail(node["fmha"], path + ".fmha",
+              "fp8 attention is not built: cuDNN's FP8 SDPA on Hopper writes an fp8 output and the MLA merge "
+              "needs bf16 (docs/fmha.md); allowed: bf16");
+  } else {
+    at.fail(node, path, "expected bf16, fp8, or a map of gemm, experts, fmha to bf16 | fp8");
   }
+  return p;
+}
+
+// baseline, all, then each cut that applies to p alone (a refinement on what it refines).
+std::vector<VariantSpec> each_cut_variants(const Precision& p) {
+  std::vector<VariantSpec> v = {{"baseline", CutSet::none()}, {"all", CutSet::all(p)}};
+  for (Cut c : kAllCuts)
+    if (cut_applies(c, p)) v.push_back({cut_name(c), CutSet::only(c)});
   return v;
 }
 
@@ -236,9 +258,9 @@ bool valid_variant_name(const std::string& s) {
   return true;
 }
 
-std::vector<VariantSpec> parse_variants(const Locator& at, const YAML::Node& node,
-                                        const std::string& path) {
-  if (node.IsScalar() && node.Scalar() == "each-cut") return each_cut_variants();
+std::vector<VariantSpec> parse_variants(const Locator& at, const YAML::Node& node, const std::string& path,
+                                        const Precision& p) {
+  if (node.IsScalar() && node.Scalar() == "each-cut") return each_cut_variants(p);
   if (!node.IsSequence() || node.size() == 0)
     at.fail(node, path, "expected 'each-cut' or a non-empty list of {name, cuts}");
   std::vector<VariantSpec> out;
@@ -254,7 +276,7 @@ std::vector<VariantSpec> parse_variants(const Locator& at, const YAML::Node& nod
               "'" + v.name + "' must be 1-40 characters of letters, digits, '_', '-', '.'");
     for (const auto& prev : out)
       if (prev.name == v.name) at.fail(item["name"], item_path + ".name", "duplicate variant name '" + v.name + "'");
-    v.cuts = parse_cuts(at, item["cuts"], item_path + ".cuts");
+    v.cuts = parse_cuts(at, item["cuts"], item_path + ".cuts", p);
     out.push_back(v);
   }
   return out;
@@ -312,9 +334,9 @@ std::vector<std::string> moe_gemm_engine_names() { return {"auto", "grouped", "l
 std::vector<std::string> share_memory_names() { return {"vmm", "ipc"}; }
 std::vector<std::string> timing_names() { return {"events", "cupti"}; }
 
-CutSet parse_cut_list(const std::string& list, const std::string& where) {
+CutSet parse_cut_list(const std::string& list, const std::string& where, const Precision& p) {
   CutSet set;
-  if (named_cut_set(list, &set)) return set;
+  if (named_cut_set(list, p, &set)) return set;
   std::stringstream ss(list);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -324,7 +346,8 @@ CutSet parse_cut_list(const std::string& list, const std::string& where) {
                   allowed_cut_names());
     set.set(c, true);
   }
-  const std::string problem = set.problem();
+  std::string problem = set.problem();
+  if (problem.empty()) problem = set.precision_problem(p);
   if (!problem.empty()) throw Error(where + ": " + problem);
   return set;
 }
@@ -437,13 +460,15 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
       s.debug.poison_arena = get_bool(at, root["debug"]["poison_arena"], "debug.poison_arena");
   }
 
+  if (root["precision"]) s.precision = parse_precision(at, root["precision"], "precision");
   if (!overrides.cuts.empty()) {
-    s.variants = {{"cli", parse_cut_list(overrides.cuts, "--cuts " + overrides.cuts)}};
+    s.variants = {{"cli", parse_cut_list(overrides.cuts, "--cuts " + overrides.cuts, s.precision)}};
   } else if (root["variants"]) {
-    s.variants = parse_variants(at, root["variants"], "variants");
+    s.variants = parse_variants(at, root["variants"], "variants", s.precision);
   } else {
-    CutSet cuts = root["cuts"] ? parse_cuts(at, root["cuts"], "cuts") : CutSet::none();
-    s.variants = {{cuts.short_name() == "none" ? "baseline" : cuts.short_name(), cuts}};
+    CutSet cuts = root["cuts"] ? parse_cuts(at, root["cuts"], "cuts", s.precision) : CutSet::none();
+    const std::string name = cuts.short_name(s.precision);
+    s.variants = {{name == "none" ? "baseline" : name, cuts}};
   }
   if (root["variants"] && root["cuts"] && overrides.cuts.empty())
     at.fail(root["cuts"], "cuts", "give either 'cuts' (one cut set) or 'variants' (several), not both");

@@ -19,6 +19,7 @@
 //   timing: events                         # events | cupti: how a span is timed (timeline.h)
 //   ceiling_sustained_s: 8                 # run: the sustained GEMM ceiling's window, s (0: skip)
 //   layout: contiguous                     # contiguous | zigzag (2·cp chunks; context divisible by 2·cp)
+//   precision: bf16                        # bf16 | fp8 | {gemm: fp8, experts: fp8, fmha: bf16} (precision.h)
 //   cuts: all                              # all | none | seed | [land, conv] | {land: on}
 //   variants: each-cut                     # or [{name: a, cuts: none}, ...]
 //   warmup: 1
@@ -44,6 +45,7 @@
 #include "cuts.h"
 #include "model.h"
 #include "layout.h"
+#include "precision.h"
 
 namespace pb {
 
@@ -97,6 +99,7 @@ struct Scenario {
   std::string timing = "events";  // timeline.h: a span between two CUDA events, or its kernels' CUPTI records
   double ceiling_sustained_s = kDefaultCeilingSustainedS;  // 0: run skips the sustained ceiling
   Layout layout = Layout::contiguous;  // layout.h: where the tokens lie
+  Precision precision;                 // precision.h: bf16 or fp8, per part
   std::vector<VariantSpec> variants;  // at least one
   int warmup = 1;
   // run: the layers a warm-up rep runs, from layer 0 (0: all). The first MLA
@@ -126,9 +129,9 @@ std::string world_size_problem(const Scenario& s, int world_size, bool plan);
 bool any_variant_has(const Scenario& s, Cut c);
 
 // Parses a cut list as the CLI spells it: "all", "none", "seed", "land,conv".
-// Throws pb::Error naming the bad entry and the allowed names, or a cut whose
-// prerequisite is off.
-CutSet parse_cut_list(const std::string& list, const std::string& where);
+// Throws pb::Error naming the bad entry and the allowed names, a cut whose
+// prerequisite is off, or a cut that does not apply to the precision.
+CutSet parse_cut_list(const std::string& list, const std::string& where, const Precision& precision);
 
 std::vector<std::string> fabric_names();
 std::vector<std::string> fmha_engine_names();

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -589,9 +590,11 @@ struct BenchTableRow {
   Name family, kernel, variant, shape;
   double median_us, min_us, max_us, bytes, flops, tbps, tflops, fraction, speedup;
   int32_t reps;
+  int64_t wrong;
+  double error, error_floor;
 };
 
-CompoundType bench_row_type() {
+CompoundType bench_row_type(int schema_version = kSchemaVersion) {
   CompoundType type(sizeof(BenchTableRow));
   type.add_name("family", HOFFSET(BenchTableRow, family))
       .add_name("kernel", HOFFSET(BenchTableRow, kernel))
@@ -607,12 +610,17 @@ CompoundType bench_row_type() {
       .add("fraction", HOFFSET(BenchTableRow, fraction), H5T_NATIVE_DOUBLE)
       .add("speedup", HOFFSET(BenchTableRow, speedup), H5T_NATIVE_DOUBLE)
       .add("reps", HOFFSET(BenchTableRow, reps), H5T_NATIVE_INT32);
+  if (schema_version >= 4)
+    type.add("wrong", HOFFSET(BenchTableRow, wrong), H5T_NATIVE_INT64)
+        .add("error", HOFFSET(BenchTableRow, error), H5T_NATIVE_DOUBLE)
+        .add("error_floor", HOFFSET(BenchTableRow, error_floor), H5T_NATIVE_DOUBLE);
   return type;
 }
 
 BenchTableRow to_row(const BenchRow& bench) {
   BenchTableRow row{{}, {}, {}, {}, bench.median_us, bench.min_us, bench.max_us, bench.bytes, bench.flops,
-                    bench.tbps, bench.tflops, bench.fraction, bench.speedup, bench.reps};
+                    bench.tbps, bench.tflops, bench.fraction, bench.speedup, bench.reps, bench.wrong, bench.error,
+                    bench.error_floor};
   store_name(row.family, bench.family, "bench family");
   store_name(row.kernel, bench.kernel, "bench kernel");
   store_name(row.variant, bench.variant, "bench variant");
@@ -636,7 +644,53 @@ BenchRow from_row(const BenchTableRow& row) {
   bench.fraction = row.fraction;
   bench.speedup = row.speedup;
   bench.reps = row.reps;
+  bench.wrong = row.wrong;
+  bench.error = row.error;
+  bench.error_floor = row.error_floor;
   return bench;
+}
+
+// CutRecord <-> one row of /cuts.
+struct CutTableRow {
+  Name name, family, prerequisite, exactness, bench_family;
+  double floor;
+  int32_t seed, needs_fp8;
+};
+
+CompoundType cut_row_type() {
+  CompoundType type(sizeof(CutTableRow));
+  type.add_name("name", HOFFSET(CutTableRow, name))
+      .add_name("family", HOFFSET(CutTableRow, family))
+      .add_name("prerequisite", HOFFSET(CutTableRow, prerequisite))
+      .add_name("exactness", HOFFSET(CutTableRow, exactness))
+      .add_name("bench_family", HOFFSET(CutTableRow, bench_family))
+      .add("floor", HOFFSET(CutTableRow, floor), H5T_NATIVE_DOUBLE)
+      .add("seed", HOFFSET(CutTableRow, seed), H5T_NATIVE_INT32)
+      .add("needs_fp8", HOFFSET(CutTableRow, needs_fp8), H5T_NATIVE_INT32);
+  return type;
+}
+
+CutTableRow to_row(const CutRecord& cut) {
+  CutTableRow row{{}, {}, {}, {}, {}, cut.floor, cut.seed, cut.needs_fp8};
+  store_name(row.name, cut.name, "cut name");
+  store_name(row.family, cut.family, "cut family");
+  store_name(row.prerequisite, cut.prerequisite, "cut prerequisite");
+  store_name(row.exactness, cut.exactness, "cut exactness");
+  store_name(row.bench_family, cut.bench_family, "cut bench family");
+  return row;
+}
+
+CutRecord from_row(const CutTableRow& row) {
+  CutRecord cut;
+  cut.name = load_name(row.name);
+  cut.family = load_name(row.family);
+  cut.prerequisite = load_name(row.prerequisite);
+  cut.exactness = load_name(row.exactness);
+  cut.bench_family = load_name(row.bench_family);
+  cut.floor = row.floor;
+  cut.seed = row.seed;
+  cut.needs_fp8 = row.needs_fp8;
+  return cut;
 }
 
 template <typename Row, typename Item>
@@ -888,6 +942,7 @@ void write_file(const std::string& path, const RunResult& result) {
   if (result.kind == "kernels" || !result.bench.empty())
     write_table(root, "bench", bench_row_type(), to_rows<BenchTableRow>(result.bench));
   if (!result.telemetry.empty()) write_table(root, "telemetry", telemetry_row_type(), result.telemetry);
+  if (!result.cuts.empty()) write_table(root, "cuts", cut_row_type(), to_rows<CutTableRow>(result.cuts));
   file.close();
 }
 
@@ -904,8 +959,13 @@ RunResult read_file(const std::string& path) {
   const Node variants_node{variants, "/variants"};
   for (const std::string& name : member_names(variants_node))
     result.variants.push_back(read_variant(variants_node, name, version));
-  if (has_link(root, "bench"))
-    result.bench = from_rows<BenchRow>(read_table<BenchTableRow>(root, "bench", bench_row_type()));
+  if (has_link(root, "bench")) {
+    std::vector<BenchTableRow> rows = read_table<BenchTableRow>(root, "bench", bench_row_type(version));
+    if (version < 4)
+      for (BenchTableRow& row : rows) row.wrong = -1, row.error = row.error_floor = kNoValue;
+    result.bench = from_rows<BenchRow>(rows);
+  }
+  if (has_link(root, "cuts")) result.cuts = from_rows<CutRecord>(read_table<CutTableRow>(root, "cuts", cut_row_type()));
   if (has_link(root, "telemetry"))
     result.telemetry = read_table<TelemetrySample>(root, "telemetry", telemetry_row_type());
   return result;
@@ -922,6 +982,11 @@ auto naming_the_file(const char* doing, const std::string& path, Body body) {
 }
 
 }  // namespace
+
+bool BenchRow::failed() const {
+  if (wrong > 0) return true;
+  return !std::isnan(error_floor) && !(error <= error_floor);
+}
 
 void drop_projection_timelines(RunResult& result) {
   size_t dropped = 0;

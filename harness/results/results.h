@@ -15,11 +15,15 @@
 //     projection/<link>/   the gang replayed from the spans (projection.h), one
 //                          group per link; attributes link_source, rep, ttft_ms;
 //                          tables reps, ranks, waits, path, timeline (Projection)
-//   /bench                 compound table (BenchRow), kernels benchmark only
+//   /bench                 compound table (BenchRow), the benchmarks only
 //   /telemetry             compound table (TelemetrySample), run files
+//   /cuts                  compound table (CutRecord): the cut table of the build that
+//                          wrote the file (harness/config/cuts.h); run and plan files
 //
 // Version 1 files (no spans.stream, no bells, no projection) are read too:
-// every span on stream 0, no bells, no projections.
+// every span on stream 0, no bells, no projections. Before version 4, bench
+// rows carry no verdict (wrong = -1, error and error_floor NaN) and no file
+// has /cuts.
 //
 // Types: string attributes are fixed-length, NUL-padded UTF-8 (h5py reads them
 // as bytes; variable-length ones, in older files, are read too); numbers f64;
@@ -42,7 +46,7 @@
 
 namespace pb {
 
-constexpr int kSchemaVersion = 3;
+constexpr int kSchemaVersion = 4;
 constexpr int kOldestReadableSchemaVersion = 1;
 constexpr int kNameBytes = 48;
 constexpr double kNoValue = std::numeric_limits<double>::quiet_NaN();  // a number the run did not measure  // family/kernel/variant/shape fields of the tables
@@ -235,6 +239,26 @@ struct BenchRow {
   double fraction = 0;                 // of the ceiling that binds this row
   double speedup = 0;                  // baseline median / this median (1 for baselines)
   int32_t reps = 0;
+  // The row's correctness, checked where it was timed: elements that differ from
+  // what the row promises (bit for bit against the baseline or a reference; -1:
+  // not counted), and a measured error against its floor (NaN: none measured).
+  int64_t wrong = -1;
+  double error = kNoValue;
+  double error_floor = kNoValue;
+
+  // Whether the row's own check failed (wrong > 0, or error above error_floor or NaN where a floor is set).
+  bool failed() const;
+};
+
+// One cut of the cut table (harness/config/cuts.h's CutInfo), as a file records it.
+struct CutRecord {
+  std::string name, family;
+  std::string prerequisite;  // "" when none
+  std::string exactness;     // exactness_name()
+  double floor = 0;
+  int32_t seed = 0;          // 1: one of the seed PR's five
+  int32_t needs_fp8 = 0;     // 1: applies only where some part runs fp8
+  std::string bench_family;  // "" when none
 };
 
 struct RunResult {
@@ -245,6 +269,7 @@ struct RunResult {
   std::vector<VariantResult> variants;
   std::vector<BenchRow> bench;
   std::vector<TelemetrySample> telemetry;     // /telemetry (run files; schema 3)
+  std::vector<CutRecord> cuts;                // /cuts (schema 4)
 
   const VariantResult* find_variant(const std::string& name) const;
 };

@@ -49,10 +49,10 @@ TEST_CASE("the shipped scenarios load and validate") {
   CHECK(k3.segment() == 16384);
   CHECK(k3.turn_settle_ms == 50);
   Scenario ab = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/ab-each-cut.yaml");
-  CHECK(ab.variants.size() == 2 + kCutCount);  // baseline, all, and each cut
+  CHECK(ab.variants.size() == 2 + kCutCount - 1);  // baseline, all, and each cut but fp8's quant_fuse
   CHECK(ab.variants[0].name == "baseline");
   CHECK(ab.variants[0].cuts == CutSet::none());
-  CHECK(ab.variants[1].cuts == CutSet::all());
+  CHECK(ab.variants[1].cuts == CutSet::all(Precision{}));
 }
 
 TEST_CASE("a good scenario parses with defaults") {
@@ -80,7 +80,8 @@ TEST_CASE("cut sets in every spelling") {
   auto cuts_of = [](const std::string& spelling) {
     return parse_scenario(std::string(kGood) + "cuts: " + spelling + "\n", "t.yaml").variants.at(0).cuts;
   };
-  CHECK(cuts_of("all") == CutSet::all());
+  CHECK(cuts_of("all") == CutSet::all(Precision{}));
+  CHECK_FALSE(cuts_of("all")[Cut::quant_fuse]);  // bf16: the fp8 cut does not apply
   CHECK(cuts_of("none") == CutSet::none());
   CHECK(cuts_of("seed") == CutSet::seed());
   CutSet lc;
@@ -88,7 +89,7 @@ TEST_CASE("cut sets in every spelling") {
   lc.set(Cut::conv, true);
   CHECK(cuts_of("[land, conv]") == lc);
   CHECK(cuts_of("{land: on, conv: true, stripe: off}") == lc);
-  CHECK(parse_cut_list("land,conv", "--cuts") == lc);
+  CHECK(parse_cut_list("land,conv", "--cuts", Precision{}) == lc);
   // seed: the five of the seed; all adds attnres and balance
   CHECK_FALSE(CutSet::seed()[Cut::attnres]);
   CHECK_FALSE(CutSet::seed()[Cut::balance]);
@@ -104,7 +105,7 @@ TEST_CASE("cut sets in every spelling") {
   sb.set(Cut::stripe, true);
   sb.set(Cut::balance, true);
   CHECK(cuts_of("[stripe, balance]") == sb);
-  CHECK(parse_cut_list("stripe,balance", "--cuts") == sb);
+  CHECK(parse_cut_list("stripe,balance", "--cuts", Precision{}) == sb);
   // turning the stripe off turns balance off with it
   CHECK(CutSet::all().without(Cut::stripe)[Cut::balance] == false);
   CHECK(CutSet::all().without(Cut::balance)[Cut::stripe] == true);
@@ -112,7 +113,11 @@ TEST_CASE("cut sets in every spelling") {
 
 TEST_CASE("each-cut has a variant per cut; balance runs on the stripe it refines") {
   const Scenario s = parse_scenario(std::string(kGood) + "variants: each-cut\n", "t.yaml");
-  REQUIRE(s.variants.size() == 2 + kCutCount);
+  REQUIRE(s.variants.size() == 2 + kCutCount - 1);  // quant_fuse needs fp8
+  const Scenario f = parse_scenario(std::string(kGood) + "precision: fp8\nvariants: each-cut\n", "t.yaml");
+  REQUIRE(f.variants.size() == 2 + kCutCount);
+  CHECK(f.variants[1].cuts == CutSet::all());
+  CHECK(f.variants.back().name == "quant_fuse");
   CutSet sb;
   sb.set(Cut::stripe, true);
   sb.set(Cut::balance, true);
@@ -273,6 +278,14 @@ TEST_CASE("bad inputs give errors naming file, line, key and allowed values") {
       {"a variant with balance alone", g + "variants: [{name: b, cuts: balance}]\n",
        {"variants[0].cuts", "needs it on"}},
       {"--cuts balance", g, {"--cuts balance", "needs it on"}, ScenarioOverrides{{}, "balance", {}}},
+      {"precision unknown", g + "precision: fp4\n", {"bad.yaml:6", "precision", "'fp4'", "allowed values: bf16, fp8"}},
+      {"precision part unknown", g + "precision: {gemm: fp8, router: fp8}\n",
+       {"bad.yaml:6", "precision.router", "gemm, experts, fmha"}},
+      {"precision part value", g + "precision: {experts: int8}\n", {"precision.experts", "'int8'", "bf16, fp8"}},
+      {"fp8 attention", g + "precision: {fmha: fp8}\n", {"precision.fmha", "not built", "allowed: bf16"}},
+      {"precision list", g + "precision: [fp8]\n", {"precision", "expected bf16, fp8, or a map"}},
+      {"quant_fuse in bf16", g + "cuts: [quant_fuse]\n", {"cuts", "quant_fuse applies to fp8 only", "precision: fp8"}},
+      {"--cuts quant_fuse in bf16", g, {"--cuts quant_fuse", "applies to fp8 only"}, ScenarioOverrides{{}, "quant_fuse", {}}},
   };
   for (const auto& c : cases) {
     const std::string what = c.what;
@@ -282,6 +295,24 @@ TEST_CASE("bad inputs give errors naming file, line, key and allowed values") {
     REQUIRE_FALSE(err.empty());
     for (const auto& needle : c.must_contain) CHECK(contains(err, needle));
   }
+}
+
+TEST_CASE("precision: bf16 by default, fp8 by word, map or override; all follows it") {
+  CHECK(parse_scenario(kGood, "t.yaml").precision == Precision{});
+  const Scenario f = parse_scenario(std::string(kGood) + "precision: fp8\ncuts: all\n", "t.yaml");
+  CHECK(f.precision.gemm == Format::fp8);
+  CHECK(f.precision.experts == Format::fp8);
+  CHECK(f.precision.fmha == Format::bf16);
+  CHECK(f.precision.describe() == "fp8");
+  CHECK(f.variants.at(0).cuts == CutSet::all());
+  CHECK(f.variants.at(0).name == "all");
+  const Scenario m = parse_scenario(std::string(kGood) + "precision: {experts: fp8}\n", "t.yaml");
+  CHECK(m.precision.gemm == Format::bf16);
+  CHECK(m.precision.experts == Format::fp8);
+  CHECK(m.precision.describe() == "gemm=bf16 experts=fp8 fmha=bf16");
+  const Scenario o = parse_scenario(kGood, "t.yaml", ScenarioOverrides{{"precision=fp8"}, "quant_fuse", {}});
+  CHECK(o.precision.describe() == "fp8");
+  CHECK(o.variants.at(0).cuts[Cut::quant_fuse]);
 }
 
 TEST_CASE("the world size must equal cp, except a single-process plan") {
