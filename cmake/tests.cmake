@@ -336,6 +336,23 @@ add_test(NAME mpi_gpu.verify_smoke_cp4
   COMMAND ${PB_MPIRUN} -np 4 $<TARGET_FILE:prefill-bench> verify ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp4.yaml)
 set_tests_properties(mpi_gpu.verify_smoke mpi_gpu.verify_smoke_cp2 mpi_gpu.verify_smoke_cp4 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 3
   TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "verify: passed")
+# precision fp8 end to end (tiny model, docs/design.md §12): run (launches
+# against plan's), and verify: every cut alone bit for bit against the fp8
+# baseline (quant_fuse too), fp8 against bf16 within its floor at cp 1; cp 2
+# with ranks taking turns.
+add_test(NAME mpi_gpu.run_smoke_fp8
+  COMMAND $<TARGET_FILE:prefill-bench> run ${CMAKE_SOURCE_DIR}/scenarios/smoke-fp8.yaml
+          --output ${CMAKE_BINARY_DIR}/test-out/run-smoke-fp8.h5 --overwrite)
+set_tests_properties(mpi_gpu.run_smoke_fp8 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 3 TIMEOUT 300
+  ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "wrote .*run-smoke-fp8.h5")
+add_test(NAME mpi_gpu.verify_smoke_fp8 COMMAND $<TARGET_FILE:prefill-bench> verify ${CMAKE_SOURCE_DIR}/scenarios/smoke-fp8.yaml)
+add_test(NAME mpi_gpu.verify_smoke_cp2_fp8
+  COMMAND ${PB_MPIRUN} -np 2 $<TARGET_FILE:prefill-bench> verify ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp2.yaml
+          --set serialize_ranks=true --set precision=fp8 --set model.f_rank=128)
+set_tests_properties(mpi_gpu.verify_smoke_fp8 mpi_gpu.verify_smoke_cp2_fp8 PROPERTIES LABELS "gpu;mpi"
+  SKIP_RETURN_CODE 3 TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "verify: passed"
+  FAIL_REGULAR_EXPRESSION "FAIL")
+
 # One file with a baseline and other variants: compare prints each one's saving.
 add_test(NAME cpu.compare_savings COMMAND $<TARGET_FILE:prefill-bench> compare ${PB_PLAN_OUT})
 set_tests_properties(cpu.compare_savings PROPERTIES LABELS cpu TIMEOUT 120 FIXTURES_REQUIRED plan_cp8

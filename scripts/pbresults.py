@@ -10,7 +10,7 @@ import numpy as np
 SCHEMA_VERSIONS = (1, 2, 3, 4)  # 2 added spans.stream, bells and projection/; 3 spans.start_us;
 # 4 bench rows' verdicts (wrong, error, error_floor) and /cuts
 SPAN_KINDS = ("run", "plan", "lane")             # files with /variants/<name>/spans
-BENCH_KINDS = ("kernels", "fmha", "kda", "moe")  # files with /bench
+BENCH_KINDS = ("kernels", "fmha", "kda", "moe", "gemm")  # files with /bench
 
 
 def text(v):

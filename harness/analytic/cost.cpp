@@ -9,13 +9,9 @@ double roofline_us(const Cost& c, const GpuProfile& p) {
   const double mem_us = c.bytes / (p.copy_tbps * 1e6);
   double rate = p.fp32_tflops;
   if (c.unit == Unit::tensor) rate = p.gemm_tflops;
+  if (c.unit == Unit::tensor_fp8) rate = p.fp8_tflops;
   const double flop_us = c.flops / (rate * 1e6);
   return std::max(mem_us, flop_us);
-}
-
-double fraction_of_ceiling(const Cost& c, const GpuProfile& p, double time_us) {
-  if (time_us <= 0) return 0;
-  return roofline_us(c, p) / time_us;
 }
 
 namespace cost {
@@ -28,6 +24,40 @@ Cost memory(double bytes, double flops = 0) { return {bytes, flops, Unit::memory
 Cost gemm(int64_t m, int64_t n, int64_t k, int split_k, bool bf16_out) {
   double out = double(m) * n * (bf16_out ? kBf16 : kF32 * split_k);
   return {double(m) * k * kBf16 + double(n) * k * kBf16 + out, 2.0 * m * n * k, Unit::tensor};
+}
+
+namespace {
+constexpr double kFp8 = 1;
+double scale_groups(int64_t rows, int64_t k) { return double(rows) * double((k + 127) / 128); }
+}  // namespace
+
+Cost gemm_fp8(int64_t m, int64_t n, int64_t k) {
+  const double n_padded = double((n + 127) / 128 * 128);
+  const double bytes = double(m) * k * kFp8 + scale_groups(m, k) * kF32 + double(n) * k * kFp8 +
+                       scale_groups(int64_t(n_padded / 128), k) * kF32 + double(m) * n * kF32;
+  return {bytes, 2.0 * m * n * k, Unit::tensor_fp8};
+}
+
+Cost quant_act(int64_t rows, int64_t k) {
+  return memory(double(rows) * k * (kBf16 + kFp8) + scale_groups(rows, k) * kF32, 2.0 * rows * k);
+}
+
+Cost rmsnorm_fp8(int64_t rows, int64_t n, bool bf16_out) {
+  Cost c = rmsnorm(rows, n);
+  c.bytes += double(rows) * n * kFp8 + scale_groups(rows, n) * kF32 - (bf16_out ? 0.0 : double(rows) * n * kBf16);
+  c.flops += 2.0 * rows * n;
+  return c;
+}
+
+Cost situ_fp8(int64_t rows, int64_t width) {
+  const double n = double(rows) * width;
+  return memory(n * (2 * kBf16 + kFp8) + scale_groups(rows, width) * kF32, 14.0 * n);
+}
+
+Cost moe_gemm_fp8(int64_t rows, int64_t experts, int64_t n, int64_t k) {
+  const double bytes = double(rows) * k * kFp8 + scale_groups(rows, k) * kF32 + double(experts) * n * k * kFp8 +
+                       scale_groups(experts * n / 128, k) * kF32 + double(rows) * n * kBf16;
+  return {bytes, 2.0 * rows * n * k, Unit::tensor_fp8};
 }
 
 Cost gemm_f32_batched(int64_t batch, int64_t m, int64_t n, int64_t k) {

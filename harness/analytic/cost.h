@@ -10,7 +10,9 @@
 
 namespace pb {
 
-enum class Unit { memory, tensor, fp32 };
+// Which ceiling binds a launch's FLOPs: the copy rate alone, the bf16 tensor
+// GEMM, the fp8 (block-scaled) tensor GEMM, plain f32.
+enum class Unit { memory, tensor, tensor_fp8, fp32 };
 
 struct Cost {
   double bytes = 0;
@@ -21,13 +23,20 @@ struct Cost {
 // The roofline time of a cost on a profile, in microseconds: the larger of
 // bytes / copy rate and FLOPs / the unit's rate.
 double roofline_us(const Cost& c, const GpuProfile& p);
-// achieved / ceiling of the binding resource, for a measured time.
-double fraction_of_ceiling(const Cost& c, const GpuProfile& p, double time_us);
 
 namespace cost {
 
 // GEMM bf16 [m, k] x [n, k]^T -> f32 partial [m, split_k, n] (or bf16 out).
 Cost gemm(int64_t m, int64_t n, int64_t k, int split_k = 1, bool bf16_out = false);
+// GEMM e4m3 [m, k] x [n, k]^T with DeepSeek-V3 block scales (1x128 activation
+// scales, 128x128 weight scales padded to whole blocks) -> f32 partial [m, n].
+Cost gemm_fp8(int64_t m, int64_t n, int64_t k);
+// quantize_act_fp8: bf16 [rows, k] -> e4m3 codes and one f32 scale per 128 columns.
+Cost quant_act(int64_t rows, int64_t k);
+// rmsnorm_fp8: the RMSNorm that writes the fp8 twin (and its bf16 rows when asked).
+Cost rmsnorm_fp8(int64_t rows, int64_t n, bool bf16_out);
+// situ_fp8: situ over [rows, width] writing only the fp8 twin.
+Cost situ_fp8(int64_t rows, int64_t width);
 // Batched f32 GEMM (the KDA state fold): batch x [m, k] x [k, n] + [m, n].
 Cost gemm_f32_batched(int64_t batch, int64_t m, int64_t n, int64_t k);
 // land: f32 [rows, split_k, nt] columns [off, off+n) -> bf16 [rows, n].
@@ -80,6 +89,9 @@ Cost moe_combine(int64_t tokens, int64_t top_k, int64_t width);
 // every expert's weight [n, k] bf16 read once (all E: an upper bound when some
 // expert gets no rows), bf16 [V, n] out (all bands together); 2 V n k FLOPs.
 Cost moe_gemm(int64_t rows, int64_t experts, int64_t n, int64_t k);
+// The same in fp8 (moe_gemm.h run_fp8): e4m3 rows and weights with their block
+// scales read once, bf16 out.
+Cost moe_gemm_fp8(int64_t rows, int64_t experts, int64_t n, int64_t k);
 Cost embed(int64_t rows, int64_t hidden);
 Cost argmax(int64_t n);
 

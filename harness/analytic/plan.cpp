@@ -38,8 +38,38 @@ class RankPlanner {
     out_.push_back({int32_t(layer_), family, kernel, c, fabric_bytes});
   }
   void fabric(const std::string& kernel, double bytes) { add("fabric", "fabric." + kernel, Cost{}, bytes); }
+  bool fp8() const { return s_.precision.gemm == Format::fp8; }
+  bool fuse() const { return fp8() && cuts_[Cut::quant_fuse]; }
+  // A weight GEMM in the run's GEMM format (the router, kv_b and the lm head stay bf16: gemm_bf16).
   void gemm(const std::string& what, int64_t m, int64_t n, int64_t k) {
+    if (fp8()) add("gemm", "gemm." + what, cost::gemm_fp8(m, n, k));
+    else gemm_bf16(what, m, n, k);
+  }
+  void gemm_bf16(const std::string& what, int64_t m, int64_t n, int64_t k) {
     add("gemm", "gemm." + what, cost::gemm(m, n, k, s_.split_k));
+  }
+  // An fp8 GEMM's input quantized by its own launch (block_common.h quant_act).
+  void quant(const std::string& what, int64_t rows, int64_t k) {
+    add("quant", "quant." + what, cost::quant_act(rows, k));
+  }
+  // An RMSNorm whose rows feed fp8 projections: fused under quant_fuse (the bf16
+  // rows written too when something else reads them), else followed by its quant.
+  void norm(const std::string& what, int64_t rows, int64_t n, bool bf16_read_elsewhere = false) {
+    if (fuse()) {
+      add("rmsnorm", "rmsnorm." + what, cost::rmsnorm_fp8(rows, n, bf16_read_elsewhere));
+      return;
+    }
+    rmsnorm(what, rows, n);
+    if (fp8()) quant(what, rows, n);
+  }
+  // The situ whose output feeds an fp8 projection [rows, width]: fused or followed by its quant.
+  void situ_into_gemm(const std::string& quant_name, int64_t rows, int64_t width) {
+    if (fuse()) {
+      add("elementwise", "situ", cost::situ_fp8(rows, width));
+      return;
+    }
+    situ(rows * width);
+    if (fp8()) quant(quant_name, rows, width);
   }
   void land(const std::string& what, int64_t rows, int64_t n) {
     add("land", "land." + what, cost::land(rows, s_.split_k, n));
@@ -47,6 +77,11 @@ class RankPlanner {
   void gemm_land(const std::string& what, int64_t m, int64_t n, int64_t k) {
     gemm(what, m, n, k);
     land(what, m, n);
+  }
+  // gemm_land of an input from a producer that has no fp8 form: quant.<what> first in fp8.
+  void quant_gemm_land(const std::string& what, int64_t m, int64_t n, int64_t k) {
+    if (fp8()) quant(what, m, k);
+    gemm_land(what, m, n, k);
   }
   void rmsnorm(const std::string& what, int64_t rows, int64_t n) {
     add("rmsnorm", "rmsnorm." + what, cost::rmsnorm(rows, n));
@@ -90,13 +125,14 @@ class RankPlanner {
   // ---- KDA mixer (DESIGN §2.1 steps 1-10) ----
   void kda_mixer() {
     const int64_t inner = m_.kda_inner(), h = m_.hidden;
-    rmsnorm("kda_in", b_, h);
+    norm("kda_in", b_, h, /*bf16_read_elsewhere=*/true);  // the halo publishes the bf16 rows
     if (cuts_[Cut::overlap]) publish_halos();
     gemm("kda_g", b_, inner, h);
     gemm("kda_small", b_, 256, h);
     land("beta", b_, m_.kda_heads);
     land("f_a", b_, m_.f_rank);
     land("out_gate", b_, inner);
+    if (fp8()) quant("f_a", b_, m_.f_rank);
     gemm("kda_f_b", b_, inner, m_.f_rank);
     if (!cuts_[Cut::overlap]) {
       publish_halos();
@@ -114,7 +150,7 @@ class RankPlanner {
     }
     kda_core();
     add("elementwise", "o_norm_gate", cost::o_norm_gate(b_ * m_.kda_heads, m_.kda_head_dim));
-    gemm_land("kda_o", b_, h, inner);
+    quant_gemm_land("kda_o", b_, h, inner);
   }
 
   // The conv carries: each piece's 3 rows before it come from the piece that
@@ -134,6 +170,7 @@ class RankPlanner {
     for (const KdaPiece& piece : pieces_) {
       if (piece.halo.rank < 0 || piece.halo.rank == rank_) continue;
       fabric("wait_halo", halo_bytes);
+      if (fp8()) quant("halo", 4, m_.hidden);
       gemm("halo_qkv", 4, 3 * m_.kda_inner(), m_.hidden);
       for (const char* stream : {"q", "k", "v"}) land(std::string("halo_") + stream, 4, m_.kda_inner());
       fabric("release_halo", 0);
@@ -199,10 +236,10 @@ class RankPlanner {
   // ---- MLA mixer (DESIGN §2.1 steps 1-6, §3) ----
   void mla_mixer() {
     const int64_t h = m_.hidden, heads = m_.heads;
-    rmsnorm("mla_in", b_, h);
+    norm("mla_in", b_, h);
     gemm("wfu", b_, m_.mla_fused_width(), h);
     land("q_a", b_, m_.q_lora);
-    rmsnorm("q_a", b_, m_.q_lora);
+    norm("q_a", b_, m_.q_lora);
     // The window (kv, q) is written in place in this rank's slab: first wait
     // until the last call's readers (under every schedule of the protocol) released it.
     const std::vector<Schedule> protocol = protocol_schedules(sched_);
@@ -231,13 +268,13 @@ class RankPlanner {
     if (!windows_read_any(protocol, cp_, rank_).empty()) fabric("release_window", 0);
     add("o_finalize", "o_finalize", cost::o_finalize(t_, heads, m_.v_head));
     elementwise("mul_sigmoid", b_ * heads * m_.v_head, 2, 6);
-    gemm_land("mla_o", b_, h, heads * m_.v_head);
+    quant_gemm_land("mla_o", b_, h, heads * m_.v_head);
   }
 
   void expand_keys(int k, Parts parts) {
     const int64_t tk = part_rows(rows_[size_t(k)], parts).len();
     if (k != rank_) fabric("wait_window", double(tk) * (m_.kv_lora + m_.qk_rope) * 2);  // kv read in place
-    add("gemm", "gemm.kv_b", cost::gemm(tk, m_.heads * (m_.qk_nope + m_.v_head), m_.kv_lora, 1, true));
+    add("gemm", "gemm.kv_b", cost::gemm(tk, m_.heads * (m_.qk_nope + m_.v_head), m_.kv_lora, 1, true));  // bf16 always
     add("mla", "mla.expand_k", cost::expand_k(tk, m_.heads, m_.qk_nope, m_.qk_rope));
   }
 
@@ -263,19 +300,19 @@ class RankPlanner {
   // ---- FFNs ----
   void dense_ffn() {
     const int64_t h = m_.hidden, inter = m_.dense_inter;
-    rmsnorm("dense_in", b_, h);
+    norm("dense_in", b_, h);
     gemm("dense_gate_up", b_, 2 * inter, h);
     land("dense_gate", b_, inter);
     land("dense_up", b_, inter);
-    situ(b_ * inter);
+    situ_into_gemm("dense_act", b_, inter);
     gemm_land("dense_down", b_, h, inter);
   }
 
   void moe_ffn() {
     const int64_t h = m_.hidden, lat = m_.moe_latent, k = m_.top_k, inter = m_.expert_inter;
     const int64_t routed_rows = t_ * k;
-    rmsnorm("moe_in", b_, h);
-    gemm("router", b_, m_.experts, h);
+    norm("moe_in", b_, h, /*bf16_read_elsewhere=*/true);  // the router reads the bf16 rows
+    gemm_bf16("router", b_, m_.experts, h);
     add("moe", "moe.topk", cost::router_topk(t_, m_.experts, k));
     // The permutation plan (three integer launches) and the async copy of the
     // per-expert counts to the host, which sizes the grouped GEMMs below.
@@ -286,17 +323,27 @@ class RankPlanner {
     // so no landing follows them. Both engines (scenario key moe_gemm) record
     // the same two spans: grouped = one cublasGemmGroupedBatchedEx each; loop =
     // one cublasGemmEx per non-empty expert and band inside the same span.
-    add("moe_gemm", "moe_gemm.gate_up", cost::moe_gemm(routed_rows, m_.experts, 2 * inter, lat));
+    // fp8 experts: their rows and weighted activations quantized (K-major
+    // scales) before each grouped GEMM; moe.weight scales the situ's output
+    // in place, so the situ has no fused form here.
+    const bool fp8_experts = s_.precision.experts == Format::fp8;
+    const auto expert_gemm = [&](const char* what, int64_t n, int64_t kk) {
+      add("moe_gemm", std::string("moe_gemm.") + what,
+          fp8_experts ? cost::moe_gemm_fp8(routed_rows, m_.experts, n, kk) : cost::moe_gemm(routed_rows, m_.experts, n, kk));
+    };
+    if (fp8_experts) quant("moe_rows", routed_rows, lat);
+    expert_gemm("gate_up", 2 * inter, lat);
     situ(routed_rows * inter);
     add("moe", "moe.weight", cost::moe_weight(routed_rows, inter));
-    add("moe_gemm", "moe_gemm.down", cost::moe_gemm(routed_rows, m_.experts, lat, inter));
+    if (fp8_experts) quant("moe_act", routed_rows, inter);
+    expert_gemm("down", lat, inter);
     add("moe", "moe.combine", cost::moe_combine(t_, k, lat));
-    rmsnorm("routed_latent", b_, lat);
+    norm("routed_latent", b_, lat);
     gemm_land("lat_up", b_, h, lat);
     gemm("shared", b_, 2 * m_.shared_inter, h);
     land("shared_gate", b_, m_.shared_inter);
     land("shared_up", b_, m_.shared_inter);
-    situ(b_ * m_.shared_inter);
+    situ_into_gemm("shared_act", b_, m_.shared_inter);
     gemm_land("shared_down", b_, h, m_.shared_inter);
     add2(b_ * h);  // mlp_out = routed + shared
   }
@@ -306,7 +353,8 @@ class RankPlanner {
     layer_ = -1;
     attnres(1, m_.nb_final());
     rmsnorm("final", 1, m_.hidden);
-    gemm_land("lm_head", 1, m_.vocab, m_.hidden);
+    gemm_bf16("lm_head", 1, m_.vocab, m_.hidden);
+    land("lm_head", 1, m_.vocab);
     add("sample", "sample.argmax", cost::argmax(m_.vocab));
   }
 

@@ -22,10 +22,13 @@
 #include "cuts.h"
 #include "device_buffer.h"
 #include "elementwise.h"
+#include "fp8.h"
 #include "land.h"
 #include "lse_merge.h"
 #include "model.h"
+#include "quant.h"
 #include "random_fill.h"
+#include "rmsnorm.h"
 #include "timing.h"
 
 namespace pb {
@@ -331,6 +334,108 @@ void print_attnres_superstep(int64_t rows, RunResult& result) {
   result.numbers["attnres_superstep_calls"] = total;
 }
 
+// ---- quant (cut quant_fuse): the producer then quantize_act_fp8, against the
+// producer that writes the fp8 rows itself. RMSNorm over [rows, 7168] (the
+// mixers' and FFNs' inputs) and situ over [rows, 6144] (the shared experts'),
+// neither writing bf16 rows in the fused form.
+Case quant_rmsnorm_case(int64_t rows, int64_t width, cudaStream_t s) {
+  Case c;
+  c.family = "quant";
+  c.tag = "quant.rmsnorm.w" + std::to_string(width);
+  c.shape = fmt::format("{}x{}", rows, width);
+  c.cost = cost::rmsnorm(rows, width);
+  const Cost q = cost::quant_act(rows, width);
+  c.cost.bytes += q.bytes;
+  c.cut_cost = cost::rmsnorm_fp8(rows, width, false);
+  c.slots = rotation_slots(c.cost.bytes);
+  const int64_t n = rows * width, kb = width / kFp8Group;
+  struct Buffers {
+    std::vector<DeviceBuffer<bf16>> x;
+    DeviceBuffer<bf16> normed;
+    std::array<DeviceBuffer<__nv_fp8_e4m3>, 2> codes;
+    std::array<DeviceBuffer<float>, 2> scales;
+  };
+  auto b = std::make_shared<Buffers>();
+  b->x = random_slots<bf16>(c.slots, n, 61, 3.0f, s);
+  b->normed = DeviceBuffer<bf16>(size_t(n));
+  for (int i = 0; i < 2; ++i) {
+    b->codes[i] = DeviceBuffer<__nv_fp8_e4m3>(size_t(n));
+    b->scales[i] = DeviceBuffer<float>(size_t(kb * act_scale_ld(rows)));
+  }
+  const Fp8ScaleLayout layout = act_scales_mn_major(act_scale_ld(rows));
+  const float eps = float(kRmsNormEps);
+  auto run = [=](Variant v, int slot, cudaStream_t st) {
+    const int i = int(v);
+    if (v == Variant::cut) {
+      rmsnorm_fp8(b->x[slot].get(), nullptr, nullptr, b->codes[i].get(), b->scales[i].get(), layout,
+                  {rows, width}, eps, st);
+      return;
+    }
+    rmsnorm(b->x[slot].get(), nullptr, b->normed.get(), {rows, width}, eps, st);
+    quantize_act_fp8(b->normed.get(), b->codes[i].get(), b->scales[i].get(), {rows, width, width, width, layout}, st);
+  };
+  c.launch = run;
+  c.count_wrong = [=](cudaStream_t st) {
+    for (Variant v : {Variant::baseline, Variant::cut}) {
+      b->codes[int(v)].poison(st);
+      b->scales[int(v)].poison(st);
+      run(v, 0, st);
+    }
+    PB_CUDA(cudaStreamSynchronize(st));
+    return count_differing(b->codes[0], b->codes[1]) + count_differing(b->scales[0], b->scales[1]);
+  };
+  return c;
+}
+
+Case quant_situ_case(int64_t rows, int64_t width, cudaStream_t s) {
+  Case c;
+  c.family = "quant";
+  c.tag = "quant.situ.w" + std::to_string(width);
+  c.shape = fmt::format("{}x{}", rows, width);
+  c.cost = cost::elementwise(rows * width, 2, 12);
+  const Cost q = cost::quant_act(rows, width);
+  c.cost.bytes += q.bytes;
+  c.cut_cost = cost::situ_fp8(rows, width);
+  c.slots = rotation_slots(c.cost.bytes);
+  const int64_t n = rows * width, kb = width / kFp8Group;
+  struct Buffers {
+    std::vector<DeviceBuffer<bf16>> g, u;
+    DeviceBuffer<bf16> act;
+    std::array<DeviceBuffer<__nv_fp8_e4m3>, 2> codes;
+    std::array<DeviceBuffer<float>, 2> scales;
+  };
+  auto b = std::make_shared<Buffers>();
+  b->g = random_slots<bf16>(c.slots, n, 71, 6.0f, s);
+  b->u = random_slots<bf16>(c.slots, n, 72, 6.0f, s);
+  b->act = DeviceBuffer<bf16>(size_t(n));
+  for (int i = 0; i < 2; ++i) {
+    b->codes[i] = DeviceBuffer<__nv_fp8_e4m3>(size_t(n));
+    b->scales[i] = DeviceBuffer<float>(size_t(kb * act_scale_ld(rows)));
+  }
+  const Fp8ScaleLayout layout = act_scales_mn_major(act_scale_ld(rows));
+  auto run = [=](Variant v, int slot, cudaStream_t st) {
+    const int i = int(v);
+    if (v == Variant::cut) {
+      situ_fp8(b->g[slot].get(), b->u[slot].get(), nullptr, b->codes[i].get(), b->scales[i].get(), layout, rows,
+               width, st);
+      return;
+    }
+    situ(Variant::cut, b->g[slot].get(), b->u[slot].get(), b->act.get(), n, st);
+    quantize_act_fp8(b->act.get(), b->codes[i].get(), b->scales[i].get(), {rows, width, width, width, layout}, st);
+  };
+  c.launch = run;
+  c.count_wrong = [=](cudaStream_t st) {
+    for (Variant v : {Variant::baseline, Variant::cut}) {
+      b->codes[int(v)].poison(st);
+      b->scales[int(v)].poison(st);
+      run(v, 0, st);
+    }
+    PB_CUDA(cudaStreamSynchronize(st));
+    return count_differing(b->codes[0], b->codes[1]) + count_differing(b->scales[0], b->scales[1]);
+  };
+  return c;
+}
+
 using Builders = std::vector<std::function<Case(cudaStream_t)>>;
 
 // Each family's cases, keyed by the cut table's bench_family.
@@ -357,6 +462,11 @@ const std::map<std::string, std::function<void(Builders&, int64_t)>>& family_cas
        [](Builders& b, int64_t r) {
          for (int nb = 1; nb <= kAttnResMaxBlocks; ++nb)
            b.push_back([r, nb](cudaStream_t s) { return attnres_case(r, 7168, nb, s); });
+       }},
+      {"quant",
+       [](Builders& b, int64_t r) {
+         b.push_back([r](cudaStream_t s) { return quant_rmsnorm_case(r, 7168, s); });
+         b.push_back([r](cudaStream_t s) { return quant_situ_case(r, 6144, s); });
        }},
   };
   return cases;
@@ -424,7 +534,8 @@ int run_kernels_bench(const KernelsBenchOptions& o, RunResult& result) {
     }
     const int64_t wrong = c.count_wrong(stream);
     failed_cases += wrong != 0;
-    for (const auto& row : rows) {
+    for (auto& row : rows) {
+      row.wrong = wrong;  // the cut's promise: bit for bit its baseline
       std::printf("%-13s %-18s %-22s %-8s %10.1f %8.3f %7.3f %8.2f %7lld\n", row.family.c_str(), row.kernel.c_str(),
                   row.shape.c_str(), row.variant.c_str(), row.median_us, row.tbps, row.fraction, row.speedup,
                   (long long)wrong);

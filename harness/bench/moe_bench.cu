@@ -32,6 +32,8 @@
 #include "moe_block.h"
 #include "moe_gemm.h"
 #include "moe_route.h"
+#include "output_diff.h"
+#include "quant.h"
 #include "plan.h"
 #include "plan_match.h"
 #include "random_fill.h"
@@ -49,6 +51,7 @@ using bf16 = __nv_bfloat16;
 
 struct Ceilings {
   double gemm_tflops = 0, copy_tbps = 0;
+  double fp8_tflops = 0;  // 0: not measured (no fp8 engine here)
 };
 
 BenchRow make_row(const std::string& family, const std::string& kernel, const std::string& variant,
@@ -67,7 +70,9 @@ BenchRow make_row(const std::string& family, const std::string& kernel, const st
   r.flops = c.flops;
   r.tbps = median_us > 0 ? c.bytes / (median_us * 1e6) : 0;
   r.tflops = median_us > 0 ? c.flops / (median_us * 1e6) : 0;
-  r.fraction = c.unit == Unit::tensor ? r.tflops / ceil.gemm_tflops : r.tbps / ceil.copy_tbps;
+  r.fraction = c.unit == Unit::tensor       ? r.tflops / ceil.gemm_tflops
+               : c.unit == Unit::tensor_fp8 ? (ceil.fp8_tflops > 0 ? r.tflops / ceil.fp8_tflops : 0)
+                                            : r.tbps / ceil.copy_tbps;
   r.speedup = 1;
   return r;
 }
@@ -161,6 +166,75 @@ struct ExpertCase {
   int bands;          // gate_up: 2 (gate, up), down: 1
 };
 
+// The fp8 experts (precision experts: fp8): the cutlass fp8 engine on the same
+// rows and weights quantized (1x128 row scales K-major, 128x128 weight blocks),
+// judged against the loop engine's bf16 output of the unquantized operands by
+// DeepGEMM's diff (output_diff.h) within kFp8GemmDiffFloor. A build or device
+// without the engine reports it and fails, as a missing bf16 engine does.
+int bench_expert_gemms_fp8(const ModelShape& m, const MoeBenchOptions& o, const MoeWeights& w, const Ceilings& ceil,
+                           const Blas& blas, const Routing& r, const ExpertCase (&cases)[2], bf16* const (&ys)[2],
+                           cudaStream_t st, RunResult& result) {
+  if (!cutlass_fp8_gemm_available()) {
+    std::printf("cutlass fp8 engine: not in this build or not an sm_90 device (scripts/setup.sh, carry .deps/)\n");
+    return 1;
+  }
+  (void)w;
+  const int E = int(m.experts);
+  const int64_t V = r.offsets.back();
+  MoeGemm gemm(E);
+  int failed = 0;
+  double both_us = 0, both_loop_us = 0;
+  std::printf("%-18s %-16s %10s %10s %9s %7s %8s %10s\n", "case", "variant", "median_us", "min_us", "TFLOP/s",
+              "frac", "vs loop", "diff");
+  for (const ExpertCase& c : cases) {
+    const MoeGemmShape shape{E, c.n, c.k, 0, 0, c.bands};
+    const int64_t kb = c.k / kFp8Group, nb = c.n / c.bands;
+    DeviceBuffer<__nv_fp8_e4m3> xq(size_t(V * c.k)), wq(size_t(E * c.n * c.k));
+    DeviceBuffer<float> sx(size_t(V * kb)), sw(size_t(E * c.n / kFp8Group * kb));
+    quantize_act_fp8(c.x, xq.get(), sx.get(), {V, c.k, c.k, c.k, act_scales_k_major(kb)}, st);
+    quantize_weight_fp8(c.w, wq.get(), sw.get(), {E * c.n, c.k, c.k, c.k, kb}, st);
+    // The loop engine's bf16 output: the reference and the speedup's base.
+    const Timing tl = time_launches([&](int, cudaStream_t s) { gemm.run(MoeGemmEngine::loop, blas, r.counts.data(), c.x, c.w, ys, shape, s); },
+                                    1, o.warmup, o.reps, st);
+    std::vector<DeviceBuffer<bf16>> ref;
+    for (int j = 0; j < c.bands; ++j) {
+      ref.emplace_back(size_t(V * nb));
+      PB_CUDA(cudaMemcpyAsync(ref.back().get(), ys[j], size_t(V * nb) * 2, cudaMemcpyDeviceToDevice, st));
+    }
+    const auto run = [&](cudaStream_t s) {
+      gemm.run_fp8(MoeGemmEngine::cutlass, r.counts.data(), xq.get(), sx.get(), wq.get(), sw.get(), ys, shape, s);
+    };
+    const Timing t = time_launches([&](int, cudaStream_t s) { run(s); }, 1, o.warmup, o.reps, st);
+    for (int j = 0; j < c.bands; ++j) PB_CUDA(cudaMemsetAsync(ys[j], 0xff, size_t(V * nb) * 2, st));
+    run(st);
+    double worst = 0;
+    for (int j = 0; j < c.bands; ++j) worst = std::max(worst, output_diff(ys[j], ref[size_t(j)].get(), V * nb, st));
+    BenchRow row = make_row("moe_gemm", std::string("moe_gemm.") + c.name, "cutlass_fp8",
+                            fmt::format("{}e V{} n{} k{}", E, V, c.n, c.k), t.median_us, t.min_us, t.max_us, t.reps,
+                            cost::moe_gemm_fp8(V, E, c.n, c.k), ceil);
+    row.speedup = tl.median_us / t.median_us;
+    row.error = worst;
+    row.error_floor = kFp8GemmDiffFloor;
+    row.wrong = row.failed() ? 1 : 0;
+    failed += row.failed();
+    std::printf("%-18s %-16s %10.1f %10.1f %9.1f %7.3f %7.2fx %10.2e%s\n", row.kernel.c_str(), row.variant.c_str(),
+                row.median_us, row.min_us, row.tflops, row.fraction, row.speedup, worst, row.failed() ? " FAIL" : "");
+    result.bench.push_back(row);
+    both_us += t.median_us;
+    both_loop_us += tl.median_us;
+  }
+  const double flops = moe_gemm_flops(r.counts.data(), E, 2 * m.expert_inter, m.moe_latent) +
+                       moe_gemm_flops(r.counts.data(), E, m.moe_latent, m.expert_inter);
+  const double tflops = flops / (both_us * 1e6);
+  result.numbers["moe_gemm_cutlass_fp8_tflops"] = tflops;
+  result.numbers["moe_gemm_cutlass_fp8_fraction"] = tflops / ceil.fp8_tflops;
+  result.numbers["moe_gemm_cutlass_fp8_ms"] = both_us * 1e-3;
+  std::printf("expert GEMMs (gate_up + down), cutlass_fp8     : %.1f us, %.1f TFLOP/s, %.3f of the fp8 burst "
+              "ceiling, %.2fx the bf16 loop\n",
+              both_us, tflops, tflops / ceil.fp8_tflops, both_loop_us / both_us);
+  return failed;
+}
+
 int bench_expert_gemms(const ModelShape& m, const MoeBenchOptions& o, const MoeWeights& w, const Ceilings& ceil,
                        const Blas& blas, cudaStream_t st, RunResult& result) {
   const Routing r = synthetic_routing(m, o.tokens, o.seed, st);
@@ -186,8 +260,8 @@ int bench_expert_gemms(const ModelShape& m, const MoeBenchOptions& o, const MoeW
   bf16* const ys[2] = {y0.get(), y1.get()};
   fill_uniform_bf16(xp.get(), V * lat, o.seed + 41, 1.0f, st);
   fill_uniform_bf16(act.get(), V * I, o.seed + 42, 1.0f, st);
-  const ExpertCase cases[] = {{"gate_up", xp.get(), w.expert_gate_up.get(), 2 * I, lat, 2},
-                              {"down", act.get(), w.expert_down.get(), lat, I, 1}};
+  const ExpertCase cases[] = {{"gate_up", xp.get(), w.expert_gate_up.bf.get(), 2 * I, lat, 2},
+                              {"down", act.get(), w.expert_down.bf.get(), lat, I, 1}};
   // The variants, the loop last (every speedup and bit comparison is against it):
   // the three engines plus the chunked grouped cuBLAS experiment (moe_gemm.h).
   MoeGemm gemm(E);
@@ -293,7 +367,7 @@ int bench_expert_gemms(const ModelShape& m, const MoeBenchOptions& o, const MoeW
     std::printf("expert GEMMs (gate_up + down), %-16s: %.1f us, %.1f TFLOP/s, %.3f of the GEMM burst ceiling\n",
                 variants[i].name.c_str(), us, tflops, tflops / ceil.gemm_tflops);
   }
-  return failed;
+  return failed + bench_expert_gemms_fp8(m, o, w, ceil, blas, r, cases, ys, st, result);
 }
 
 // ---- blocks ----
@@ -434,16 +508,22 @@ int run_moe_bench(const MoeBenchOptions& o, RunResult& result) {
   const RankPlan plan = plan_rank(s, CutSet::all(), 0);
   cudaStream_t st;
   PB_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  Blas blas;
   Ceilings ceil;
   ceil.gemm_tflops = measure_gemm_tflops(st);
   ceil.copy_tbps = measure_copy_tbps(st);
+  if (cutlass_fp8_gemm_available()) {
+    ceil.fp8_tflops = measure_fp8_gemm_tflops(blas.fp8(), st);
+    result.numbers["gemm_fp8_tflops"] = ceil.fp8_tflops;
+    std::printf("ceiling: fp8 GEMM burst %.1f TFLOP/s (cuBLASLt e4m3 8192^3, 1x128 x 128x128 block scales)\n",
+                ceil.fp8_tflops);
+  }
   result.numbers["gemm_tflops"] = ceil.gemm_tflops;
   result.numbers["copy_tbps"] = ceil.copy_tbps;
   result.text["ceiling"] = "GEMM burst: cuBLAS bf16 GEMM 8192^3 f32 out, median of 20; device copy 2 GiB, median of 20";
   result.text["scenario_yaml"] = s.text;
   std::printf("ceilings: GEMM burst %.1f TFLOP/s (cuBLAS bf16 8192^3), copy %.3f TB/s\n", ceil.gemm_tflops,
               ceil.copy_tbps);
-  Blas blas;
   int failed = 0;
 
   MoeBlock moe(m, o.bucket, o.tokens, o.seed, st);

@@ -2,6 +2,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,6 +10,11 @@
 #include <thread>
 
 #include "check.h"
+#include "device_buffer.h"
+#include "fp8.h"
+#include "gemm.h"
+#include "gemm_fp8.h"
+#include "quant.h"
 #include "random_fill.h"
 #include "stats.h"
 
@@ -127,6 +133,22 @@ double measure_gemm_tflops(cudaStream_t stream, int n, int reps) {
   GemmProbe gemm(stream, n);
   const Timing t = time_launches([&](int, cudaStream_t) { gemm.launch(); }, 1, 3, reps, stream);
   return gemm.flops() / (t.median_us * 1e6);
+}
+
+double measure_fp8_gemm_tflops(Fp8Gemm& g, cudaStream_t s, int64_t n, int reps) {
+  using fp8 = __nv_fp8_e4m3;
+  DeviceBuffer<__nv_bfloat16> x(size_t(n * n));
+  DeviceBuffer<fp8> xq(size_t(n * n)), wq(size_t(n * n));
+  DeviceBuffer<float> sx(size_t(n / kFp8Group * act_scale_ld(n))), sw(size_t(n / kFp8Group * weight_scale_ld(n)));
+  DeviceBuffer<float> y(size_t(n * n));
+  fill_uniform_bf16(x.get(), n * n, 7, 1.0f, s);
+  quantize_act_fp8(x.get(), xq.get(), sx.get(), {n, n, n, n, act_scales_mn_major(act_scale_ld(n))}, s);
+  fill_uniform_bf16(x.get(), n * n, 8, 1.0f, s);
+  quantize_weight_fp8(x.get(), wq.get(), sw.get(), {n, n, n, n, 0}, s);
+  const Timing t = time_launches(
+      [&](int, cudaStream_t st) { gemm_fp8_f32out(g, xq.get(), sx.get(), wq.get(), sw.get(), y.get(), {n, n, n}, st); },
+      1, 3, reps, s);
+  return gemm_flops(n, n, n) / (t.median_us * 1e6);
 }
 
 SustainedGemm measure_gemm_sustained(cudaStream_t stream, double seconds, int n) {

@@ -12,6 +12,8 @@
 
 namespace pb {
 
+class Fp8Gemm;
+
 struct Timing {
   double median_us = 0, min_us = 0, max_us = 0;
   int reps = 0;
@@ -34,6 +36,11 @@ double measure_copy_tbps(cudaStream_t stream, int reps = 20);
 // cuBLAS bf16 GEMM rate (f32 accumulate) on an n^3 product of random data,
 // TFLOP/s: the burst ceiling, the median of `reps` GEMMs after 3 warm-ups.
 double measure_gemm_tflops(cudaStream_t stream, int n = 8192, int reps = 20);
+
+// The fp8 GEMM with DeepSeek-V3 block scales (cuBLASLt, kernels/fp8/gemm_fp8.h)
+// on an n^3 product of random operands, quantized once: the fp8 burst
+// ceiling, TFLOP/s, the median of `reps` after 3 warm-ups.
+double measure_fp8_gemm_tflops(Fp8Gemm& gemm, cudaStream_t stream, int64_t n = 8192, int reps = 20);
 
 // The sustained ceiling (gemm_ceiling.h): the same GEMM back to back on
 // `stream` for `seconds` of GPU time (the last chunk of 32 GEMMs may run past

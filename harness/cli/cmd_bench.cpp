@@ -1,4 +1,4 @@
-// `prefill-bench kernels`, `fmha`, `kda` and `moe`: single-process benchmarks
+// `prefill-bench kernels`, `fmha`, `kda`, `moe` and `gemm`: single-process benchmarks
 // on the first visible GPU, written to one results file each.
 
 #include <cstdio>
@@ -62,6 +62,12 @@ int cmd_moe(const Gang& gang, const MoeBenchOptions& options) {
   return run_bench_command(gang, "moe", options.command_line, options.output, options.overwrite,
                            "failed validation (expert GEMM floor, cut bit identity, plan names or argmax)",
                            [&](RunResult& result) { return run_moe_bench(options, result); });
+}
+
+int cmd_gemm(const Gang& gang, const GemmBenchOptions& options) {
+  return run_bench_command(gang, "gemm", options.command_line, options.output, options.overwrite,
+                           "outside the fp8 GEMM's floor against bf16",
+                           [&](RunResult& result) { return run_gemm_bench(options, result); });
 }
 
 }  // namespace pb

@@ -14,6 +14,10 @@
 //     and its segment's final hidden rows are within kCpRelL2Floor, first token
 //     equal; skipped, and said so, when the GPU cannot hold a whole-context
 //     superstep per rank beside the gang's (full-size cp4 / cp8);
+//   - fp8 against bf16 (precision fp8, cp 1): the same superstep in bf16 from
+//     the same seeded weights, its final hidden rows within kFp8RelL2Floor of
+//     the fp8 run's, first token equal (judged to kFloorLayers layers, as the
+//     floors above); at cp > 1 it is skipped, and said so;
 //   - the turn-local arena (device_memory.h), when the ranks of a GPU share one:
 //     the baseline again with the arena poisoned (NaN) after every turn gives
 //     every layer's output bit for bit.
@@ -49,6 +53,9 @@ namespace {
 // rel-L2 of a CP-N rank's final hidden rows against CP-1's: the seed gate's
 // floor (docs/design.md §4).
 constexpr double kCpRelL2Floor = 1e-1;
+// rel-L2 of the fp8 superstep's final hidden rows against bf16's (docs/design.md
+// §12 holds the measurements behind it).
+constexpr double kFp8RelL2Floor = 1e-1;
 // The deepest stack the floors above judge (the seed's cp_prefill gate: 4 layers).
 constexpr int64_t kFloorLayers = 4;
 
@@ -175,6 +182,21 @@ int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
   }
   check(outcome(CutSet::all(s.precision)).checksums == outcome(inexact).checksums,
         "all cuts == " + inexact.short_name(s.precision) + ", every layer bit-identical");
+  if (s.precision.any_fp8()) {
+    if (cp == 1) {
+      Scenario bf = s;
+      bf.precision = Precision{};
+      Superstep twin(bf, 0, nullptr, blas, stream);
+      const Outcome o = run_once(twin, CutSet::none(), tl, direct, nullptr, live, h);
+      const double e = ref::rel_l2_bf16(base.hidden, o.hidden);
+      std::snprintf(buf, sizeof buf, "%s vs bf16: final hidden rel-L2 %.2e (floor %.0e)",
+                    s.precision.describe().c_str(), e, kFp8RelL2Floor);
+      check_inexact(e <= kFp8RelL2Floor, buf);
+      check_inexact(o.token == base.token, s.precision.describe() + " vs bf16: first token equal");
+    } else {
+      lines.push_back("  skip  " + s.precision.describe() + " vs bf16: judged at cp 1 (its own verify)");
+    }
+  }
   if (cp > 1) {
     Scenario one = s;
     one.cp = 1;

@@ -8,6 +8,7 @@
 
 #include "compare.h"
 #include "fmha_bench.h"
+#include "gemm_bench.h"
 #include "gang.h"
 #include "kda_bench.h"
 #include "kernels_bench.h"
@@ -73,5 +74,6 @@ int cmd_kernels(const Gang& gang, const KernelsBenchOptions& options);
 int cmd_fmha(const Gang& gang, const FmhaBenchOptions& options);
 int cmd_kda(const Gang& gang, const KdaBenchOptions& options);
 int cmd_moe(const Gang& gang, const MoeBenchOptions& options);
+int cmd_gemm(const Gang& gang, const GemmBenchOptions& options);
 
 }  // namespace pb

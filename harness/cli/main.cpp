@@ -11,6 +11,7 @@
 //   prefill-bench fmha                     the FMHA engines' benchmark
 //   prefill-bench kda                      the KDA core's benchmark
 //   prefill-bench moe                      the MoE block, dense FFN and first token
+//   prefill-bench gemm                     the superstep's dense GEMMs, bf16 beside fp8
 //   prefill-bench verify   scenario.yaml   bit-identity / floor gates
 //   prefill-bench trace    run.h5          one rep as Chrome trace JSON (Perfetto)
 //   prefill-bench slim     run.h5          the file less its projections' timelines (for committing)
@@ -173,6 +174,14 @@ int main(int argc, char** argv) {
   moe->add_option("--warmup", mopt.warmup, "untimed expert GEMM repetitions first (default 3)");
   moe->add_option("--seed", mopt.seed, "synthetic weights, inputs and router (default 1234)");
   add_output_options(moe, mopt.output, mopt.overwrite, "runs/moe-bench-<time>.h5");
+  pb::GemmBenchOptions gopt;
+  CLI::App* gemm = app.add_subcommand("gemm", "the superstep's dense weight GEMMs at K3 shapes, bf16 beside fp8");
+  gemm->add_option("--tokens", gopt.tokens, "m, the rows of every GEMM (default 16384)");
+  add_list(gemm, "--precision", gopt.precisions, "bf16,fp8 (default both)")->check(CLI::IsMember({"bf16", "fp8"}));
+  add_list(gemm, "--gemm", gopt.gemms, "the GEMMs by name (default all)")->check(CLI::IsMember(pb::gemm_bench_names()));
+  gemm->add_option("--reps", gopt.reps, "timed repetitions, median reported (default 20)");
+  gemm->add_option("--warmup", gopt.warmup, "untimed repetitions first (default 3)");
+  add_output_options(gemm, gopt.output, gopt.overwrite, "runs/gemm-bench-<time>.h5");
 
   try {
     app.parse(argc, argv);
@@ -214,6 +223,10 @@ int main(int argc, char** argv) {
     if (*moe) {
       mopt.command_line = command_line;
       return pb::cmd_moe(gang, mopt);
+    }
+    if (*gemm) {
+      gopt.command_line = command_line;
+      return pb::cmd_gemm(gang, gopt);
     }
     if (*trace) return pb::cmd_trace(gang, trace_args);
     if (*slim) return pb::cmd_slim(gang, slim_args);

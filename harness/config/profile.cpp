@@ -15,12 +15,17 @@ const std::vector<GpuProfile>& profiles() {
        659.0, "measured: cuBLAS bf16 GEMM 8192^3 back to back for 60 s on the H200 here, median; the card at its 700 W "
               "cap, SM clock 1.46 GHz",
        67.0, "datasheet: NVIDIA H200 SXM, 67 TFLOP/s FP32 (peak)",
+       1226.0, "measured: cuBLASLt e4m3 GEMM 8192^3, 1x128 x 128x128 block scales, on the H200 here (shared/FP8.md)",
+       1189.0, "measured: cuBLASLt e4m3 GEMM 8192^3 with per-tensor scales back to back for 30 s on the H200 here; "
+               "the card at its 700 W cap, SM clock 1.32 GHz (the block-scaled GEMM has no sustained figure yet)",
        "nvlink4", ""},
       {"h100", "datasheet peaks (NVIDIA H100 SXM), not measured",
        3.35, "datasheet: NVIDIA H100 SXM, 3.35 TB/s HBM3 (peak, not measured)",
        989.0, "datasheet: NVIDIA H100 SXM, 989 TFLOP/s dense BF16 (peak, not measured)",
        0.0, "none: a datasheet gives no sustained rate",
        67.0, "datasheet: NVIDIA H100 SXM, 67 TFLOP/s FP32 (peak)",
+       1979.0, "datasheet: NVIDIA H100 SXM, 1979 TFLOP/s dense FP8 (peak, not measured)",
+       0.0, "none: a datasheet gives no sustained rate",
        "nvlink4",
        "datasheet peaks: the measured H200 reaches 89% of its 4.8 TB/s and 81% of its 989 TFLOP/s datasheet "
        "figures, so a measured H100 would sit that much below this roofline"},
@@ -29,12 +34,15 @@ const std::vector<GpuProfile>& profiles() {
        2500.0, "datasheet: NVIDIA B300, 2.5 PFLOP/s dense BF16 (peak, not measured)",
        0.0, "none: a datasheet gives no sustained rate",
        75.0, "datasheet: NVIDIA B300, 75 TFLOP/s FP32 (peak)",
+       5000.0, "datasheet: NVIDIA GB300 NVL72, 720 PFLOP/s FP8 with sparsity over 72 GPUs: 5 PFLOP/s dense per GPU "
+               "(peak, not measured; its FP4, 15 PFLOP/s dense, is what the fleet's experts run)",
+       0.0, "none: a datasheet gives no sustained rate",
        "nvlink5",
        "datasheet peaks, not measured (the H200 here reaches 89% of its datasheet copy rate and 81% of its "
        "GEMM rate). The seed's fleet TTFTs on GB300 (16k: 1,150 -> 946 ms; 65k: 2,810 -> 2,231; 128k: "
        "6,387 -> 5,021) are CP8 gangs: at 16k each GPU holds 2k tokens, so compare them with a cp 8 plan at "
        "that context (--set cp=8 --set bucket=2048 at 16k), not with cp1-16k, where one GPU does all 16k "
-       "tokens. The engine's experts are MXFP4/NVFP4 (the plan's are bf16)"},
+       "tokens. The engine's experts are MXFP4/NVFP4 (the plan's are bf16 or fp8)"},
   };
   return all;
 }
@@ -66,6 +74,7 @@ std::string describe_figures(const GpuProfile& p) {
   if (p.gemm_ceiling == "burst" && p.gemm_sustained_tflops > 0)
     out += fmt::format("  GEMM  {:>8.0f} TFLOP/s   sustained (plan --ceiling sustained), {}\n",
                        p.gemm_sustained_tflops, p.gemm_sustained_source);
+  out += fmt::format("  fp8   {:>8.0f} TFLOP/s   {}\n", p.fp8_tflops, p.fp8_source);
   return out + fmt::format("  f32   {:>8.0f} TFLOP/s   {}\n", p.fp32_tflops, p.fp32_source);
 }
 
@@ -80,6 +89,10 @@ GpuProfile at_gemm_ceiling(const GpuProfile& p, const std::string& ceiling) {
   GpuProfile out = p;
   out.gemm_tflops = p.gemm_sustained_tflops;
   out.gemm_source = "sustained, " + p.gemm_sustained_source;
+  if (p.fp8_sustained_tflops > 0) {
+    out.fp8_tflops = p.fp8_sustained_tflops;
+    out.fp8_source = "sustained, " + p.fp8_sustained_source;
+  }
   out.gemm_ceiling = "sustained";
   return out;
 }

@@ -7,6 +7,8 @@
 // Two GEMM ceilings: the burst (a short run of GEMMs from a cool, idle card)
 // and the sustained (the rate the card holds through a superstep, at its
 // power cap). `plan --ceiling sustained` costs tensor work at the second.
+// The bf16 and the fp8 GEMM each have both (precision.h picks which a launch's
+// tensor work runs at: cost.h's Unit).
 #pragma once
 
 #include <string>
@@ -25,6 +27,10 @@ struct GpuProfile {
   std::string gemm_sustained_source;
   double fp32_tflops;       // plain f32 FMA (SIMT)
   std::string fp32_source;
+  double fp8_tflops;        // dense e4m3 GEMM with DeepSeek-V3 block scales (1x128 x 128x128), burst
+  std::string fp8_source;
+  double fp8_sustained_tflops;  // the same held for a superstep's length; 0: no figure
+  std::string fp8_sustained_source;
   std::string link;         // the natural GPU-to-GPU link (link_profile name)
   std::string note;         // what a reader must know to compare this profile with a measurement; may be empty
   std::string gemm_ceiling = "burst";  // which of the two gemm_tflops holds (at_gemm_ceiling)
@@ -43,8 +49,8 @@ std::string describe_figures(const GpuProfile& p);
 
 // The GEMM ceilings a roofline can use: "burst" (gemm_tflops), "sustained".
 std::vector<std::string> gemm_ceiling_names();
-// The profile with its tensor rate (gemm_tflops, gemm_source) at `ceiling`;
-// "burst" returns it unchanged. Throws pb::Error naming the allowed values for
+// The profile with its tensor rates (gemm_tflops and fp8_tflops, with their
+// sources) at `ceiling`; "burst" returns it unchanged. Throws pb::Error naming the allowed values for
 // an unknown ceiling, and for "sustained" on a profile without that figure.
 GpuProfile at_gemm_ceiling(const GpuProfile& p, const std::string& ceiling);
 

@@ -460,7 +460,11 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
       s.debug.poison_arena = get_bool(at, root["debug"]["poison_arena"], "debug.poison_arena");
   }
 
-  if (root["precision"]) s.precision = parse_precision(at, root["precision"], "precision");
+  if (root["precision"]) {
+    s.precision = parse_precision(at, root["precision"], "precision");
+    const std::string bad = fp8_width_problem(s.model, s.precision);
+    if (!bad.empty()) at.fail(root["precision"], "precision", bad + "; allowed: precision bf16, or such widths");
+  }
   if (!overrides.cuts.empty()) {
     s.variants = {{"cli", parse_cut_list(overrides.cuts, "--cuts " + overrides.cuts, s.precision)}};
   } else if (root["variants"]) {

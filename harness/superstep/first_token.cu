@@ -8,7 +8,7 @@
 namespace pb {
 
 FirstToken::FirstToken(const ModelShape& m, uint64_t seed, cudaStream_t stream, DeviceMemory& mem) : m_(m) {
-  lm_head_ = WeightFill{mem, stream}.weight("first_token.lm_head", m.vocab, m.hidden, seed * 1000003ull + 31);
+  lm_head_ = WeightFill{mem, stream}.proj("first_token.lm_head", m.vocab, m.hidden, seed * 1000003ull + 31, Format::bf16);
   mem.begin_block("first_token");
   normed_ = mem.take<__nv_bfloat16>("normed", m.hidden, Home::rank);
   logits_ = mem.take<__nv_bfloat16>("logits", m.vocab, Home::rank);
@@ -23,7 +23,7 @@ void FirstToken::run(Timeline& tl, const Blas& blas, const CutSet& cuts, const _
   cudaStream_t st = tl.stream();
   tl.launch("rmsnorm", "rmsnorm.final",
             [&] { rmsnorm(last_row, nullptr, normed_.get(), {1, h, 0, 0}, float(m_.rms_eps), st); });
-  gemm_land(tl, blas, land_variant(cuts), "lm_head", normed_.get(), lm_head_.get(), partial_.get(), logits_.get(),
+  gemm_land(tl, blas, land_variant(cuts), "lm_head", normed_.get(), Fp8Act{}, lm_head_, partial_.get(), logits_.get(),
             1, V, h);
   tl.launch("sample", "sample.argmax", [&] { argmax_bf16(logits_.get(), V, token_.get(), st); });
 }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "block_common.h"
 #include "cuts.h"
 #include "device_buffer.h"
 #include "device_memory.h"
@@ -31,11 +32,12 @@ class FirstToken {
   // After run() and a stream sync.
   int32_t token() const;                                         // reads the device id
   const __nv_bfloat16* logits() const { return logits_.get(); }  // [vocab]
-  const __nv_bfloat16* lm_head() const { return lm_head_.get(); }  // [vocab, h]
+  const __nv_bfloat16* lm_head() const { return lm_head_.bf.get(); }  // [vocab, h]
 
  private:
   ModelShape m_;
-  DeviceBuffer<__nv_bfloat16> lm_head_, normed_, logits_;
+  ProjWeight lm_head_;  // bf16 in every precision
+  DeviceBuffer<__nv_bfloat16> normed_, logits_;
   DeviceBuffer<float> partial_;
   DeviceBuffer<int32_t> token_;
 };

@@ -26,13 +26,13 @@ constexpr int64_t kHaloRows = 3;
 
 }  // namespace
 
-KdaWeights::KdaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream, DeviceMemory& mem) {
+KdaWeights::KdaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream, DeviceMemory& mem, Format gemm) {
   PB_CHECK(m.kda_heads + m.f_rank <= kSmallWidth, "KDA: kda_heads + f_rank must fit the 256-wide small projection");
   const WeightFill fill{mem, stream};
-  wbig = fill.weight("kda.wbig", 4 * m.kda_inner(), m.hidden, seed + 11);
-  wsm = fill.weight("kda.wsm", kSmallWidth, m.hidden, seed + 12);
-  w_f_b = fill.weight("kda.w_f_b", m.kda_inner(), m.f_rank, seed + 13);
-  w_o = fill.weight("kda.w_o", m.hidden, m.kda_inner(), seed + 14);
+  wbig = fill.proj("kda.wbig", 4 * m.kda_inner(), m.hidden, seed + 11, gemm);
+  wsm = fill.proj("kda.wsm", kSmallWidth, m.hidden, seed + 12, gemm);
+  w_f_b = fill.proj("kda.w_f_b", m.kda_inner(), m.f_rank, seed + 13, gemm);
+  w_o = fill.proj("kda.w_o", m.hidden, m.kda_inner(), seed + 14, gemm);
   conv_taps = fill.uniform_f32("kda.conv_taps", 3 * 4 * m.kda_inner(), seed + 15, 0.5f);
   dt_bias = fill.uniform_f32("kda.dt_bias", m.kda_inner(), seed + 16, 1.0f);
   A_log = fill.uniform_f32("kda.A_log", m.kda_heads, seed + 17, 0.5f);
@@ -58,6 +58,10 @@ KdaBlockBuffers KdaBlockBuffers::take(DeviceMemory& mem, const ModelShape& m, co
   k.halo_partial_ = mem.take<float>("halo_partial", 4 * 3 * inner, Home::mixer);
   k.conv_scratch_ = mem.take<unsigned char>("conv_scratch", int64_t(conv_baseline_scratch_bytes({t, inner, 4 * inner, t})),
                                             Home::mixer);
+  k.normed_q_ = Fp8Act::take(mem, "normed", b, h, Home::mixer, lane.gemm);
+  k.f_a_q_ = Fp8Act::take(mem, "f_a", b, m.f_rank, Home::mixer, lane.gemm);
+  k.halo_q_ = Fp8Act::take(mem, "halo", 4, h, Home::mixer, lane.gemm);
+  k.gated_q_ = Fp8Act::take(mem, "gated", b, inner, Home::mixer, lane.gemm);
   // The walk's turn, and the output's.
   k.s_in_ = mem.take<float>("s_in", n_pieces * heads * d * d, Home::mixer);
   k.fold_scratch_ = mem.take<float>("fold_scratch", heads * d * d, Home::mixer);
@@ -142,26 +146,37 @@ void KdaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
   const int64_t h = m_.hidden, heads = m_.kda_heads, wide = 4 * inner_;
   const Variant land_v = land_variant(cuts);
   const bool overlap = cuts[Cut::overlap];
-  tl.launch("rmsnorm", "rmsnorm.kda_in",
-            [&] { rmsnorm(mixed, w_.gain_in.get(), normed_.get(), {b_, h}, float(m_.rms_eps), s); });
+  const bool fp8 = lane_.gemm == Format::fp8;
+  if (fp8 && cuts[Cut::quant_fuse]) {  // the normed rows stay bf16 too: the halo publishes them
+    tl.launch("rmsnorm", "rmsnorm.kda_in", [&] {
+      rmsnorm_fp8(mixed, w_.gain_in.get(), normed_.get(), normed_q_.codes.get(), normed_q_.scales.get(),
+                  normed_q_.layout, {b_, h}, float(m_.rms_eps), s);
+    });
+  } else {
+    tl.launch("rmsnorm", "rmsnorm.kda_in",
+              [&] { rmsnorm(mixed, w_.gain_in.get(), normed_.get(), {b_, h}, float(m_.rms_eps), s); });
+    if (fp8) quant_act(tl, "kda_in", normed_.get(), b_, h, normed_q_);
+  }
   if (overlap) publish_halos(tl);
   tl.launch("gemm", "gemm.kda_g", [&] {
-    gemm_f32out(blas, normed_.get(), w_.wbig.get() + 3 * inner_ * h, partial_.get() + 3 * inner_,
-                {b_, inner_, h, h, h, wide}, s);
+    proj_gemm(blas, w_.wbig, 3 * inner_, normed_.get(), normed_q_, partial_.get() + 3 * inner_,
+              {b_, inner_, h, h, 0, wide}, s);
   });
   tl.launch("gemm", "gemm.kda_small",
-            [&] { gemm_f32out(blas, normed_.get(), w_.wsm.get(), small_partial_.get(), {b_, kSmallWidth, h}, s); });
+            [&] { proj_gemm(blas, w_.wsm, 0, normed_.get(), normed_q_, small_partial_.get(), {b_, kSmallWidth, h}, s); });
   bf16* beta = small_.get();
   bf16* f_a = small_.get() + b_ * heads;
   land_band(tl, land_v, "beta", small_partial_.get(), beta, b_, kSmallWidth, 0, heads);
   land_band(tl, land_v, "f_a", small_partial_.get(), f_a, b_, kSmallWidth, heads, m_.f_rank);
   land_band(tl, land_v, "out_gate", partial_.get(), out_gate_.get(), b_, wide, 3 * inner_, inner_);
-  tl.launch("gemm", "gemm.kda_f_b",
-            [&] { gemm_f32out(blas, f_a, w_.w_f_b.get(), forget_partial_.get(), {b_, inner_, m_.f_rank}, s); });
+  if (fp8) quant_act(tl, "f_a", f_a, b_, m_.f_rank, f_a_q_);
+  tl.launch("gemm", "gemm.kda_f_b", [&] {
+    proj_gemm(blas, w_.w_f_b, 0, f_a, f_a_q_, forget_partial_.get(), {b_, inner_, m_.f_rank}, s);
+  });
   const auto stream_gemm = [&](int i) {
     tl.launch("gemm", std::string("gemm.kda_") + kStreams[i], [&] {
-      gemm_f32out(blas, normed_.get(), w_.wbig.get() + i * inner_ * h, partial_.get() + i * inner_,
-                  {b_, inner_, h, h, h, wide}, s);
+      proj_gemm(blas, w_.wbig, i * inner_, normed_.get(), normed_q_, partial_.get() + i * inner_,
+                {b_, inner_, h, h, 0, wide}, s);
     });
   };
   const auto convs = [&](int i) {
@@ -246,9 +261,9 @@ void KdaBlock::receive_halos(Timeline& tl, const Blas& blas) {
           lane_.fabric->fetch(from, Bell::halo, doorbell_value(seq_, 0), {{L.halo_slot(par, int(piece)), rows_bytes}},
                               tl, label(tl, "the halo rows of rank " + std::to_string(from)))[0]);
     });
-    tl.launch("gemm", "gemm.halo_qkv", [&] {
-      gemm_f32out(blas, rows, w_.wbig.get(), halo_partial_.get(), {4, 3 * inner_, h}, s);
-    });
+    if (lane_.gemm == Format::fp8) quant_act(tl, "halo", rows, 4, h, halo_q_);
+    tl.launch("gemm", "gemm.halo_qkv",
+              [&] { proj_gemm(blas, w_.wbig, 0, rows, halo_q_, halo_partial_.get(), {4, 3 * inner_, h}, s); });
     bf16* carry = carry_.get() + int64_t(piece) * 3 * 4 * inner_;
     for (int i = 0; i < 3; ++i)
       land_band(tl, land_variant(cuts_), std::string("halo_") + kStreams[i], halo_partial_.get(),
@@ -404,8 +419,9 @@ void KdaBlock::finish(Timeline& tl, const Blas& blas) {
     o_norm_gate(elementwise_variant(cuts_), core_.get(), out_gate_.get(), w_.gamma_o.get(), gated_.get(),
                 b_ * m_.kda_heads, float(m_.rms_eps), s);
   });
-  gemm_land(tl, blas, land_variant(cuts_), "kda_o", gated_.get(), w_.w_o.get(), o_partial_.get(), attn_out_.get(), b_,
-            m_.hidden, inner_);
+  if (lane_.gemm == Format::fp8) quant_act(tl, "kda_o", gated_.get(), b_, inner_, gated_q_);
+  gemm_land(tl, blas, land_variant(cuts_), "kda_o", gated_.get(), gated_q_, w_.w_o, o_partial_.get(), attn_out_.get(),
+            b_, m_.hidden, inner_);
 }
 
 }  // namespace pb

@@ -12,6 +12,11 @@
 //   per piece:  [fabric.wait_state]  [kda.fold]  [fabric.release_state]  kda.forward
 //   o_norm_gate  gemm.kda_o  land.kda_o
 //
+// With fp8 projections (precision.gemm: fp8, docs/design.md §12) each GEMM's
+// input is quantized first: quant.kda_in after the RMSNorm (under cut
+// quant_fuse the RMSNorm writes it, rmsnorm_fp8), quant.f_a after land.f_a,
+// quant.halo after fabric.wait_halo, quant.kda_o after o_norm_gate.
+//
 // Under cut 8 (overlap) the projections launch what needs no halo before the
 // wait for it; the walk is unchanged (a piece's package is already published
 // before its folds wait, and everything after a fold reads its S_in):
@@ -55,6 +60,7 @@
 
 #include <cuda_bf16.h>
 
+#include "block_common.h"
 #include "conv_silu_chunk.h"
 #include "cuts.h"
 #include "device_buffer.h"
@@ -74,12 +80,14 @@ struct WaitLabel;
 
 // One weight set shared by every KDA layer (seeded).
 struct KdaWeights {
-  // Taken from `mem` (Home::weights) and filled when mem.fills_weights().
-  KdaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream, DeviceMemory& mem = DeviceMemory::standalone());
-  DeviceBuffer<__nv_bfloat16> wbig;   // [4·inner, hidden]: q | k | v | g rows
-  DeviceBuffer<__nv_bfloat16> wsm;    // [256, hidden]: beta (heads) | f_a (f_rank) | pad
-  DeviceBuffer<__nv_bfloat16> w_f_b;  // [inner, f_rank]
-  DeviceBuffer<__nv_bfloat16> w_o;    // [hidden, inner]
+  // Taken from `mem` (Home::weights) and filled when mem.fills_weights(); the
+  // projections in `gemm`'s format.
+  KdaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream, DeviceMemory& mem = DeviceMemory::standalone(),
+             Format gemm = Format::bf16);
+  ProjWeight wbig;   // [4·inner, hidden]: q | k | v | g rows
+  ProjWeight wsm;    // [256, hidden]: beta (heads) | f_a (f_rank) | pad
+  ProjWeight w_f_b;  // [inner, f_rank]
+  ProjWeight w_o;    // [hidden, inner]
   DeviceBuffer<float> conv_taps;      // [3 streams, 4, inner]
   DeviceBuffer<float> dt_bias;        // [inner]
   DeviceBuffer<float> A_log;          // [heads]
@@ -93,6 +101,7 @@ struct KdaLane {
   int64_t rows = 0;  // b
   Fabric* fabric = nullptr;  // null at cp 1
   Layout layout = Layout::contiguous;  // where the tokens lie (schedule.h)
+  Format gemm = Format::bf16;          // the projections' format (precision.h)
 };
 
 // The block's buffers and where they live (device_memory.h): the mixer lane
@@ -106,6 +115,7 @@ struct KdaBlockBuffers {
   // carry_ [piece][stream][4 rows][inner]; s_in_ [piece][heads, d, d]
   DeviceBuffer<float> partial_, small_partial_, forget_partial_, halo_partial_, o_partial_, s_in_, fold_scratch_;
   DeviceBuffer<unsigned char> conv_scratch_;
+  Fp8Act normed_q_, f_a_q_, halo_q_, gated_q_;  // the GEMM inputs' fp8 twins (fp8 projections only)
 };
 
 class KdaBlock : private KdaBlockBuffers {

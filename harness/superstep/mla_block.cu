@@ -23,12 +23,12 @@ bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.
 
 }  // namespace
 
-MlaWeights::MlaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream, DeviceMemory& mem) {
+MlaWeights::MlaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream, DeviceMemory& mem, Format gemm) {
   const WeightFill fill{mem, stream};
-  wfu = fill.weight("mla.wfu", m.mla_fused_width(), m.hidden, seed + 1);
-  w_q_b = fill.weight("mla.w_q_b", m.heads * m.d_qk(), m.q_lora, seed + 2);
+  wfu = fill.proj("mla.wfu", m.mla_fused_width(), m.hidden, seed + 1, gemm);
+  w_q_b = fill.proj("mla.w_q_b", m.heads * m.d_qk(), m.q_lora, seed + 2, gemm);
   w_kv_b = fill.weight("mla.w_kv_b", m.heads * (m.qk_nope + m.v_head), m.kv_lora, seed + 3);
-  w_o = fill.weight("mla.w_o", m.hidden, m.heads * m.v_head, seed + 4);
+  w_o = fill.proj("mla.w_o", m.hidden, m.heads * m.v_head, seed + 4, gemm);
   gain_in = fill.ones_f32("mla.gain_in", m.hidden);
   gain_q_a = fill.ones_f32("mla.gain_q_a", m.q_lora);
   gain_kv = fill.ones_f32("mla.gain_kv", m.kv_lora);
@@ -67,6 +67,9 @@ MlaBlockBuffers MlaBlockBuffers::take(DeviceMemory& mem, const ModelShape& m, co
   // The output's turn.
   k.gated_ = mem.take<bf16>("gated", b * v_width, Home::mixer);
   k.attn_out_ = mem.take<bf16>("attn_out", b * m.hidden, Home::mixer);
+  k.normed_q_ = Fp8Act::take(mem, "normed", b, m.hidden, Home::mixer, lane.gemm);
+  k.q_norm_q_ = Fp8Act::take(mem, "q_norm", b, m.q_lora, Home::mixer, lane.gemm);
+  k.gated_q_ = Fp8Act::take(mem, "gated", b, v_width, Home::mixer, lane.gemm);
   // Across turns.
   k.gate_ = mem.take<bf16>("gate", b * v_width, Home::rank);
   k.attn_ = mem.take<bf16>("attention", b * v_width, Home::rank);
@@ -153,8 +156,9 @@ void MlaBlock::finish(Timeline& tl, const Blas& blas) {
   tl.launch("elementwise", "mul_sigmoid", [&] {
     mul_sigmoid(elementwise_variant(cuts_), attn_.get(), gate_.get(), gated_.get(), b_ * v_width, s);
   });
-  gemm_land(tl, blas, land_variant(cuts_), "mla_o", gated_.get(), w_.w_o.get(), partial_.get(), attn_out_.get(), b_,
-            m_.hidden, v_width);
+  if (lane_.gemm == Format::fp8) quant_act(tl, "mla_o", gated_.get(), b_, v_width, gated_q_);
+  gemm_land(tl, blas, land_variant(cuts_), "mla_o", gated_.get(), gated_q_, w_.w_o, partial_.get(), attn_out_.get(),
+            b_, m_.hidden, v_width);
 }
 
 void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timeline& tl, const Blas& blas) {
@@ -170,13 +174,25 @@ void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
   const int64_t v_width = m_.heads * m_.v_head, q_width = m_.heads * m_.d_qk();
   const float eps = float(m_.rms_eps);
   const Window own = own_window();
-  tl.launch("rmsnorm", "rmsnorm.mla_in",
-            [&] { rmsnorm(mixed, w_.gain_in.get(), normed_.get(), {b_, m_.hidden}, eps, s); });
-  tl.launch("gemm", "gemm.wfu",
-            [&] { gemm_f32out(blas, normed_.get(), w_.wfu.get(), partial_.get(), {b_, fused, m_.hidden}, s); });
+  const bool fp8 = lane_.gemm == Format::fp8, fuse = fp8 && cuts[Cut::quant_fuse];
+  // An RMSNorm whose rows feed only a projection: bf16, quantized after
+  // (quant.<what>) in fp8; under quant_fuse fp8 straight from the norm.
+  const auto norm = [&](const char* what, const bf16* x, const float* gain, bf16* out, Fp8Act& q, int64_t n) {
+    if (fuse) {
+      tl.launch("rmsnorm", std::string("rmsnorm.") + what, [&] {
+        rmsnorm_fp8(x, gain, nullptr, q.codes.get(), q.scales.get(), q.layout, {b_, n}, eps, s);
+      });
+      return;
+    }
+    tl.launch("rmsnorm", std::string("rmsnorm.") + what, [&] { rmsnorm(x, gain, out, {b_, n}, eps, s); });
+    if (fp8) quant_act(tl, what, out, b_, n, q);
+  };
+  norm("mla_in", mixed, w_.gain_in.get(), normed_.get(), normed_q_, m_.hidden);
+  tl.launch("gemm", "gemm.wfu", [&] {
+    proj_gemm(blas, w_.wfu, 0, normed_.get(), normed_q_, partial_.get(), {b_, fused, m_.hidden}, s);
+  });
   land_band(tl, land_v, "q_a", partial_.get(), q_a_.get(), b_, fused, 0, m_.q_lora);
-  tl.launch("rmsnorm", "rmsnorm.q_a",
-            [&] { rmsnorm(q_a_.get(), w_.gain_q_a.get(), q_norm_.get(), {b_, m_.q_lora}, eps, s); });
+  norm("q_a", q_a_.get(), w_.gain_q_a.get(), q_norm_.get(), q_norm_q_, m_.q_lora);
   // The window is about to be overwritten: wait until the last call's readers
   // are done with it (at seq 0 the wait passes at once). Readers under any
   // schedule of the protocol: the last call may have used another.
@@ -196,7 +212,8 @@ void MlaBlock::project(const bf16* mixed, int64_t seq, const CutSet& cuts, Timel
   tl.launch("rmsnorm", "rmsnorm.kv_latent", [&] {
     rmsnorm(own.kv, w_.gain_kv.get(), own.kv, {b_, m_.kv_lora, kv_width, kv_width}, eps, s);
   });
-  gemm_land(tl, blas, land_v, "q_b", q_norm_.get(), w_.w_q_b.get(), partial_.get(), own.q, b_, q_width, m_.q_lora);
+  gemm_land(tl, blas, land_v, "q_b", q_norm_.get(), q_norm_q_, w_.w_q_b, partial_.get(), own.q, b_, q_width,
+            m_.q_lora);
   if (!readers.empty())
     tl.launch("fabric", "fabric.publish_window", [&] {
       for (int r : readers)

@@ -58,6 +58,7 @@
 #include <memory>
 #include <vector>
 
+#include "block_common.h"
 #include "cuts.h"
 #include "device_buffer.h"
 #include "device_memory.h"
@@ -78,12 +79,14 @@ struct WaitLabel;
 // One weight set, shared by every MLA layer (seeded uniform, scaled by
 // sqrt(3 / fan_in) so that activations stay O(1)).
 struct MlaWeights {
-  // Taken from `mem` (Home::weights) and filled when mem.fills_weights().
-  MlaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream, DeviceMemory& mem = DeviceMemory::standalone());
-  DeviceBuffer<__nv_bfloat16> wfu;     // [q_lora + kv_lora + rope + heads·v, hidden]
-  DeviceBuffer<__nv_bfloat16> w_q_b;   // [heads·(nope + rope), q_lora]
+  // Taken from `mem` (Home::weights) and filled when mem.fills_weights(); the
+  // projections in `gemm`'s format, the kv_b expansion bf16 always.
+  MlaWeights(const ModelShape& m, uint64_t seed, cudaStream_t stream, DeviceMemory& mem = DeviceMemory::standalone(),
+             Format gemm = Format::bf16);
+  ProjWeight wfu;                      // [q_lora + kv_lora + rope + heads·v, hidden]
+  ProjWeight w_q_b;                    // [heads·(nope + rope), q_lora]
   DeviceBuffer<__nv_bfloat16> w_kv_b;  // [heads·(nope + v), kv_lora]
-  DeviceBuffer<__nv_bfloat16> w_o;     // [hidden, heads·v]
+  ProjWeight w_o;                      // [hidden, heads·v]
   DeviceBuffer<float> gain_in, gain_q_a, gain_kv;  // RMSNorm gains
 };
 
@@ -103,6 +106,7 @@ struct MlaLane {
   // Calls may run with cut 8 (overlap) on: the block takes the held window's
   // buffers (schedule.h overlap_order), [t, heads·v] bf16 and [heads, t] f32.
   bool overlap = false;
+  Format gemm = Format::bf16;  // the projections' format (precision.h)
 };
 
 // The block's buffers and where they live (device_memory.h): the mixer lane for
@@ -120,6 +124,7 @@ struct MlaBlockBuffers {
   // Expanded keys: [0] the own segment's, [1] the foreign segment of the
   // current window (reused: windows run in stream order).
   DeviceBuffer<__nv_bfloat16> keys_[2], kvb_[2];
+  Fp8Act normed_q_, q_norm_q_, gated_q_;  // the GEMM inputs' fp8 twins (fp8 projections only)
 };
 
 class MlaBlock : private MlaBlockBuffers {

@@ -22,6 +22,12 @@
 // V = valid assignments = T k (router_topk never drops one). The cut switches
 // pick the land (cut 1) and situ / add2 (cut 5) variants; everything else is
 // the same launch either way, so cut on and off give the same bits.
+// fp8 (docs/design.md §12): the dense projections' inputs are quantized after
+// their producers (quant.moe_in after rmsnorm.moe_in, whose bf16 rows the
+// router still reads; quant.routed_latent; quant.shared_act after the shared
+// situ), under cut quant_fuse by the producers themselves (rmsnorm_fp8,
+// situ_fp8); fp8 experts quantize their rows after the permutation
+// (quant.moe_rows) and the weighted activations (quant.moe_act), K-major.
 //
 // Weights: one seeded synthetic set (block_common.h's synthetic_weight), shared
 // by every MoE layer; the RMSNorm gains are 1 (gamma = nullptr). Expert weights
@@ -36,6 +42,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "block_common.h"
 #include "cuts.h"
 #include "device_buffer.h"
 #include "device_memory.h"
@@ -48,29 +55,36 @@
 namespace pb {
 
 struct MoeWeights {
-  DeviceBuffer<__nv_bfloat16> router;          // [E, h]
-  DeviceBuffer<float> router_bias;             // [E]
-  DeviceBuffer<__nv_bfloat16> lat_down;        // [lat, h]
-  DeviceBuffer<__nv_bfloat16> expert_gate_up;  // [E, 2 I, lat]
-  DeviceBuffer<__nv_bfloat16> expert_down;     // [E, lat, I]
-  DeviceBuffer<__nv_bfloat16> lat_up;          // [h, lat]
-  DeviceBuffer<__nv_bfloat16> shared_gate_up;  // [2 S, h]
-  DeviceBuffer<__nv_bfloat16> shared_down;     // [h, S]
+  DeviceBuffer<__nv_bfloat16> router;  // [E, h], bf16 in every precision
+  DeviceBuffer<float> router_bias;     // [E]
+  ProjWeight lat_down;                 // [lat, h]
+  ProjWeight expert_gate_up;           // [E, 2 I, lat]
+  ProjWeight expert_down;              // [E, lat, I]
+  ProjWeight lat_up;                   // [h, lat]
+  ProjWeight shared_gate_up;           // [2 S, h]
+  ProjWeight shared_down;              // [h, S]
 };
 
 // Takes the weight set from `mem` (Home::weights) and fills it on `stream`
-// when mem.fills_weights() (seeded: same seed, same bits).
+// when mem.fills_weights() (seeded: same seed, same bits): the dense
+// projections in `gemm`'s format, the routed experts' in `experts`' (fp8:
+// scales at block-row stride k/128, what the fp8 expert engine reads).
 MoeWeights make_moe_weights(const ModelShape& m, uint64_t seed, cudaStream_t stream,
-                            DeviceMemory& mem = DeviceMemory::standalone());
+                            DeviceMemory& mem = DeviceMemory::standalone(), Format gemm = Format::bf16,
+                            Format experts = Format::bf16);
 
 // The block's buffers for b = bucket rows and up to max_tokens live rows, all
 // in the ffn lane (device_memory.h): the block runs within one turn.
 struct MoeBlockBuffers {
-  static MoeBlockBuffers take(DeviceMemory& mem, const ModelShape& m, int64_t bucket, int64_t max_tokens);
+  static MoeBlockBuffers take(DeviceMemory& mem, const ModelShape& m, int64_t bucket, int64_t max_tokens,
+                              Format gemm = Format::bf16, Format experts = Format::bf16);
   DeviceBuffer<__nv_bfloat16> normed_, latent_, xp_, gate_, up_, act_, yd_, routed_latent_, routed_norm_, routed_,
       sh_gate_, sh_up_, sh_act_, shared_;
   DeviceBuffer<float> partial_, logits_, topw_;
   DeviceBuffer<int32_t> ids_, plan_counts_, plan_offsets_, perm_src_, perm_dst_, plan_ws_;
+  // The GEMM inputs' fp8 twins: the dense projections' (fp8 gemm) and the
+  // experts' (fp8 experts; K-major scales).
+  Fp8Act normed_q_, routed_norm_q_, sh_act_q_, xp_q_, act_q_;
 };
 
 class MoeBlock : private MoeBlockBuffers {

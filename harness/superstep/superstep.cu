@@ -42,6 +42,7 @@ std::vector<int32_t> token_ids(uint64_t seed, const std::vector<Segment>& ranges
 MlaLane mla_lane(const Scenario& s, int rank, const std::vector<Segment>& segs, Fabric* fabric) {
   MlaLane lane{rank, s.cp, segs, s.bucket, fabric, s.helped_in_place, s.layout};
   lane.overlap = any_variant_has(s, Cut::overlap);
+  lane.gemm = s.precision.gemm;
   return lane;
 }
 
@@ -65,21 +66,22 @@ Superstep::Parts Superstep::take_parts(DeviceMemory& mem, const Scenario& s, int
   if (mem.fills_weights()) fill_uniform_bf16(p.embed_table.get(), m.vocab * h, seed + 1, 1.0f, stream);
   p.sw = fill.uniform_f32("attnres.sw", (2 * m.layers + 1) * h, seed + 2, 0.02f);
   if (any_layer(m, [](const ModelShape& x, int64_t l) { return x.is_mla(l); })) {
-    p.mla_w = std::make_unique<MlaWeights>(m, seed + 10, stream, mem);
+    p.mla_w = std::make_unique<MlaWeights>(m, seed + 10, stream, mem, s.precision.gemm);
     p.mla = std::make_unique<MlaBlockBuffers>(
         MlaBlockBuffers::take(mem, m, mla_lane(s, rank, segs, nullptr)));
   }
   if (any_layer(m, [](const ModelShape& x, int64_t l) { return !x.is_mla(l); })) {
-    p.kda_w = std::make_unique<KdaWeights>(m, seed + 20, stream, mem);
+    p.kda_w = std::make_unique<KdaWeights>(m, seed + 20, stream, mem, s.precision.gemm);
     p.kda = std::make_unique<KdaBlockBuffers>(
-        KdaBlockBuffers::take(mem, m, KdaLane{rank, cp, segs, b, nullptr, s.layout}));
+        KdaBlockBuffers::take(mem, m, KdaLane{rank, cp, segs, b, nullptr, s.layout, s.precision.gemm}));
   }
   if (any_layer(m, [](const ModelShape& x, int64_t l) { return !x.is_dense_ffn(l); })) {
-    p.moe_w = std::make_unique<MoeWeights>(make_moe_weights(m, seed + 30, stream, mem));
-    p.moe = std::make_unique<MoeBlockBuffers>(MoeBlockBuffers::take(mem, m, b, t));
+    p.moe_w = std::make_unique<MoeWeights>(
+        make_moe_weights(m, seed + 30, stream, mem, s.precision.gemm, s.precision.experts));
+    p.moe = std::make_unique<MoeBlockBuffers>(MoeBlockBuffers::take(mem, m, b, t, s.precision.gemm, s.precision.experts));
   }
   if (any_layer(m, [](const ModelShape& x, int64_t l) { return x.is_dense_ffn(l); }))
-    p.dense = std::make_unique<DenseFfn>(m, b, seed + 40, stream, mem);
+    p.dense = std::make_unique<DenseFfn>(m, b, seed + 40, stream, mem, s.precision.gemm);
   // Ranks that share weights take the same set, the lm head included.
   if (rank == last_token_rank(s.layout, cp) || mem.placement().shares_weights())
     p.first = std::make_unique<FirstToken>(m, seed + 50, stream, mem);
@@ -124,7 +126,7 @@ Superstep::Superstep(const Scenario& s, int rank, Fabric* fabric, const Blas& bl
   if (p_.mla)
     mla_ = std::make_unique<MlaBlock>(m_, *p_.mla_w, mla_lane(s, rank_, segs, fabric), fmha_, std::move(*p_.mla));
   if (p_.kda)
-    kda_ = std::make_unique<KdaBlock>(m_, *p_.kda_w, KdaLane{rank_, cp_, segs, b_, fabric, s.layout},
+    kda_ = std::make_unique<KdaBlock>(m_, *p_.kda_w, KdaLane{rank_, cp_, segs, b_, fabric, s.layout, s.precision.gemm},
                                       std::move(*p_.kda));
   if (p_.moe) moe_ = std::make_unique<MoeBlock>(m_, b_, t_, std::move(*p_.moe_w), std::move(*p_.moe));
   p_.ids.upload(token_ids(s.seed, rank_tokens(s.layout, s.context, cp_, rank_), b_, m_.vocab));
@@ -178,7 +180,27 @@ MemoryBudget superstep_memory_budget(const Scenario& s, const Placement& p) {
   return out;
 }
 
+std::string precision_device_problem(const Scenario& s) {
+  std::string why;
+  if (s.precision.gemm == Format::fp8 && !fp8_block_scaling_supported(&why))
+    return s.source + ": precision.gemm fp8: " + why + "; allowed here: precision bf16";
+  if (s.precision.experts == Format::fp8 && any_layer(s.model, [](const ModelShape& x, int64_t l) {
+        return !x.is_dense_ffn(l);
+      })) {
+    if (moe_gemm_engine_from_name(s.moe_gemm.c_str()) != MoeGemmEngine::cutlass)
+      return s.source + ": precision.experts fp8 runs on the cutlass expert engine, and moe_gemm is " + s.moe_gemm +
+             (s.moe_gemm == "auto" ? " (this build or device has no cutlass engine)" : "") +
+             "; allowed with fp8 experts: moe_gemm cutlass (or auto, where cutlass is built)";
+    if (!cutlass_fp8_gemm_available())
+      return s.source + ": precision.experts fp8: the cutlass fp8 engine needs a build with CUTLASS and an sm_90 "
+                        "device; allowed here: precision.experts bf16";
+  }
+  return "";
+}
+
 GangMemory superstep_memory(const Gang& gang, int device, const Scenario& s) {
+  const std::string problem = precision_device_problem(s);
+  PB_CHECK(problem.empty(), problem);  // before anything is allocated
   const int rank = gang.rank();
   return GangMemory(gang, device, s.serialize_ranks, share_mode_from_name(s.share_memory),
                     [&](const Placement& p) { return Superstep::memory_needs(s, rank, p); });

@@ -121,7 +121,10 @@ class Superstep {
 // this rank's needs under the placement its GPU's ranks form, refuses a
 // scenario that does not fit, shares weights and the turn-local arena.
 // Collective over the gang.
+// Refuses (pb::Error) a precision this device or build cannot run, before allocating.
 GangMemory superstep_memory(const Gang& gang, int device, const Scenario& s);
+// "" when this device and build run the scenario's precision; else why, naming the key.
+std::string precision_device_problem(const Scenario& s);
 
 // plan's memory table for `s` under a placement (ranks r*k .. r*k+k-1 on GPU r,
 // k = ranks_per_gpu): each rank's needs by home, and the fullest GPU's budget.

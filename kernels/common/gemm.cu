@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 
 #include "check.h"
+#include "gemm_fp8.h"
 
 namespace pb {
 
@@ -19,7 +20,13 @@ Blas::Blas() {
 }
 
 Blas::~Blas() {
+  fp8_.reset();
   if (handle_) cublasDestroy(static_cast<cublasHandle_t>(handle_));
+}
+
+Fp8Gemm& Blas::fp8() const {
+  if (!fp8_) fp8_ = std::make_unique<Fp8Gemm>();
+  return *fp8_;
 }
 
 void Blas::bind(cudaStream_t stream) const {

@@ -11,15 +11,20 @@
 //   gemm_f32_batched y_b = x_b · w_b (f32, f32 math, no transposes): the KDA fold
 //
 // m == 0 or n == 0 launches nothing; k == 0 writes zeros (cuBLAS semantics).
+// The fp8 projections (kernels/fp8/gemm_fp8.h) run on the Blas's Fp8Gemm,
+// made on first use.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace pb {
+
+class Fp8Gemm;
 
 class Blas {
  public:
@@ -29,9 +34,13 @@ class Blas {
   Blas& operator=(const Blas&) = delete;
   void* handle() const { return handle_; }  // cublasHandle_t
   void bind(cudaStream_t stream) const;
+  // The cuBLASLt block-scaled FP8 GEMM (its handle, workspace and plans), made
+  // on the first call; throws pb::Error where the device cannot run it.
+  Fp8Gemm& fp8() const;
 
  private:
   void* handle_ = nullptr;
+  mutable std::unique_ptr<Fp8Gemm> fp8_;
 };
 
 // Throws pb::Error naming the cuBLAS status.

@@ -40,6 +40,7 @@
 #include "check.h"
 #include "launch.h"
 #include "elementwise.cuh"
+#include "fp8_device.cuh"
 #include "ptx.cuh"
 
 namespace pb {
@@ -439,6 +440,33 @@ void launch_binary_table(Op op, const bf16* a, const bf16* b, bf16* o, int64_t n
   PB_CUDA_LAUNCH();
 }
 
+// situ_fp8: situ's cut vector by vector (SituTableVec), each vector's 8 values
+// then quantized in its 128-column group, which is a half warp's 16 vectors
+// (width % 128 == 0; the grid stride is a multiple of 32 and the vector count
+// of 16, so a half warp runs or stops together).
+__global__ void __launch_bounds__(kTableThreads)
+    situ_fp8_kernel(const bf16* g, const bf16* u, bf16* o, __nv_fp8_e4m3* q, float* scales, Fp8ScaleLayout layout,
+                    int64_t n, int64_t width) {
+  __shared__ alignas(16) unsigned char tab[SituTableVec::kTableBytes];
+  SituTableVec::fill(tab, threadIdx.x, kTableThreads);
+  __syncthreads();
+  const int64_t vecs = n / kVec, stride = int64_t(gridDim.x) * kTableThreads;
+  const uint4* vg = reinterpret_cast<const uint4*>(g);
+  const uint4* vu = reinterpret_cast<const uint4*>(u);
+  for (int64_t v = int64_t(blockIdx.x) * kTableThreads + threadIdx.x; v < vecs; v += stride) {
+    const uint4 ov = SituTableVec{}(tab, vg[v], vu[v]);
+    if (o) reinterpret_cast<uint4*>(o)[v] = ov;
+    float f[kVec];
+    unpack8(ov, f);
+    const float gs = half_warp_group_scale(f);
+    reinterpret_cast<uint2*>(q)[v] = encode8(f, gs);
+    if (v % 16 == 0) {
+      const int64_t row = v * kVec / width, group = (v * kVec - row * width) / kFp8Group;
+      scales[row * layout.s_row + group * layout.s_group] = gs;
+    }
+  }
+}
+
 void launch_o_norm_gate_baseline(const bf16* x, const bf16* g, const float* gamma, bf16* o,
                                  int64_t row_heads, float eps, cudaStream_t stream) {
   const int64_t blocks = std::min<int64_t>(row_heads, INT_MAX);
@@ -474,6 +502,24 @@ void situ_baseline(const bf16* g, const bf16* u, bf16* o, int64_t n, cudaStream_
 void situ_cut(const bf16* g, const bf16* u, bf16* o, int64_t n, cudaStream_t stream) {
   if (check_binary("situ_cut", g, u, o, n))
     launch_binary_table<SituTableVec>(SituOp{}, g, u, o, n, stream);
+}
+
+void situ_fp8(const bf16* g, const bf16* u, bf16* o, __nv_fp8_e4m3* q, float* scales, Fp8ScaleLayout layout,
+              int64_t rows, int64_t width, cudaStream_t stream) {
+  PB_CHECK(rows >= 0 && width >= 0, "situ_fp8: negative shape");
+  PB_CHECK(width % kFp8Group == 0, "situ_fp8: width " + std::to_string(width) + " is not a multiple of 128");
+  const int64_t kb = width / kFp8Group;
+  PB_CHECK((layout.s_row == 1 && layout.s_group >= rows) || (layout.s_group == 1 && layout.s_row >= kb),
+           "situ_fp8: the scale layout is neither MN-major (s_group >= rows) nor K-major (s_row >= width/128)");
+  const int64_t n = rows * width;
+  if (n == 0) return;
+  PB_CHECK(g && u && q && scales, "situ_fp8: null pointer");
+  PB_CHECK(aligned16(g) && aligned16(u) && (!o || aligned16(o)) && aligned_to(q, 8) && aligned_to(scales, 4),
+           "situ_fp8: g, u, o need 16-byte alignment, q 8-byte");
+  const int64_t vecs = n / kVec;
+  const int blocks = resident_grid(situ_fp8_kernel, kTableThreads, (vecs + kTableThreads - 1) / kTableThreads);
+  situ_fp8_kernel<<<blocks, kTableThreads, 0, stream>>>(g, u, o, q, scales, layout, n, width);
+  PB_CUDA_LAUNCH();
 }
 
 // ---- o_norm_gate ----

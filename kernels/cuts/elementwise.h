@@ -26,10 +26,12 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "fp8.h"
 #include "variant.h"
 
 namespace pb {
@@ -58,6 +60,13 @@ void situ_cut(const __nv_bfloat16* g, const __nv_bfloat16* u, __nv_bfloat16* o, 
               cudaStream_t stream);
 void situ(Variant v, const __nv_bfloat16* g, const __nv_bfloat16* u, __nv_bfloat16* o, int64_t n,
           cudaStream_t stream);
+// situ over [rows, width] (width % 128 == 0) with, from the same registers, its
+// fp8 twin (cut quant_fuse): codes q [rows, width] e4m3 and one f32 scale per
+// row and 128 columns at scales[r * s_row + g * s_group], bit for bit situ()
+// then quantize_act_fp8 (kernels/fp8/quant.h); o may be null (no bf16 wanted).
+// g, u, o 16-byte aligned, q 8-byte.
+void situ_fp8(const __nv_bfloat16* g, const __nv_bfloat16* u, __nv_bfloat16* o, __nv_fp8_e4m3* q, float* scales,
+              Fp8ScaleLayout layout, int64_t rows, int64_t width, cudaStream_t stream);
 
 // x [row_heads, 128] bf16, g [row_heads, 128] bf16, gamma [128] f32, o [row_heads, 128] bf16;
 // eps >= 0 (K3: 1e-5).

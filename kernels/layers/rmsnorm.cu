@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "check.h"
+#include "fp8_device.cuh"
 #include "launch.h"
 
 namespace pb {
@@ -21,12 +22,19 @@ __device__ __forceinline__ float block_sum(float v, float* stage) {
   return (stage[0] + stage[1]) + (stage[2] + stage[3]);
 }
 
-template <bool kVector>
+// The fp8 twin of the output (rmsnorm_fp8), written beside or instead of it.
+struct Fp8Out {
+  __nv_fp8_e4m3* q = nullptr;  // [rows, n], row stride n
+  float* s = nullptr;
+  Fp8ScaleLayout layout;
+};
+
+template <bool kVector, bool kFp8>
 __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const bf16* x, const float* __restrict__ gamma,
-                                                           bf16* out, RmsNormShape s, float eps) {
+                                                           bf16* out, RmsNormShape s, float eps, Fp8Out f8) {
   __shared__ float stage[kThreads / 32];
   const bf16* xr = x + int64_t(blockIdx.x) * s.ldx;
-  bf16* orow = out + int64_t(blockIdx.x) * s.ldo;
+  bf16* orow = out ? out + int64_t(blockIdx.x) * s.ldo : nullptr;
   const int64_t chunks = (s.n + 7) / 8;
   float ss = 0.0f;
   for (int64_t j = threadIdx.x; j < chunks; j += kThreads) {
@@ -55,7 +63,14 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const bf16* x, const 
         const float v = __fmul_rn(__bfloat162float(e[i]), scale);
         o[i] = __float2bfloat16_rn(gamma ? __fmul_rn(v, gamma[8 * j + i]) : v);
       }
-      *reinterpret_cast<uint4*>(orow + 8 * j) = packed;
+      if (orow) *reinterpret_cast<uint4*>(orow + 8 * j) = packed;
+      if constexpr (kFp8) {  // n % 128 == 0: chunks 16g .. 16g+15 are the 16 lanes of one half warp
+        float f[8];
+        for (int i = 0; i < 8; ++i) f[i] = __bfloat162float(o[i]);
+        const float gs = half_warp_group_scale(f);
+        *reinterpret_cast<uint2*>(f8.q + int64_t(blockIdx.x) * s.n + 8 * j) = encode8(f, gs);
+        if (j % 16 == 0) f8.s[int64_t(blockIdx.x) * f8.layout.s_row + (j / 16) * f8.layout.s_group] = gs;
+      }
     } else {
       for (int64_t i = 8 * j; i < 8 * j + 8 && i < s.n; ++i) {
         const float v = __fmul_rn(__bfloat162float(xr[i]), scale);
@@ -76,8 +91,30 @@ void rmsnorm(const bf16* x, const float* gamma, bf16* out, RmsNormShape s, float
   if (s.rows == 0) return;
   PB_CHECK(x && out, "rmsnorm: null pointer");
   const bool vector = s.n % 8 == 0 && s.ldx % 8 == 0 && s.ldo % 8 == 0 && aligned16(x) && aligned16(out);
-  if (vector) rmsnorm_kernel<true><<<unsigned(s.rows), kThreads, 0, stream>>>(x, gamma, out, s, eps);
-  else rmsnorm_kernel<false><<<unsigned(s.rows), kThreads, 0, stream>>>(x, gamma, out, s, eps);
+  if (vector) rmsnorm_kernel<true, false><<<unsigned(s.rows), kThreads, 0, stream>>>(x, gamma, out, s, eps, {});
+  else rmsnorm_kernel<false, false><<<unsigned(s.rows), kThreads, 0, stream>>>(x, gamma, out, s, eps, {});
+  PB_CUDA_LAUNCH();
+}
+
+void rmsnorm_fp8(const bf16* x, const float* gamma, bf16* out, __nv_fp8_e4m3* q, float* scales,
+                 Fp8ScaleLayout layout, RmsNormShape s, float eps, cudaStream_t stream) {
+  if (s.ldx == 0) s.ldx = s.n;
+  if (s.ldo == 0) s.ldo = s.n;
+  PB_CHECK(s.rows >= 0 && s.n >= 1 && s.ldx >= s.n && s.ldo >= s.n,
+           "rmsnorm_fp8: bad shape (rows >= 0, n >= 1, ld >= n)");
+  PB_CHECK(s.rows <= INT32_MAX, "rmsnorm_fp8: rows above 2^31 - 1");
+  PB_CHECK(eps >= 0, "rmsnorm_fp8: eps must be >= 0");
+  PB_CHECK(s.n % kFp8Group == 0, "rmsnorm_fp8: n = " + std::to_string(s.n) + " is not a multiple of 128");
+  const int64_t kb = s.n / kFp8Group;
+  PB_CHECK((layout.s_row == 1 && layout.s_group >= s.rows) || (layout.s_group == 1 && layout.s_row >= kb),
+           "rmsnorm_fp8: the scale layout is neither MN-major (s_group >= rows) nor K-major (s_row >= n/128)");
+  if (s.rows == 0) return;
+  PB_CHECK(x && q && scales, "rmsnorm_fp8: null pointer");
+  PB_CHECK(s.ldx % 8 == 0 && aligned16(x) && aligned_to(q, 8) && aligned_to(scales, 4) &&
+               (!out || (s.ldo % 8 == 0 && aligned16(out))),
+           "rmsnorm_fp8: x and out need 16-byte rows (ld % 8 == 0, 16-byte aligned), q 8-byte alignment");
+  rmsnorm_kernel<true, true><<<unsigned(s.rows), kThreads, 0, stream>>>(x, gamma, out, s, eps,
+                                                                          Fp8Out{q, scales, layout});
   PB_CUDA_LAUNCH();
 }
 

@@ -16,12 +16,22 @@
 // One 128-thread block per row; 16-byte loads and stores when n % 8 == 0 and
 // x, out, ldx, ldo are 16-byte aligned (in elements: ldx % 8 == 0), scalar otherwise
 // (the same order either way).
+//
+// rmsnorm_fp8 (cut quant_fuse, docs/cuts.md): the same rows and, from the same
+// registers, their fp8 twin, codes q [rows, n] e4m3 (row stride n) with one f32
+// scale per row and 128 columns at s[r * s_row + g * s_group]: bit for bit
+// rmsnorm() then quantize_act_fp8 (kernels/fp8/quant.h). out may be null (no
+// bf16 rows wanted). Needs n % 128 == 0 and the vector path (x, out 16-byte
+// rows); the group of chunks 16g .. 16g + 15 is one half warp's (fp8_device.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "fp8.h"
 
 namespace pb {
 
@@ -38,6 +48,8 @@ constexpr float kRmsNormEps = 1e-5f;
 
 void rmsnorm(const __nv_bfloat16* x, const float* gamma, __nv_bfloat16* out, RmsNormShape s, float eps,
              cudaStream_t stream);
+void rmsnorm_fp8(const __nv_bfloat16* x, const float* gamma, __nv_bfloat16* out, __nv_fp8_e4m3* q, float* scales,
+                 Fp8ScaleLayout layout, RmsNormShape s, float eps, cudaStream_t stream);
 
 namespace ref {
 // The contract above on bf16 bit patterns; rsqrtf from m.

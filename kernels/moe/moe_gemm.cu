@@ -7,6 +7,13 @@
 
 #include "check.h"
 #include "moe_gemm_cutlass.h"
+#if defined(PB_HAVE_CUTLASS)
+#include "moe_gemm_fp8_cutlass.h"
+#else
+namespace pb {
+class CutlassFp8GroupedGemm {};  // never made without CUTLASS (run_fp8 refuses first)
+}  // namespace pb
+#endif
 
 namespace pb {
 
@@ -111,6 +118,14 @@ void CutlassGroupedGemm::run(int, const int32_t*, int64_t, int64_t, const __nv_b
 bool cutlass_gemm_available() {
 #if defined(PB_HAVE_CUTLASS)
   return cutlass_grouped_device_ok();
+#else
+  return false;
+#endif
+}
+
+bool cutlass_fp8_gemm_available() {
+#if defined(PB_HAVE_CUTLASS)
+  return cutlass_fp8_grouped_device_ok();
 #else
   return false;
 #endif
@@ -240,6 +255,51 @@ void MoeGemm::run_cutlass(const int32_t* counts, const __nv_bfloat16* x, const _
     row += counts[e];
   }
   cutlass_->run(int(m.size()), m.data(), nb, s.k, a.data(), s.ldx, b.data(), s.k, d.data(), s.ldy, stream);
+}
+
+void MoeGemm::run_fp8(MoeGemmEngine engine, const int32_t* counts, const __nv_fp8_e4m3* xq, const float* sx,
+                      const __nv_fp8_e4m3* wq, const float* sw, __nv_bfloat16* const* y, MoeGemmShape s,
+                      cudaStream_t stream) {
+  s = packed(s);
+  PB_CHECK(s.experts == experts_, "moe_gemm fp8: shape's experts differ from this MoeGemm's");
+  PB_CHECK(engine == MoeGemmEngine::cutlass,
+           std::string("moe_gemm fp8: the ") + moe_gemm_engine_name(engine) +
+               " engine has no fp8 form; allowed with fp8 experts: cutlass (moe_gemm: cutlass or auto)");
+  PB_CHECK(cutlass_fp8_gemm_available(),
+           "moe_gemm fp8: the cutlass fp8 engine is not available here (needs a build with CUTLASS and an sm_90 "
+           "device)");
+  check_counts(counts, s.experts);
+  int64_t rows = 0;
+  for (int e = 0; e < s.experts; ++e) rows += counts[e];
+  if (rows == 0 || s.n == 0) return;
+  PB_CHECK(xq && sx && wq && sw && y, "moe_gemm fp8: null operand");
+  for (int j = 0; j < s.bands; ++j) PB_CHECK(y[j] != nullptr, "moe_gemm fp8: null output band");
+#if defined(PB_HAVE_CUTLASS)
+  if (!cutlass_fp8_) cutlass_fp8_ = std::make_unique<CutlassFp8GroupedGemm>(kMoeGemmMaxBands * experts_);
+  const int64_t nb = s.n / s.bands, kb = s.k / 128;
+  std::vector<int32_t> m;
+  std::vector<const __nv_fp8_e4m3*> a, b;
+  std::vector<const float*> sa, sb;
+  std::vector<__nv_bfloat16*> d;
+  int64_t row = 0;
+  for (int e = 0; e < s.experts; ++e) {
+    if (counts[e] == 0) continue;
+    for (int j = 0; j < s.bands; ++j) {
+      const int64_t w_row = int64_t(e) * s.n + j * nb;  // of the [E * n, k] weight rows
+      m.push_back(counts[e]);
+      a.push_back(xq + row * s.ldx);
+      sa.push_back(sx + row * kb);
+      b.push_back(wq + w_row * s.k);
+      sb.push_back(sw + w_row / 128 * kb);
+      d.push_back(y[j] + row * s.ldy);
+    }
+    row += counts[e];
+  }
+  cutlass_fp8_->run(int(m.size()), m.data(), nb, s.k, a.data(), s.ldx, sa.data(), kb, b.data(), s.k, sb.data(), kb,
+                    d.data(), s.ldy, stream);
+#else
+  (void)stream;
+#endif
 }
 
 void MoeGemm::run_loop(const Blas& blas, const int32_t* counts, const __nv_bfloat16* x, const __nv_bfloat16* w,

@@ -66,6 +66,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -91,10 +92,14 @@ bool grouped_gemm_supported(const Blas& blas);
 // Whether this build has the cutlass engine (PB_HAVE_CUTLASS) and the current
 // device runs its sm_90a kernel.
 bool cutlass_gemm_available();
+// Whether this build has the cutlass fp8 engine (moe_gemm_fp8_cutlass.h) and
+// the current device runs its sm_90a kernel.
+bool cutlass_fp8_gemm_available();
 // Whether `engine` runs here (grouped: grouped_gemm_supported; loop: always).
 bool moe_gemm_engine_available(MoeGemmEngine engine, const Blas& blas);
 
-class CutlassGroupedGemm;  // moe_gemm_cutlass.h
+class CutlassGroupedGemm;     // moe_gemm_cutlass.h
+class CutlassFp8GroupedGemm;  // moe_gemm_fp8_cutlass.h
 
 // counts [E] int32 on the device -> pinned host copy.
 class MoeGroupSizes {
@@ -138,6 +143,16 @@ class MoeGemm {
   void run(MoeGemmEngine engine, const Blas& blas, const int32_t* counts, const __nv_bfloat16* x,
            const __nv_bfloat16* w, __nv_bfloat16* const* y, MoeGemmShape s, cudaStream_t stream);
 
+  // The fp8 expert GEMM (precision experts: fp8; docs/design.md §12): x's fp8
+  // twin, codes [V, k] (row stride s.ldx) with one f32 scale per row and 128
+  // columns, K-major, row stride k/128; the weights' codes [E, n, k] with their
+  // 128x128 block scales [E, n/128, k/128] (K-major, no padding); y as run().
+  // The cutlass engine only (moe_gemm_fp8_cutlass.h: one grouped launch,
+  // blockwise-scaled, bf16 out); another engine is refused by name.
+  void run_fp8(MoeGemmEngine engine, const int32_t* counts, const __nv_fp8_e4m3* xq, const float* sx,
+               const __nv_fp8_e4m3* wq, const float* sw, __nv_bfloat16* const* y, MoeGemmShape s,
+               cudaStream_t stream);
+
   // The bench experiment (header above): one cublasGemmGroupedBatchedEx with
   // every expert's rows cut into `chunk`-row pieces (chunk >= 1).
   void run_grouped_chunks(const Blas& blas, const int32_t* counts, const __nv_bfloat16* x, const __nv_bfloat16* w,
@@ -164,6 +179,7 @@ class MoeGemm {
   std::vector<Slot> slots_;
   size_t next_slot_ = 0;
   std::unique_ptr<CutlassGroupedGemm> cutlass_;  // made on first use
+  std::unique_ptr<CutlassFp8GroupedGemm> cutlass_fp8_;  // made on first fp8 use
 };
 
 // Σ over experts of 2·counts[e]·n·k (n: all bands together).

@@ -901,7 +901,7 @@ TEST_CASE("overlap (cut 8): the same launches and costs in another order, per ra
       for (int r = 0; r < s.cp; ++r) {
         CAPTURE(s.cp);
         CAPTURE(layout_name(s.layout));
-        CAPTURE(base.short_name());
+        CAPTURE(base.describe());
         CAPTURE(r);
         const RankPlan plain = plan_rank(s, base, r), over = plan_rank(s, with_overlap(base), r);
         REQUIRE(plain.launches.size() == over.launches.size());

@@ -19,6 +19,14 @@ context: 512
 bucket: 256
 )";
 
+// kGood with widths fp8 takes (the tiny preset's f_rank is 32).
+const std::string kGoodFp8 = R"(name: t
+model: {preset: tiny, f_rank: 128}
+cp: 2
+context: 512
+bucket: 256
+)";
+
 std::string error_of(const std::string& text, const ScenarioOverrides& o = {}) {
   try {
     parse_scenario(text, "bad.yaml", o);
@@ -114,7 +122,7 @@ TEST_CASE("cut sets in every spelling") {
 TEST_CASE("each-cut has a variant per cut; balance runs on the stripe it refines") {
   const Scenario s = parse_scenario(std::string(kGood) + "variants: each-cut\n", "t.yaml");
   REQUIRE(s.variants.size() == 2 + kCutCount - 1);  // quant_fuse needs fp8
-  const Scenario f = parse_scenario(std::string(kGood) + "precision: fp8\nvariants: each-cut\n", "t.yaml");
+  const Scenario f = parse_scenario(kGoodFp8 + "precision: fp8\nvariants: each-cut\n", "t.yaml");
   REQUIRE(f.variants.size() == 2 + kCutCount);
   CHECK(f.variants[1].cuts == CutSet::all());
   CHECK(f.variants.back().name == "quant_fuse");
@@ -299,7 +307,7 @@ TEST_CASE("bad inputs give errors naming file, line, key and allowed values") {
 
 TEST_CASE("precision: bf16 by default, fp8 by word, map or override; all follows it") {
   CHECK(parse_scenario(kGood, "t.yaml").precision == Precision{});
-  const Scenario f = parse_scenario(std::string(kGood) + "precision: fp8\ncuts: all\n", "t.yaml");
+  const Scenario f = parse_scenario(kGoodFp8 + "precision: fp8\ncuts: all\n", "t.yaml");
   CHECK(f.precision.gemm == Format::fp8);
   CHECK(f.precision.experts == Format::fp8);
   CHECK(f.precision.fmha == Format::bf16);
@@ -310,7 +318,10 @@ TEST_CASE("precision: bf16 by default, fp8 by word, map or override; all follows
   CHECK(m.precision.gemm == Format::bf16);
   CHECK(m.precision.experts == Format::fp8);
   CHECK(m.precision.describe() == "gemm=bf16 experts=fp8 fmha=bf16");
-  const Scenario o = parse_scenario(kGood, "t.yaml", ScenarioOverrides{{"precision=fp8"}, "quant_fuse", {}});
+  const Scenario o = parse_scenario(kGoodFp8, "t.yaml", ScenarioOverrides{{"precision=fp8"}, "quant_fuse", {}});
+  CHECK_THROWS_WITH_AS(parse_scenario(std::string(kGood) + "precision: fp8\n", "t.yaml"),
+                       doctest::Contains("model.f_rank (the KDA forget gate's second projection's input) is 32"),
+                       Error);
   CHECK(o.precision.describe() == "fp8");
   CHECK(o.variants.at(0).cuts[Cut::quant_fuse]);
 }

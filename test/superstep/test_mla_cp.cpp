@@ -354,7 +354,7 @@ void check_overlap(const ModelShape& m, int64_t context, int64_t pad_rows, Layou
   const std::vector<Bits> out = run_layout(m, w, in, layout, calls, true);
   for (size_t i = 0; i < calls.size(); ++i) {
     CAPTURE(i);
-    CAPTURE(calls[i].short_name());
+    CAPTURE(calls[i].describe());
     CHECK_MESSAGE(out[i] == out[plain_of[i]], "cut 8 (or a repeated call) changed this rank's bits");
   }
 }

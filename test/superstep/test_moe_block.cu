@@ -177,10 +177,10 @@ Bits moe_reference(const ModelShape& m, const MoeBlock& block, const Bits& x) {
   const int64_t b = kBucket, T = kTokens, h = m.hidden, E = m.experts, k = m.top_k, lat = m.moe_latent,
                 I = m.expert_inter, S = m.shared_inter;
   const MoeWeights& w = block.weights();
-  const Bits router = w.router.download<uint16_t>(), lat_down = w.lat_down.download<uint16_t>(),
-             gu = w.expert_gate_up.download<uint16_t>(), dn = w.expert_down.download<uint16_t>(),
-             lat_up = w.lat_up.download<uint16_t>(), sgu = w.shared_gate_up.download<uint16_t>(),
-             sdn = w.shared_down.download<uint16_t>();
+  const Bits router = w.router.download<uint16_t>(), lat_down = w.lat_down.bf.download<uint16_t>(),
+             gu = w.expert_gate_up.bf.download<uint16_t>(), dn = w.expert_down.bf.download<uint16_t>(),
+             lat_up = w.lat_up.bf.download<uint16_t>(), sgu = w.shared_gate_up.bf.download<uint16_t>(),
+             sdn = w.shared_down.bf.download<uint16_t>();
   const std::vector<float> bias = w.router_bias.download();
 
   const Bits normed = ref_rmsnorm(x, b, h);
@@ -259,8 +259,8 @@ Bits moe_reference(const ModelShape& m, const MoeBlock& block, const Bits& x) {
 
 Bits dense_reference(const ModelShape& m, const DenseFfn& dense, const Bits& x) {
   const int64_t b = kBucket, h = m.hidden, I = m.dense_inter;
-  const Bits wgu = download_n(reinterpret_cast<const uint16_t*>(dense.w_gate_up()), 2 * I * h);
-  const Bits wdn = download_n(reinterpret_cast<const uint16_t*>(dense.w_down()), h * I);
+  const Bits wgu = download_n(reinterpret_cast<const uint16_t*>(dense.w_gate_up().bf.get()), 2 * I * h);
+  const Bits wdn = download_n(reinterpret_cast<const uint16_t*>(dense.w_down().bf.get()), h * I);
   const Bits normed = ref_rmsnorm(x, b, h);
   const std::vector<float> p = ref_gemm(normed, wgu, b, 2 * I, h);
   const Bits act = ref_situ(ref_land(p, b, 2 * I, 0, I), ref_land(p, b, 2 * I, I, I));
