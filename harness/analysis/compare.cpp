@@ -17,10 +17,11 @@
 #include "check.h"
 #include "model.h"
 #include "power_state.h"
-#include "wall_split.h"
 #include "projection.h"
 #include "scenario.h"
 #include "stats.h"
+#include "text.h"
+#include "wall_split.h"
 
 namespace pb {
 
@@ -37,12 +38,6 @@ struct Side {
 using VariantPairs = std::vector<std::pair<std::string, std::string>>;
 
 // "a, b, c" (fmt::join trips a GCC 12 -Wstringop-overflow false positive in fmt 9).
-std::string join(const std::vector<std::string>& items) {
-  std::string text;
-  for (const std::string& item : items) text += (text.empty() ? "" : ", ") + item;
-  return text;
-}
-
 // What one rep of a file's spans covers: a `lane` file holds one MLA layer
 // (and no TTFT), every other kind the superstep.
 bool holds_one_layer(const RunResult& run) { return run.kind == "lane"; }

@@ -22,6 +22,7 @@
 #include "profile.h"
 #include "slab_layout.h"
 #include "stats.h"
+#include "text.h"
 
 namespace pb {
 
@@ -34,12 +35,6 @@ struct LinkCost {
   bool measured = true;
   LinkProfile profile;  // when !measured
 };
-
-std::string join(const std::vector<std::string>& items) {
-  std::string text;
-  for (const std::string& item : items) text += (text.empty() ? "" : ", ") + item;
-  return text;
-}
 
 LinkCost link_cost(const std::string& link) {
   const std::vector<std::string> names = projection_link_names();

@@ -15,6 +15,7 @@
 #include "profile.h"
 #include "run_info.h"
 #include "superstep.h"
+#include "text.h"
 
 namespace pb {
 
@@ -84,12 +85,6 @@ PlanTableNotes cut_notes(const Scenario& s, const CutSet& cuts) {
   return notes;
 }
 
-std::string joined(const std::vector<std::string>& items) {
-  std::string s;
-  for (const auto& i : items) s += (s.empty() ? "" : ", ") + i;
-  return s;
-}
-
 }  // namespace
 
 int cmd_plan(const Gang& gang, const ScenarioArgs& args) {
@@ -116,7 +111,7 @@ int cmd_plan(const Gang& gang, const ScenarioArgs& args) {
   record_run_info(gang, args.command_line, result);
   record_scenario(s, result);
   record_costing(profile, link, result);
-  if (!args.calibrate.empty()) result.text["calibration_files"] = joined(args.calibrate);
+  if (!args.calibrate.empty()) result.text["calibration_files"] = join(args.calibrate);
   if (!args.measured.empty()) result.text["measured_file"] = args.measured;
   if (gang.is_root()) std::printf("%s\n", describe_costing(profile, link, !args.link.empty()).c_str());
 
@@ -158,7 +153,7 @@ int cmd_plan(const Gang& gang, const ScenarioArgs& args) {
         summary += fmt::format("  {:<14}{:>12.1f}{:>12}\n", v.name, deep.calibrated_ms, "not measured");
       }
       std::printf("%s\n", format_calibration_table(ranks, "calibrated " + s.name + ", variant " + v.name + " (from " +
-                                                               joined(calibration.files) + ")",
+                                                               join(calibration.files) + ")",
                                                    has_measured ? &m : nullptr)
                               .c_str());
     }

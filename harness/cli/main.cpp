@@ -29,6 +29,7 @@
 #include "check.h"
 #include "commands.h"
 #include "gang.h"
+#include "text.h"
 
 namespace {
 
@@ -138,9 +139,7 @@ int main(int argc, char** argv) {
   pb::KernelsBenchOptions kopt;
   CLI::App* kernels = app.add_subcommand("kernels", "baseline vs cut of the memory-bound cut kernels");
   const std::vector<std::string> bench_families = pb::kernels_bench_families();
-  std::string family_list;
-  for (const std::string& f : bench_families) family_list += (family_list.empty() ? "" : ", ") + f;
-  add_list(kernels, "--family", kopt.families, "a list of " + family_list + " (default: all)")
+  add_list(kernels, "--family", kopt.families, "a list of " + pb::join(bench_families) + " (default: all)")
       ->check(CLI::IsMember(bench_families));
   kernels->add_option("--rows", kopt.rows, "rows (the bucket; default 16896)");
   kernels->add_option("--reps", kopt.reps, "timed repetitions, median reported (default 30)");

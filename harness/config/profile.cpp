@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "check.h"
+#include "text.h"
 
 namespace pb {
 
@@ -47,11 +48,6 @@ const std::vector<GpuProfile>& profiles() {
   return all;
 }
 
-std::string joined(const std::vector<std::string>& names) {
-  std::string s;
-  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
 }  // namespace
 
 std::vector<std::string> gpu_profile_names() {
@@ -63,7 +59,7 @@ std::vector<std::string> gpu_profile_names() {
 GpuProfile gpu_profile(const std::string& name) {
   for (const auto& p : profiles())
     if (p.name == name) return p;
-  throw_error(__FILE__, __LINE__, "unknown gpu_profile '" + name + "'; allowed: " + joined(gpu_profile_names()));
+  throw_error(__FILE__, __LINE__, "unknown gpu_profile '" + name + "'; allowed: " + join(gpu_profile_names()));
 }
 
 bool is_datasheet(const std::string& figure_source) { return figure_source.rfind("datasheet", 0) == 0; }
@@ -83,7 +79,7 @@ std::vector<std::string> gemm_ceiling_names() { return {"burst", "sustained"}; }
 GpuProfile at_gemm_ceiling(const GpuProfile& p, const std::string& ceiling) {
   if (ceiling == "burst") return p;
   PB_CHECK(ceiling == "sustained",
-           "unknown GEMM ceiling '" + ceiling + "'; allowed: " + joined(gemm_ceiling_names()));
+           "unknown GEMM ceiling '" + ceiling + "'; allowed: " + join(gemm_ceiling_names()));
   PB_CHECK(p.gemm_sustained_tflops > 0, "profile " + p.name + " has no sustained GEMM figure (" +
                                             p.gemm_sustained_source + "); allowed for it: burst");
   GpuProfile out = p;
@@ -119,7 +115,7 @@ std::vector<std::string> link_profile_names() {
 LinkProfile link_profile(const std::string& name) {
   for (const auto& l : links())
     if (l.name == name) return l;
-  throw_error(__FILE__, __LINE__, "unknown link profile '" + name + "'; allowed: " + joined(link_profile_names()));
+  throw_error(__FILE__, __LINE__, "unknown link profile '" + name + "'; allowed: " + join(link_profile_names()));
 }
 
 }  // namespace pb

@@ -9,16 +9,11 @@
 
 #include "check.h"
 #include "profile.h"
+#include "text.h"
 
 namespace pb {
 
 namespace {
-
-std::string join(const std::vector<std::string>& items) {
-  std::string s;
-  for (const auto& i : items) s += (s.empty() ? "" : ", ") + i;
-  return s;
-}
 
 const std::vector<std::string> kTopKeys = {
     "name", "model", "cp", "context", "bucket", "split_k", "fabric", "emulate_hosts", "fmha", "moe_gemm",

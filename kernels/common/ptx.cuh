@@ -10,6 +10,7 @@
 //                      result flushes to +0, 2^-inf = +0)
 //   pack_bf16x2        two f32 -> bf16x2 (round to nearest), lo in the low half
 //   unpack_bf16x2      bf16x2 -> two f32 (exact), the low half in .x
+//   unpack_bf16x8      a 16-byte word of 8 bf16 -> 8 f32 (exact), in address order
 //   as_bits / as_bf16x2  the bit pattern of a bf16x2 as a 32-bit word and back (.x in the low half)
 #pragma once
 
@@ -67,6 +68,15 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 }
 __device__ __forceinline__ float2 unpack_bf16x2(uint32_t u) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
+}
+__device__ __forceinline__ void unpack_bf16x8(const uint4 u, float (&f)[8]) {
+  const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 p = unpack_bf16x2(words[k]);  // .x is the lower address
+    f[2 * k] = p.x;
+    f[2 * k + 1] = p.y;
+  }
 }
 __device__ __forceinline__ uint32_t as_bits(__nv_bfloat162 h) {
   uint32_t bits;

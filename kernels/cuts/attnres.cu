@@ -191,22 +191,11 @@ __device__ __forceinline__ void cp_async_wait_pending(int pending) {
   }
 }
 
-// 8 bf16 of a 16-byte chunk, in address order.
-__device__ __forceinline__ void unpack8(const uint4 u, float (&f)[kChunk]) {
-  const uint32_t words[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const bf16x2 h = as_bf16x2(words[k]);  // .x is the lower address
-    f[2 * k] = __bfloat162float(h.x);
-    f[2 * k + 1] = __bfloat162float(h.y);
-  }
-}
-
 // A chunk's 8 elements, ascending, into the slot's two sums; w = sw of the chunk.
 __device__ __forceinline__ void accumulate_chunk(const uint4 x, const float4 (&w)[2], float& ss,
                                                  float& dot) {
   float f[kChunk];
-  unpack8(x, f);
+  ptx::unpack_bf16x8(x, f);
   const float wf[kChunk] = {w[0].x, w[0].y, w[0].z, w[0].w, w[1].x, w[1].y, w[1].z, w[1].w};
 #pragma unroll
   for (int e = 0; e < kChunk; ++e) accumulate(f[e], wf[e], ss, dot);
@@ -214,7 +203,7 @@ __device__ __forceinline__ void accumulate_chunk(const uint4 x, const float4 (&w
 
 __device__ __forceinline__ void mix_chunk(float p, const uint4 x, float (&acc)[kChunk]) {
   float f[kChunk];
-  unpack8(x, f);
+  ptx::unpack_bf16x8(x, f);
 #pragma unroll
   for (int e = 0; e < kChunk; ++e) acc[e] = __fmaf_rn(p, f[e], acc[e]);
 }

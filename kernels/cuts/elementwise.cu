@@ -168,16 +168,6 @@ __global__ void __launch_bounds__(kThreads)
   if (tail < n) o[tail] = op(a[tail], b[tail]);
 }
 
-__device__ __forceinline__ void unpack8(const uint4 u, float (&f)[kVec]) {
-  const uint32_t words[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const bf16x2 h = as_bf16x2(words[k]);  // .x is the lower address
-    f[2 * k] = __bfloat162float(h.x);
-    f[2 * k + 1] = __bfloat162float(h.y);
-  }
-}
-
 // ---------------------------------------------------------------------------
 // cut through tables (mul_sigmoid, situ). A VecOp names its table's size,
 // how a block builds it, and the 8 outputs of one vector pair.
@@ -327,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     {
       float xf[kNormChunks][kVec];
 #pragma unroll
-      for (int k = 0; k < kNormChunks; ++k) unpack8(xv[k], xf[k]);
+      for (int k = 0; k < kNormChunks; ++k) ptx::unpack_bf16x8(xv[k], xf[k]);
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         const float p0 = xf[0][j] * xf[0][j] + xf[2][j] * xf[2][j];
@@ -351,8 +341,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int k = 0; k < kNormChunks; ++k) {
         float xf[kVec], gate[kVec];
-        unpack8(xv[k], xf);
-        unpack8(gv[k], gate);
+        ptx::unpack_bf16x8(xv[k], xf);
+        ptx::unpack_bf16x8(gv[k], gate);
         elementwise_detail::sigmoid_n(gate);
         const float4 glo = gam_s[8 * k + 2 * lane], ghi = gam_s[8 * k + 2 * lane + 1];
         const float gam[kVec] = {glo.x, glo.y, glo.z, glo.w, ghi.x, ghi.y, ghi.z, ghi.w};
@@ -457,7 +447,7 @@ __global__ void __launch_bounds__(kTableThreads)
     const uint4 ov = SituTableVec{}(tab, vg[v], vu[v]);
     if (o) reinterpret_cast<uint4*>(o)[v] = ov;
     float f[kVec];
-    unpack8(ov, f);
+    ptx::unpack_bf16x8(ov, f);
     const float gs = half_warp_group_scale(f);
     reinterpret_cast<uint2*>(q)[v] = encode8(f, gs);
     if (v % 16 == 0) {

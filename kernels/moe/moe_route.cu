@@ -25,6 +25,19 @@
 //                     across the row in 16-byte chunks (8 bf16); widths that
 //                     are not a multiple of 8 or unaligned pointers take the
 //                     same kernels instantiated for 2-byte chunks.
+//   moe_permute_fp8   a few lanes per row (8, 16 or 32: as many as the row
+//                     has 16-byte chunks, at most a warp), grid-stride over
+//                     the rows; 16 codes per access (1 on the scalar path),
+//                     the row's W/128 scales copied by its first lanes.
+//   moe_weight_fp8    flat over the 8-value vectors of [T * k, N]: each
+//                     thread widens 8 bf16, multiplies, rounds to bf16 and
+//                     widens back (moe_weight's arithmetic), then the half
+//                     warp holding the 16 vectors of one 128-column group
+//                     takes its scale (half_warp_group_scale) and encodes
+//                     (encode8). Scales are K-major with row stride N/128,
+//                     so vector v's group is v / 16 exactly. The block size
+//                     and the grid stride are multiples of 32 and N/8 of 16:
+//                     a half warp always runs one group, and stops together.
 #include "moe_route.h"
 
 #include <algorithm>
@@ -34,6 +47,7 @@
 #include <string>
 
 #include "check.h"
+#include "fp8_device.cuh"
 #include "launch.h"
 
 namespace pb {
@@ -361,6 +375,76 @@ __global__ void __launch_bounds__(kRowMaxThreads)
 }
 
 // ---------------------------------------------------------------------------
+// fp8 row kernels
+
+// C: uint4 (16 codes per access) or uint8_t (1). A group of 2^lanes_log2
+// lanes per row; chunks = C's per row, kbs = scales per row (W / 128).
+template <class C>
+__global__ void __launch_bounds__(kRowMaxThreads)
+    moe_permute_fp8_kernel(const C* __restrict__ xq, const float* __restrict__ sx,
+                           const int32_t* __restrict__ perm_src, C* __restrict__ xpq,
+                           float* __restrict__ spq, int64_t rows, int k, int64_t chunks,
+                           int64_t kbs, int lanes_log2) {
+  const int lanes = 1 << lanes_log2;
+  const int lane = int(threadIdx.x) & (lanes - 1);
+  const int64_t rows_per_block = int64_t(blockDim.x) >> lanes_log2;
+  for (int64_t p = int64_t(blockIdx.x) * rows_per_block + (threadIdx.x >> lanes_log2); p < rows;
+       p += int64_t(gridDim.x) * rows_per_block) {
+    const int32_t src = perm_src[p];
+    C* out = xpq + p * chunks;
+    float* s_out = spq + p * kbs;
+    if (src < 0) {  // moe_permute's +0 row, quantized: codes +0, scale 1
+      for (int64_t c = lane; c < chunks; c += lanes) out[c] = C{};
+      for (int64_t g = lane; g < kbs; g += lanes) s_out[g] = 1.0f;
+    } else {
+      const int64_t t = src / k;
+      const C* in = xq + t * chunks;
+      const float* s_in = sx + t * kbs;
+#pragma unroll 4
+      for (int64_t c = lane; c < chunks; c += lanes) out[c] = in[c];
+      for (int64_t g = lane; g < kbs; g += lanes) s_out[g] = s_in[g];
+    }
+  }
+}
+
+// vecs = T * k * N / 8 vectors of 8 values; row_vecs = N / 8 (a multiple of 16).
+template <bool kVector>
+__global__ void __launch_bounds__(kRowMaxThreads)
+    moe_weight_fp8_kernel(const __nv_bfloat16* __restrict__ y, const int32_t* __restrict__ perm_src,
+                          const float* __restrict__ weights, __nv_fp8_e4m3* __restrict__ q,
+                          float* __restrict__ sq, int64_t vecs, int64_t row_vecs) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; v < vecs; v += stride) {
+    const int32_t src = perm_src[v / row_vecs];  // one row per half warp: uniform
+    float f[8];
+    if (src < 0) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) f[j] = 0.0f;  // moe_weight's +0 row
+    } else {
+      const float w = weights[src];
+      if constexpr (kVector) {
+        widen<8>(reinterpret_cast<const uint4*>(y)[v], f);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) f[j] = __bfloat162float(y[v * 8 + j]);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) f[j] = __bfloat162float(__float2bfloat16_rn(__fmul_rn(f[j], w)));
+    }
+    const float scale = half_warp_group_scale(f);
+    const uint2 codes = encode8(f, scale);
+    if constexpr (kVector) {
+      reinterpret_cast<uint2*>(q)[v] = codes;
+    } else {
+      uint8_t* bytes = reinterpret_cast<uint8_t*>(q) + v * 8;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) bytes[j] = uint8_t((j < 4 ? codes.x : codes.y) >> (8 * (j % 4)));
+    }
+    if (v % 16 == 0) sq[v / 16] = scale;
+  }
+}
+
+// ---------------------------------------------------------------------------
 // launch helpers
 
 struct Span {
@@ -526,6 +610,75 @@ void moe_combine(const __nv_bfloat16* yd, const int32_t* perm_dst, __nv_bfloat16
     moe_combine_kernel<1><<<g.grid, g.block, 0, stream>>>(
         reinterpret_cast<const unsigned short*>(yd), perm_dst,
         reinterpret_cast<unsigned short*>(out), s.tokens, s.top_k, width);
+  }
+  PB_CUDA_LAUNCH();
+}
+
+void moe_permute_fp8(const __nv_fp8_e4m3* xq, const float* sx, const int32_t* perm_src,
+                     __nv_fp8_e4m3* xpq, float* spq, const MoeRouteShape& s, int64_t width,
+                     cudaStream_t stream) {
+  check_moe_route_shape(s);
+  PB_CHECK(width >= 0, "moe_permute_fp8: width < 0");
+  PB_CHECK(width % kFp8Group == 0, "moe_permute_fp8: width " + std::to_string(width) +
+                                       " is not a multiple of 128 (one scale per 128 columns)");
+  const int64_t rows = s.tokens * s.top_k;
+  if (rows == 0 || width == 0) return;
+  PB_CHECK(xq && sx && perm_src && xpq && spq,
+           "moe_permute_fp8: null pointer with a non-empty shape");
+  PB_CHECK(aligned_to(sx, 4) && aligned_to(spq, 4),
+           "moe_permute_fp8: sx or spq is not 4-byte aligned");
+  const int64_t kbs = width / kFp8Group;
+  check_outputs("moe_permute_fp8",
+                {{xpq, size_t(rows) * size_t(width)}, {spq, size_t(rows) * size_t(kbs) * 4}},
+                {{xq, size_t(s.tokens) * size_t(width)},
+                 {sx, size_t(s.tokens) * size_t(kbs) * 4},
+                 {perm_src, size_t(rows) * 4}});
+  if (aligned16(xq) && aligned16(xpq)) {
+    const int64_t chunks = width / 16;  // a multiple of 8
+    const int lanes_log2 = chunks <= 8 ? 3 : chunks <= 16 ? 4 : 5;
+    const int64_t rows_per_block = kRowMaxThreads >> lanes_log2;
+    const int blocks = resident_grid(moe_permute_fp8_kernel<uint4>, kRowMaxThreads,
+                                     (rows + rows_per_block - 1) / rows_per_block);
+    moe_permute_fp8_kernel<uint4><<<blocks, kRowMaxThreads, 0, stream>>>(
+        reinterpret_cast<const uint4*>(xq), sx, perm_src, reinterpret_cast<uint4*>(xpq), spq, rows,
+        s.top_k, chunks, kbs, lanes_log2);
+  } else {
+    const int lanes_log2 = 5;
+    const int64_t rows_per_block = kRowMaxThreads >> lanes_log2;
+    const int blocks = resident_grid(moe_permute_fp8_kernel<uint8_t>, kRowMaxThreads,
+                                     (rows + rows_per_block - 1) / rows_per_block);
+    moe_permute_fp8_kernel<uint8_t><<<blocks, kRowMaxThreads, 0, stream>>>(
+        reinterpret_cast<const uint8_t*>(xq), sx, perm_src, reinterpret_cast<uint8_t*>(xpq), spq,
+        rows, s.top_k, width, kbs, lanes_log2);
+  }
+  PB_CUDA_LAUNCH();
+}
+
+void moe_weight_fp8(const __nv_bfloat16* y, const int32_t* perm_src, const float* weights,
+                    __nv_fp8_e4m3* q, float* sq, const MoeRouteShape& s, int64_t width,
+                    cudaStream_t stream) {
+  check_moe_route_shape(s);
+  PB_CHECK(width >= 0, "moe_weight_fp8: width < 0");
+  PB_CHECK(width % kFp8Group == 0, "moe_weight_fp8: width " + std::to_string(width) +
+                                       " is not a multiple of 128 (one scale per 128 columns)");
+  const int64_t rows = s.tokens * s.top_k;
+  if (rows == 0 || width == 0) return;
+  PB_CHECK(y && perm_src && weights && q && sq,
+           "moe_weight_fp8: null pointer with a non-empty shape");
+  PB_CHECK(aligned_to(sq, 4), "moe_weight_fp8: sq is not 4-byte aligned");
+  const size_t elems = size_t(rows) * size_t(width);
+  check_outputs("moe_weight_fp8", {{q, elems}, {sq, elems / kFp8Group * 4}},
+                {{y, elems * 2}, {perm_src, size_t(rows) * 4}, {weights, size_t(rows) * 4}});
+  const int64_t vecs = rows * width / 8, row_vecs = width / 8;
+  const int64_t wanted = (vecs + kRowMaxThreads - 1) / kRowMaxThreads;
+  if (aligned16(y) && aligned_to(q, 8)) {
+    const int blocks = resident_grid(moe_weight_fp8_kernel<true>, kRowMaxThreads, wanted);
+    moe_weight_fp8_kernel<true><<<blocks, kRowMaxThreads, 0, stream>>>(y, perm_src, weights, q, sq,
+                                                                       vecs, row_vecs);
+  } else {
+    const int blocks = resident_grid(moe_weight_fp8_kernel<false>, kRowMaxThreads, wanted);
+    moe_weight_fp8_kernel<false><<<blocks, kRowMaxThreads, 0, stream>>>(y, perm_src, weights, q,
+                                                                        sq, vecs, row_vecs);
   }
   PB_CUDA_LAUNCH();
 }

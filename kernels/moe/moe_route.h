@@ -17,6 +17,13 @@
 //   x   [T, W] bf16      -> xp  [T * k, W] bf16   moe_permute (latent rows)
 //   y   [T * k, N] bf16  -> yw  [T * k, N] bf16   moe_weight (SiTU output)
 //   yd  [T * k, W] bf16  -> out [T, W] bf16       moe_combine (down-proj output)
+// and their fp8 forms, for the fp8 expert GEMMs (kernels/fp8/fp8.h: e4m3 codes,
+// one f32 scale per row and 128 columns, K-major with row stride exactly W/128):
+//   xq [T, W] e4m3, sx [T, W/128] f32
+//                        -> xpq [T * k, W] e4m3, spq [T * k, W/128] f32
+//                                                 moe_permute_fp8
+//   y   [T * k, N] bf16  -> q [T * k, N] e4m3, sq [T * k, N/128] f32
+//                                                 moe_weight_fp8
 //
 // router_topk, per token t (f32 throughout, IEEE division, no FMA):
 //   s_e = 1.0f / (1.0f + expf(-logits[t][e]))       unbiased sigmoid score
@@ -50,6 +57,29 @@
 // Row kernels move 16 bytes (8 bf16) per access when the width is a multiple
 // of 8 and the row pointers are 16-byte aligned, 2 bytes otherwise.
 //
+// The fp8 row kernels, width W (or N) a multiple of 128, scales K-major
+// (row r's group g at s[r * (W/128) + g]):
+//   moe_permute_fp8  xpq[p][c] = xq[perm_src[p] / k][c],
+//                    spq[p][g] = sx[perm_src[p] / k][g]           (bit copies)
+//                    Quantization is per row, so this is moe_permute followed
+//                    by quantize_act_fp8 (K-major), bit for bit.
+//   moe_weight_fp8   v = f32(bf16(f32(y[p][c]) * weights[perm_src[p]])), i.e.
+//                    moe_weight's output, then fp8.h's 1x128 group rule on it
+//                    (fp8_device.cuh, the one implementation): sq[p][g] = the
+//                    group's scale, q[p][c] = e4m3(v / sq[p][g]). Bit for bit
+//                    moe_weight followed by quantize_act_fp8 (K-major); no bf16
+//                    is written.
+// Rows with perm_src[p] = -1 are the +0 rows of moe_permute / moe_weight
+// quantized: codes 0x00 (+0) and scale 1.0f in every group.
+// moe_permute_fp8 moves 16 codes per access (8, 16 or 32 lanes a row, the
+// row's scales copied alongside) when xq and xpq are 16-byte aligned, single
+// bytes otherwise. moe_weight_fp8 gives each 128-column group to a half warp,
+// 8 values a lane: 16-byte bf16 loads and 8-byte code stores when y is 16-byte
+// and q 8-byte aligned, single elements otherwise (same arithmetic, same
+// results). Both need W % 128 == 0 and 4-byte aligned scales (refused
+// otherwise, a pb::Error naming the rule); their outputs overlap no input
+// (no in-place form).
+//
 // Preconditions (checked by every launcher with PB_CHECK): T >= 0,
 // 1 <= E <= 1024, 1 <= k <= min(E, 32), T * k < 2^31, width >= 0, non-null
 // pointers unless the work is empty, outputs not overlapping inputs
@@ -58,6 +88,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -112,6 +143,17 @@ void moe_weight(const __nv_bfloat16* y, const int32_t* perm_src, const float* we
 // yd [T * k, W] bf16 -> out [T, W] bf16.
 void moe_combine(const __nv_bfloat16* yd, const int32_t* perm_dst, __nv_bfloat16* out,
                  const MoeRouteShape& s, int64_t width, cudaStream_t stream);
+
+// xq [T, W] e4m3 + sx [T, W/128] f32 -> xpq [T * k, W] e4m3 + spq [T * k, W/128] f32
+// (W = width, a multiple of 128; scales K-major, row stride W/128).
+void moe_permute_fp8(const __nv_fp8_e4m3* xq, const float* sx, const int32_t* perm_src,
+                     __nv_fp8_e4m3* xpq, float* spq, const MoeRouteShape& s, int64_t width,
+                     cudaStream_t stream);
+// y [T * k, N] bf16, weights [T, k] f32 -> q [T * k, N] e4m3 + sq [T * k, N/128] f32
+// (N = width, a multiple of 128; scales K-major, row stride N/128).
+void moe_weight_fp8(const __nv_bfloat16* y, const int32_t* perm_src, const float* weights,
+                    __nv_fp8_e4m3* q, float* sq, const MoeRouteShape& s, int64_t width,
+                    cudaStream_t stream);
 
 // ---- synthetic router (host): reproducible, skewed expert load ----
 //

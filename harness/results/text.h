@@ -1,0 +1,12 @@
+// Text helpers every layer of the harness shares.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace pb {
+
+// The items with `separator` between them: "a, b, c".
+std::string join(const std::vector<std::string>& items, const std::string& separator = ", ");
+
+}  // namespace pb
