@@ -219,6 +219,15 @@ Cost moe_permute(int64_t tokens, int64_t top_k, int64_t width) {
 
 Cost moe_weight(int64_t rows, int64_t width) { return memory(2.0 * rows * width * kBf16, double(rows) * width); }
 
+Cost moe_permute_fp8(int64_t tokens, int64_t top_k, int64_t width) {
+  const int64_t rows = tokens * top_k;
+  return memory(2.0 * (double(rows) * width * kFp8 + scale_groups(rows, width) * kF32));
+}
+
+Cost moe_weight_fp8(int64_t rows, int64_t width) {
+  return memory(double(rows) * width * (kBf16 + kFp8) + scale_groups(rows, width) * kF32, 3.0 * rows * width);
+}
+
 Cost moe_combine(int64_t tokens, int64_t top_k, int64_t width) {
   return memory(double(tokens) * top_k * width * kBf16 + double(tokens) * width * kBf16,
                 double(tokens) * top_k * width);

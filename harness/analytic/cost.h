@@ -84,6 +84,10 @@ Cost router_topk(int64_t tokens, int64_t experts, int64_t top_k);
 Cost moe_plan(int64_t tokens, int64_t top_k, int64_t experts);
 Cost moe_permute(int64_t tokens, int64_t top_k, int64_t width);
 Cost moe_weight(int64_t rows, int64_t width);
+// Their fp8 forms (cut quant_fuse with fp8 experts, moe_route.h): the permuted
+// rows as e4m3 codes with K-major scales; the weighted rows written as them.
+Cost moe_permute_fp8(int64_t tokens, int64_t top_k, int64_t width);
+Cost moe_weight_fp8(int64_t rows, int64_t width);
 Cost moe_combine(int64_t tokens, int64_t top_k, int64_t width);
 // Expert GEMMs (kernels/moe/moe_gemm.h), either engine: rows [V, k] bf16 read once,
 // every expert's weight [n, k] bf16 read once (all E: an upper bound when some

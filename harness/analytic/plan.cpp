@@ -318,24 +318,34 @@ class RankPlanner {
     // per-expert counts to the host, which sizes the grouped GEMMs below.
     add("moe", "moe.plan", cost::moe_plan(t_, k, m_.experts));
     gemm_land("lat_down", b_, lat, h);
-    add("moe", "moe.permute", cost::moe_permute(t_, k, lat));
+    // fp8 experts: their rows and weighted activations quantized (K-major
+    // scales) before each grouped GEMM; under quant_fuse the latent rows are
+    // quantized before the permutation (rows of a token are copies) and the
+    // permutation and moe.weight write e4m3 themselves.
+    const bool fp8_experts = s_.precision.experts == Format::fp8, fuse_experts = fp8_experts && cuts_[Cut::quant_fuse];
+    if (fuse_experts) {
+      quant("moe_latent", b_, lat);
+      add("moe", "moe.permute", cost::moe_permute_fp8(t_, k, lat));
+    } else {
+      add("moe", "moe.permute", cost::moe_permute(t_, k, lat));
+      if (fp8_experts) quant("moe_rows", routed_rows, lat);
+    }
     // The expert GEMMs write bf16 (gate and up as two bands, kernels/moe/moe_gemm.h),
     // so no landing follows them. Both engines (scenario key moe_gemm) record
     // the same two spans: grouped = one cublasGemmGroupedBatchedEx each; loop =
     // one cublasGemmEx per non-empty expert and band inside the same span.
-    // fp8 experts: their rows and weighted activations quantized (K-major
-    // scales) before each grouped GEMM; moe.weight scales the situ's output
-    // in place, so the situ has no fused form here.
-    const bool fp8_experts = s_.precision.experts == Format::fp8;
     const auto expert_gemm = [&](const char* what, int64_t n, int64_t kk) {
       add("moe_gemm", std::string("moe_gemm.") + what,
           fp8_experts ? cost::moe_gemm_fp8(routed_rows, m_.experts, n, kk) : cost::moe_gemm(routed_rows, m_.experts, n, kk));
     };
-    if (fp8_experts) quant("moe_rows", routed_rows, lat);
     expert_gemm("gate_up", 2 * inter, lat);
     situ(routed_rows * inter);
-    add("moe", "moe.weight", cost::moe_weight(routed_rows, inter));
-    if (fp8_experts) quant("moe_act", routed_rows, inter);
+    if (fuse_experts) {
+      add("moe", "moe.weight", cost::moe_weight_fp8(routed_rows, inter));
+    } else {
+      add("moe", "moe.weight", cost::moe_weight(routed_rows, inter));
+      if (fp8_experts) quant("moe_act", routed_rows, inter);
+    }
     expert_gemm("down", lat, inter);
     add("moe", "moe.combine", cost::moe_combine(t_, k, lat));
     norm("routed_latent", b_, lat);

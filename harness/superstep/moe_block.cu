@@ -82,6 +82,7 @@ MoeBlockBuffers MoeBlockBuffers::take(DeviceMemory& mem, const ModelShape& m, in
   x.normed_q_ = Fp8Act::take(mem, "normed", b, h, Home::ffn, gemm);
   x.routed_norm_q_ = Fp8Act::take(mem, "routed_norm", b, lat, Home::ffn, gemm);
   x.sh_act_q_ = Fp8Act::take(mem, "shared_act", b, S, Home::ffn, gemm);
+  x.latent_q_ = Fp8Act::take(mem, "latent", b, lat, Home::ffn, experts, /*k_major=*/true);
   x.xp_q_ = Fp8Act::take(mem, "permuted", routed, lat, Home::ffn, experts, /*k_major=*/true);
   x.act_q_ = Fp8Act::take(mem, "expert_act", routed, I, Home::ffn, experts, /*k_major=*/true);
   return x;
@@ -136,9 +137,18 @@ void MoeBlock::run(Timeline& tl, const Blas& blas, const CutSet& cuts, MoeGemmEn
     sizes_.fetch(plan_counts_.get(), st);
   });
   gemm_land(tl, blas, lv, "lat_down", normed_.get(), normed_q_, w_.lat_down, partial, latent_.get(), b, lat, h);
-  tl.launch("moe", "moe.permute", [&] { moe_permute(latent_.get(), perm_src_.get(), xp_.get(), rs, lat, st); });
   const int64_t routed_rows = tokens * m_.top_k;  // V: every assignment is kept (router_topk)
-  if (fp8_experts) quant_act(tl, "moe_rows", xp_.get(), routed_rows, lat, xp_q_);
+  const bool fuse_experts = fp8_experts && cuts[Cut::quant_fuse];
+  if (fuse_experts) {  // a token's rows are copies: quantize the latent once, permute the codes
+    quant_act(tl, "moe_latent", latent_.get(), b, lat, latent_q_);
+    tl.launch("moe", "moe.permute", [&] {
+      moe_permute_fp8(latent_q_.codes.get(), latent_q_.scales.get(), perm_src_.get(), xp_q_.codes.get(),
+                      xp_q_.scales.get(), rs, lat, st);
+    });
+  } else {
+    tl.launch("moe", "moe.permute", [&] { moe_permute(latent_.get(), perm_src_.get(), xp_.get(), rs, lat, st); });
+    if (fp8_experts) quant_act(tl, "moe_rows", xp_.get(), routed_rows, lat, xp_q_);
+  }
   tl.launch("moe_gemm", "moe_gemm.gate_up", [&] {
     const int32_t* counts = sizes_.wait();
     counts_.assign(counts, counts + E);
@@ -152,9 +162,15 @@ void MoeBlock::run(Timeline& tl, const Blas& blas, const CutSet& cuts, MoeGemmEn
       gemm_gate_up_.run(engine, blas, counts_.data(), xp_.get(), w_.expert_gate_up.bf.get(), bands, shape, st);
   });
   tl.launch("elementwise", "situ", [&] { situ(ev, gate_.get(), up_.get(), act_.get(), valid * I, st); });
-  tl.launch("moe", "moe.weight",
-            [&] { moe_weight(act_.get(), perm_src_.get(), topw_.get(), act_.get(), rs, I, st); });
-  if (fp8_experts) quant_act(tl, "moe_act", act_.get(), routed_rows, I, act_q_);
+  if (fuse_experts) {
+    tl.launch("moe", "moe.weight", [&] {
+      moe_weight_fp8(act_.get(), perm_src_.get(), topw_.get(), act_q_.codes.get(), act_q_.scales.get(), rs, I, st);
+    });
+  } else {
+    tl.launch("moe", "moe.weight",
+              [&] { moe_weight(act_.get(), perm_src_.get(), topw_.get(), act_.get(), rs, I, st); });
+    if (fp8_experts) quant_act(tl, "moe_act", act_.get(), routed_rows, I, act_q_);
+  }
   tl.launch("moe_gemm", "moe_gemm.down", [&] {
     bf16* const band[1] = {yd_.get()};
     const MoeGemmShape shape{int(E), lat, I, 0, 0, 1};

@@ -27,7 +27,10 @@
 // router still reads; quant.routed_latent; quant.shared_act after the shared
 // situ), under cut quant_fuse by the producers themselves (rmsnorm_fp8,
 // situ_fp8); fp8 experts quantize their rows after the permutation
-// (quant.moe_rows) and the weighted activations (quant.moe_act), K-major.
+// (quant.moe_rows) and the weighted activations (quant.moe_act), K-major;
+// under quant_fuse the latent rows once before it (quant.moe_latent: a token's
+// rows are copies), and moe.permute and moe.weight write e4m3 themselves
+// (moe_permute_fp8, moe_weight_fp8).
 //
 // Weights: one seeded synthetic set (block_common.h's synthetic_weight), shared
 // by every MoE layer; the RMSNorm gains are 1 (gamma = nullptr). Expert weights
@@ -84,7 +87,7 @@ struct MoeBlockBuffers {
   DeviceBuffer<int32_t> ids_, plan_counts_, plan_offsets_, perm_src_, perm_dst_, plan_ws_;
   // The GEMM inputs' fp8 twins: the dense projections' (fp8 gemm) and the
   // experts' (fp8 experts; K-major scales).
-  Fp8Act normed_q_, routed_norm_q_, sh_act_q_, xp_q_, act_q_;
+  Fp8Act normed_q_, routed_norm_q_, sh_act_q_, latent_q_, xp_q_, act_q_;
 };
 
 class MoeBlock : private MoeBlockBuffers {

@@ -673,12 +673,12 @@ void moe_weight_fp8(const __nv_bfloat16* y, const int32_t* perm_src, const float
   const int64_t wanted = (vecs + kRowMaxThreads - 1) / kRowMaxThreads;
   if (aligned16(y) && aligned_to(q, 8)) {
     const int blocks = resident_grid(moe_weight_fp8_kernel<true>, kRowMaxThreads, wanted);
-    moe_weight_fp8_kernel<true><<<blocks, kRowMaxThreads, 0, stream>>>(y, perm_src, weights, q, sq,
-                                                                       vecs, row_vecs);
+    moe_weight_fp8_kernel<true>
+        <<<blocks, kRowMaxThreads, 0, stream>>>(y, perm_src, weights, q, sq, vecs, row_vecs);
   } else {
     const int blocks = resident_grid(moe_weight_fp8_kernel<false>, kRowMaxThreads, wanted);
-    moe_weight_fp8_kernel<false><<<blocks, kRowMaxThreads, 0, stream>>>(y, perm_src, weights, q,
-                                                                        sq, vecs, row_vecs);
+    moe_weight_fp8_kernel<false>
+        <<<blocks, kRowMaxThreads, 0, stream>>>(y, perm_src, weights, q, sq, vecs, row_vecs);
   }
   PB_CUDA_LAUNCH();
 }

@@ -60,7 +60,8 @@ struct Guarded {
     const auto* bytes = reinterpret_cast<const unsigned char*>(all.data());
     bool intact = true;
     for (size_t i = 0; i < shift * sizeof(T); ++i) intact &= bytes[i] == kPoison;
-    for (size_t i = (shift + n) * sizeof(T); i < all.size() * sizeof(T); ++i) intact &= bytes[i] == kPoison;
+    for (size_t i = (shift + n) * sizeof(T); i < all.size() * sizeof(T); ++i)
+      intact &= bytes[i] == kPoison;
     CHECK_MESSAGE(intact, what, ": store outside the output");
     return std::vector<H>(all.begin() + ptrdiff_t(shift), all.begin() + ptrdiff_t(shift + n));
   }
@@ -77,11 +78,13 @@ void check_same(const Fp8Rows& got, const Fp8Rows& want, int64_t width, const ch
   REQUIRE(got.codes.size() == want.codes.size());
   int64_t bad = -1;
   for (size_t i = 0; i < got.codes.size() && bad < 0; ++i)
-    if (got.codes[i] != want.codes[i] && !(ref::e4m3_is_nan(got.codes[i]) && ref::e4m3_is_nan(want.codes[i])))
+    if (got.codes[i] != want.codes[i] &&
+        !(ref::e4m3_is_nan(got.codes[i]) && ref::e4m3_is_nan(want.codes[i])))
       bad = int64_t(i);
-  CHECK_MESSAGE(bad < 0, "codes differ at row " << bad / width << " column " << bad % width << ": got "
-                                                << int(got.codes[size_t(std::max<int64_t>(bad, 0))]) << ", want "
-                                                << int(want.codes[size_t(std::max<int64_t>(bad, 0))]));
+  CHECK_MESSAGE(bad < 0, "codes differ at row "
+                             << bad / width << " column " << bad % width << ": got "
+                             << int(got.codes[size_t(std::max<int64_t>(bad, 0))]) << ", want "
+                             << int(want.codes[size_t(std::max<int64_t>(bad, 0))]));
   std::string report;
   CHECK_MESSAGE(first_bit_mismatch(got.scales, want.scales, &report) < 0, "scales: ", report);
 }
@@ -98,12 +101,13 @@ void check_dropped_rows(const Fp8Rows& got, const std::vector<int32_t>& perm_src
     for (int64_t g = 0; g < kbs; ++g)
       if (got.scales[p * size_t(kbs) + size_t(g)] != 1.0f) bad = int64_t(p);
   }
-  CHECK_MESSAGE(bad < 0, what, ": row ", bad, " has perm_src -1 but is not codes 0x00, scales 1.0f");
+  CHECK_MESSAGE(bad < 0, what, ": row ", bad,
+                " has perm_src -1 but is not codes 0x00, scales 1.0f");
 }
 
 std::string describe(const MoeRouteShape& s, int64_t width) {
-  return "T " + std::to_string(s.tokens) + " E " + std::to_string(s.experts) + " k " + std::to_string(s.top_k) +
-         " width " + std::to_string(width);
+  return "T " + std::to_string(s.tokens) + " E " + std::to_string(s.experts) + " k " +
+         std::to_string(s.top_k) + " width " + std::to_string(width);
 }
 
 size_t assignments(const MoeRouteShape& s) { return size_t(s.tokens) * size_t(s.top_k); }
@@ -130,14 +134,15 @@ struct Plan {
 Plan router_plan(const MoeRouteShape& s, uint64_t seed) {
   const auto logits = to_device<float>(synthetic_router_logits(s.tokens, s.experts, seed));
   const auto bias = to_device<float>(synthetic_router_bias(s.experts, seed));
-  DeviceBuffer<int32_t> ids(assignments(s)), counts(size_t(s.experts)), offsets(size_t(s.experts) + 1);
+  DeviceBuffer<int32_t> ids(assignments(s)), counts(size_t(s.experts)),
+      offsets(size_t(s.experts) + 1);
   DeviceBuffer<int32_t> perm_src(assignments(s)), perm_dst(assignments(s));
   DeviceBuffer<float> weights(assignments(s));
   const size_t ws_bytes = moe_permute_plan_workspace_bytes(s);
   DeviceBuffer<unsigned char> ws(ws_bytes);
   router_topk(logits.get(), bias.get(), ids.get(), weights.get(), s, nullptr);
-  moe_permute_plan(ids.get(), {counts.get(), offsets.get(), perm_src.get(), perm_dst.get()}, ws.get(), ws_bytes, s,
-                   nullptr);
+  moe_permute_plan(ids.get(), {counts.get(), offsets.get(), perm_src.get(), perm_dst.get()},
+                   ws.get(), ws_bytes, s, nullptr);
   PB_CUDA(cudaDeviceSynchronize());
   return {perm_src.download(), weights.download(), "router plan"};
 }
@@ -155,7 +160,8 @@ Plan hand_plan(const MoeRouteShape& s, uint64_t seed) {
   for (int32_t& p : perm_src)
     if (quarter(rng) == 0) p = -1;
   perm_src.back() = -1;
-  if (A > 1 && perm_src.front() < 0) perm_src.front() = 0;  // a repeat at worst: the row kernels allow it
+  if (A > 1 && perm_src.front() < 0)
+    perm_src.front() = 0;  // a repeat at worst: the row kernels allow it
   std::vector<float> weights = random_f32(A, seed + 1, 0.5f);
   for (size_t i = 0; i < A; ++i) {
     if (i % 13 == 5) weights[i] = 1e30f;
@@ -169,9 +175,10 @@ Plan hand_plan(const MoeRouteShape& s, uint64_t seed) {
 // x [T, W] -> (moe_permute then quantize_act_fp8) vs (quantize_act_fp8 then moe_permute_fp8).
 // shift_in / shift_out: byte offsets of xq / xpq (off 16 bytes: the scalar path);
 // the scale pointers move by as many floats, staying 4-byte aligned.
-void check_permute(const Plan& plan, const MoeRouteShape& s, int64_t width, uint64_t seed, size_t shift_in = 0,
-                   size_t shift_out = 0) {
-  INFO(describe(s, width) << " " << plan.name << " shift_in " << shift_in << " shift_out " << shift_out);
+void check_permute(const Plan& plan, const MoeRouteShape& s, int64_t width, uint64_t seed,
+                   size_t shift_in = 0, size_t shift_out = 0) {
+  INFO(describe(s, width) << " " << plan.name << " shift_in " << shift_in << " shift_out "
+                          << shift_out);
   const int64_t T = s.tokens, rows = int64_t(assignments(s)), kbs = width / kFp8Group;
   const auto x = to_device<bf16>(rows_with_specials(T, width, seed));
   const auto perm_src = to_device<int32_t>(plan.perm_src);
@@ -181,13 +188,14 @@ void check_permute(const Plan& plan, const MoeRouteShape& s, int64_t width, uint
   Guarded<fp8, uint8_t> want_q(size_t(rows * width));
   Guarded<float> want_s(size_t(rows * kbs));
   moe_permute(x.get(), perm_src.get(), xp.get(), s, width, nullptr);
-  quantize_act_fp8(xp.get(), want_q.get(), want_s.get(), {rows, width, width, width, act_scales_k_major(kbs)},
-                   nullptr);
+  quantize_act_fp8(xp.get(), want_q.get(), want_s.get(),
+                   {rows, width, width, width, act_scales_k_major(kbs)}, nullptr);
 
   // got: quantize_act_fp8 of x, then moe_permute_fp8.
   Guarded<fp8, uint8_t> xq(size_t(T * width), shift_in);
   Guarded<float> sx(size_t(T * kbs), shift_in);
-  quantize_act_fp8(x.get(), xq.get(), sx.get(), {T, width, width, width, act_scales_k_major(kbs)}, nullptr);
+  quantize_act_fp8(x.get(), xq.get(), sx.get(), {T, width, width, width, act_scales_k_major(kbs)},
+                   nullptr);
   Guarded<fp8, uint8_t> got_q(size_t(rows * width), shift_out);
   Guarded<float> got_s(size_t(rows * kbs), shift_out);
   moe_permute_fp8(xq.get(), sx.get(), perm_src.get(), got_q.get(), got_s.get(), s, width, nullptr);
@@ -201,9 +209,10 @@ void check_permute(const Plan& plan, const MoeRouteShape& s, int64_t width, uint
 // y [T * k, N] -> (moe_weight then quantize_act_fp8) vs moe_weight_fp8.
 // shift_in: elements of y (off 16 bytes: the scalar path); shift_out: bytes of
 // q (off 8 bytes: the scalar path), floats of sq.
-void check_weight(const Plan& plan, const MoeRouteShape& s, int64_t width, uint64_t seed, size_t shift_in = 0,
-                  size_t shift_out = 0) {
-  INFO(describe(s, width) << " " << plan.name << " shift_in " << shift_in << " shift_out " << shift_out);
+void check_weight(const Plan& plan, const MoeRouteShape& s, int64_t width, uint64_t seed,
+                  size_t shift_in = 0, size_t shift_out = 0) {
+  INFO(describe(s, width) << " " << plan.name << " shift_in " << shift_in << " shift_out "
+                          << shift_out);
   const int64_t rows = int64_t(assignments(s)), kbs = width / kFp8Group;
   std::vector<uint16_t> y_host(shift_in, 0x3f80);
   const std::vector<uint16_t> rows_host = rows_with_specials(rows, width, seed);
@@ -217,12 +226,13 @@ void check_weight(const Plan& plan, const MoeRouteShape& s, int64_t width, uint6
   Guarded<fp8, uint8_t> want_q(size_t(rows * width));
   Guarded<float> want_s(size_t(rows * kbs));
   moe_weight(y.get() + shift_in, perm_src.get(), weights.get(), yw.get(), s, width, nullptr);
-  quantize_act_fp8(yw.get(), want_q.get(), want_s.get(), {rows, width, width, width, act_scales_k_major(kbs)},
-                   nullptr);
+  quantize_act_fp8(yw.get(), want_q.get(), want_s.get(),
+                   {rows, width, width, width, act_scales_k_major(kbs)}, nullptr);
 
   Guarded<fp8, uint8_t> got_q(size_t(rows * width), shift_out);
   Guarded<float> got_s(size_t(rows * kbs), shift_out);
-  moe_weight_fp8(y.get() + shift_in, perm_src.get(), weights.get(), got_q.get(), got_s.get(), s, width, nullptr);
+  moe_weight_fp8(y.get() + shift_in, perm_src.get(), weights.get(), got_q.get(), got_s.get(), s,
+                 width, nullptr);
 
   const Fp8Rows want{want_q.result("reference codes"), want_s.result("reference scales")};
   const Fp8Rows got{got_q.result("moe_weight_fp8 codes"), got_s.result("moe_weight_fp8 scales")};
@@ -247,7 +257,8 @@ TEST_CASE("moe_permute_fp8 is quantize_act_fp8 then moe_permute's permutation, b
     const uint64_t seed = 11 + uint64_t(s.tokens) * 7 + uint64_t(s.top_k);
     const Plan plans[] = {router_plan(s, seed), hand_plan(s, seed + 100)};
     for (const Plan& plan : plans)
-      for (int64_t width : widths_for(s.tokens)) check_permute(plan, s, width, seed + uint64_t(width));
+      for (int64_t width : widths_for(s.tokens))
+        check_permute(plan, s, width, seed + uint64_t(width));
   }
 }
 
@@ -256,7 +267,8 @@ TEST_CASE("moe_weight_fp8 is moe_weight then quantize_act_fp8, bit for bit") {
     const uint64_t seed = 23 + uint64_t(s.tokens) * 5 + uint64_t(s.top_k);
     const Plan plans[] = {router_plan(s, seed), hand_plan(s, seed + 100)};
     for (const Plan& plan : plans)
-      for (int64_t width : widths_for(s.tokens)) check_weight(plan, s, width, seed + uint64_t(width));
+      for (int64_t width : widths_for(s.tokens))
+        check_weight(plan, s, width, seed + uint64_t(width));
   }
 }
 
@@ -291,11 +303,11 @@ TEST_CASE("moe fp8 row kernels check their contract") {
   DeviceBuffer<float> f(1024);
   DeviceBuffer<int32_t> perm(64);
   DeviceBuffer<bf16> h(8 * 256);
-  fp8* xq = codes.get();             // [4, 256]
-  fp8* xpq = codes.get() + 2048;     // [8, 256]
-  float* sx = f.get();               // [4, 2]
-  float* spq = f.get() + 64;         // [8, 2]
-  float* weights = f.get() + 128;    // [4, 2]
+  fp8* xq = codes.get();                                // [4, 256]
+  fp8* xpq = codes.get() + 2048;                        // [8, 256]
+  float* sx = f.get();                                  // [4, 2]
+  float* spq = f.get() + 64;                            // [8, 2]
+  float* weights = f.get() + 128;                       // [4, 2]
   PB_CUDA(cudaMemset(perm.get(), 0xff, perm.bytes()));  // every row -1: nothing is read
 
   CHECK_NOTHROW(moe_permute_fp8(xq, sx, perm.get(), xpq, spq, s, 256, nullptr));
@@ -305,9 +317,10 @@ TEST_CASE("moe fp8 row kernels check their contract") {
                        doctest::Contains("width < 0"), Error);
   CHECK_THROWS_WITH_AS(moe_permute_fp8(xq, nullptr, perm.get(), xpq, spq, s, 256, nullptr),
                        doctest::Contains("null pointer"), Error);
-  CHECK_THROWS_WITH_AS(moe_permute_fp8(xq, sx, perm.get(), xpq, reinterpret_cast<float*>(codes.get() + 6002), s,
-                                       256, nullptr),
-                       doctest::Contains("4-byte aligned"), Error);
+  CHECK_THROWS_WITH_AS(
+      moe_permute_fp8(xq, sx, perm.get(), xpq, reinterpret_cast<float*>(codes.get() + 6002), s, 256,
+                      nullptr),
+      doctest::Contains("4-byte aligned"), Error);
   CHECK_THROWS_WITH_AS(moe_permute_fp8(xq, sx, perm.get(), xq + 512, spq, s, 256, nullptr),
                        doctest::Contains("overlaps an input"), Error);  // xpq over xq
   CHECK_THROWS_WITH_AS(moe_permute_fp8(xq, sx, perm.get(), xpq, sx + 4, s, 256, nullptr),
@@ -321,16 +334,18 @@ TEST_CASE("moe fp8 row kernels check their contract") {
                        doctest::Contains("not a multiple of 128"), Error);
   CHECK_THROWS_WITH_AS(moe_weight_fp8(h.get(), perm.get(), nullptr, xpq, spq, s, 256, nullptr),
                        doctest::Contains("null pointer"), Error);
-  CHECK_THROWS_WITH_AS(moe_weight_fp8(h.get(), perm.get(), weights, xpq,
-                                      reinterpret_cast<float*>(codes.get() + 6001), s, 256, nullptr),
-                       doctest::Contains("4-byte aligned"), Error);
-  CHECK_THROWS_WITH_AS(moe_weight_fp8(h.get(), perm.get(), weights, reinterpret_cast<fp8*>(h.get() + 512), spq, s,
-                                      256, nullptr),
+  CHECK_THROWS_WITH_AS(
+      moe_weight_fp8(h.get(), perm.get(), weights, xpq,
+                     reinterpret_cast<float*>(codes.get() + 6001), s, 256, nullptr),
+      doctest::Contains("4-byte aligned"), Error);
+  CHECK_THROWS_WITH_AS(moe_weight_fp8(h.get(), perm.get(), weights,
+                                      reinterpret_cast<fp8*>(h.get() + 512), spq, s, 256, nullptr),
                        doctest::Contains("overlaps an input"), Error);  // q over y
-  CHECK_THROWS_WITH_AS(moe_weight_fp8(h.get(), perm.get(), weights, xpq, weights - 8, s, 256, nullptr),
-                       doctest::Contains("overlaps an input"), Error);  // sq over weights
-  CHECK_THROWS_WITH_AS(moe_weight_fp8(h.get(), perm.get(), weights, xpq, reinterpret_cast<float*>(xpq + 1024), s,
-                                      256, nullptr),
+  CHECK_THROWS_WITH_AS(
+      moe_weight_fp8(h.get(), perm.get(), weights, xpq, weights - 8, s, 256, nullptr),
+      doctest::Contains("overlaps an input"), Error);  // sq over weights
+  CHECK_THROWS_WITH_AS(moe_weight_fp8(h.get(), perm.get(), weights, xpq,
+                                      reinterpret_cast<float*>(xpq + 1024), s, 256, nullptr),
                        doctest::Contains("outputs overlap"), Error);
   CHECK_NOTHROW(moe_weight_fp8(nullptr, nullptr, nullptr, nullptr, nullptr, empty, 3072, nullptr));
   PB_CUDA(cudaDeviceSynchronize());
