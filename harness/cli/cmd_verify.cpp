@@ -53,9 +53,12 @@ namespace {
 // rel-L2 of a CP-N rank's final hidden rows against CP-1's: the seed gate's
 // floor (docs/design.md §4).
 constexpr double kCpRelL2Floor = 1e-1;
-// rel-L2 of the fp8 superstep's final hidden rows against bf16's (docs/design.md
-// §12 holds the measurements behind it).
-constexpr double kFp8RelL2Floor = 1e-1;
+// rel-L2 of the fp8 superstep's final hidden rows against bf16's: one layer
+// moves them by the GEMMs' quantization error; from the first MoE layer on,
+// the router's top-k of experts flips for tokens whose scores lie close, and
+// each flip moves a token's row as a whole (docs/design.md §12 has the growth
+// layer by layer). Unrelated rows give about 1.4.
+constexpr double kFp8RelL2Floor = 0.6;
 // The deepest stack the floors above judge (the seed's cp_prefill gate: 4 layers).
 constexpr int64_t kFloorLayers = 4;
 
