@@ -624,6 +624,30 @@ foreach(case KILL:1:2 KILL:2:4 INT:0:2 INT:0:4)
     TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}")
 endforeach()
 
+# Outputs never clobber: a results path is a regular file or a new name. /dev/null
+# (even with --overwrite, as root), a directory, a FIFO and a link out of its
+# folder are refused before anything runs; `plan` without -o writes nothing.
+pb_cli_test(output_dev_null 2 "results file '/dev/null' is not a regular file \\(a device\\)"
+            plan ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml -o /dev/null --overwrite)
+pb_cli_test(output_directory 2 "is not a regular file \\(a directory\\)"
+            plan ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml -o ${CMAKE_BINARY_DIR}/test-out --overwrite)
+set(pb_clobber ${CMAKE_BINARY_DIR}/test-out/clobber)
+add_test(NAME cli.output_fifo_and_link
+  COMMAND bash -c "rm -rf ${pb_clobber} && mkdir -p ${pb_clobber} && mkfifo ${pb_clobber}/fifo.h5 && \
+    ln -s /etc/hostname ${pb_clobber}/out.h5 && \
+    $0 2 'is not a regular file \\(a FIFO\\)' $1 plan ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml -o ${pb_clobber}/fifo.h5 --overwrite && \
+    $0 2 'is a symbolic link out of its folder' $1 plan ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml -o ${pb_clobber}/out.h5 --overwrite && \
+    test -p ${pb_clobber}/fifo.h5 && test -L ${pb_clobber}/out.h5 && echo refused-and-intact"
+    ${CMAKE_SOURCE_DIR}/test/cli/expect.sh $<TARGET_FILE:prefill-bench>)
+set_tests_properties(cli.output_fifo_and_link PROPERTIES LABELS cpu TIMEOUT 60 ENVIRONMENT "${PB_MPI_ENV}"
+  PASS_REGULAR_EXPRESSION "refused-and-intact")
+add_test(NAME cli.plan_prints_without_output
+  COMMAND bash -c "cd ${CMAKE_BINARY_DIR}/test-out && rm -rf plan-no-o && mkdir plan-no-o && cd plan-no-o && \
+    $0 plan ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml >/dev/null && test -z \"$(find . -type f)\" && echo nothing-written"
+    $<TARGET_FILE:prefill-bench>)
+set_tests_properties(cli.plan_prints_without_output PROPERTIES LABELS cpu TIMEOUT 60 ENVIRONMENT "${PB_MPI_ENV}"
+  PASS_REGULAR_EXPRESSION "nothing-written")
+
 # `compare` given broken results files: a named error and exit 2, alone and on
 # either side of the gate; damage anywhere never crashes it.
 add_test(NAME cli.compare_corrupt_files

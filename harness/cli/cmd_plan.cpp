@@ -95,13 +95,14 @@ int cmd_plan(const Gang& gang, const ScenarioArgs& args) {
       at_gemm_ceiling(gpu_profile(args.profile.empty() ? s.gpu_profile : args.profile), args.ceiling);
   const LinkProfile link = link_profile(args.link.empty() ? profile.link : args.link);
   PB_CHECK(args.measured.empty() || !args.calibrate.empty(), "--measured compares a calibrated plan: give --calibrate too");
-  const std::string path = output_path(args.output, s.name, "plan");
-  // Only rank 0 reads and writes files: the output is refused, and the
+  // A plan prints; it writes a results file only where -o names one. Only
+  // rank 0 reads and writes files: the output is refused, and the
   // calibration and measured files read, before any table is printed.
+  const std::string path = args.output;
   Calibration calibration;
   RunResult measured_run;
   if (gang.is_root()) {
-    check_results_path(path, args.overwrite);
+    if (!path.empty()) check_results_path(path, args.overwrite);
     if (!args.calibrate.empty()) calibration = load_calibration(args.calibrate);
     if (!args.measured.empty()) measured_run = read_measured_run(args.measured, s);
   }
@@ -172,8 +173,10 @@ int cmd_plan(const Gang& gang, const ScenarioArgs& args) {
     result.numbers["memory_weights_bytes"] = double(budget.fullest.weights);
     result.numbers["memory_arena_bytes"] = double(budget.fullest.arena);
     result.numbers["memory_rank_bytes"] = double(budget.fullest.ranks);
-    write_results(path, result, args.overwrite);
-    std::printf("wrote %s\n", path.c_str());
+    if (!path.empty()) {
+      write_results(path, result, args.overwrite);
+      std::printf("wrote %s\n", path.c_str());
+    }
   }
   return 0;
 }

@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   plan->add_option("--link", plan_args.link, "fabric link: same-gpu, nvlink4, nvlink5, ib400 (default: the profile's)");
   add_list(plan, "--calibrate", plan_args.calibrate, "benchmark files, a.h5,b.h5: scale by measured fractions");
   plan->add_option("--measured", plan_args.measured, "a run of this scenario to check the calibrated plan against");
-  add_output_options(plan, plan_args.output, plan_args.overwrite, "runs/<name>-plan-<time>.h5");
+  add_output_options(plan, plan_args.output, plan_args.overwrite, "none: the plan is printed, not written");
   CLI::App* run = app.add_subcommand("run", "measured superstep on the GPUs (one rank per GPU)");
   add_scenario_input(run, run_args, /*cuts=*/true);
   add_output_options(run, run_args.output, run_args.overwrite, "runs/<name>-run-<time>.h5");

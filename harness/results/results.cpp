@@ -1000,7 +1000,23 @@ void drop_projection_timelines(RunResult& result) {
 }
 
 void check_results_path(const std::string& path, bool overwrite) {
-  PB_CHECK(overwrite || !std::filesystem::exists(path),
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status link = fs::symlink_status(path, ec);
+  if (fs::is_symlink(link)) {  // one that stays in its folder names a file there; the rename replaces the link
+    const fs::path folder = fs::weakly_canonical(fs::absolute(fs::path(path)).parent_path(), ec);
+    const fs::path target = fs::weakly_canonical(fs::absolute(fs::path(path)), ec);
+    PB_CHECK(!ec && target.parent_path() == folder,
+             fmt::format("results file '{}' is a symbolic link out of its folder (to '{}'): name the file itself",
+                         path, target.string()));
+  }
+  const fs::file_status st = fs::status(path, ec);
+  PB_CHECK(!fs::exists(st) || fs::is_regular_file(st),
+           fmt::format("results file '{}' is not a regular file ({}): a results path is a regular file or a new name",
+                       path, fs::is_directory(st) ? "a directory" : fs::is_fifo(st) ? "a FIFO"
+                                                  : fs::is_character_file(st) || fs::is_block_file(st) ? "a device"
+                                                                                                       : "not a file"));
+  PB_CHECK(overwrite || !fs::exists(st),
            fmt::format("results file '{}' already exists: pass --overwrite or choose another output", path));
   // The folder takes a new file: a missing or unwritable folder is named now,
   // not after a long run. A scratch name of its own leaves <path>.tmp alone.

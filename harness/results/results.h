@@ -278,8 +278,10 @@ struct RunResult {
 // file is written to path + ".tmp" and renamed, so a reader (or a run cut
 // short) never sees a half-written file.
 void write_results(const std::string& path, const RunResult& result, bool overwrite);
-// The same refusal, and a folder that cannot take a new file (missing, not a
-// folder, read-only), checked before a long run starts.
+// The same refusal, a path that is not a regular file (a device, a FIFO, a
+// directory: `-o /dev/null --overwrite` must never replace /dev/null), a
+// symbolic link out of the path's folder, and a folder that cannot take a new
+// file (missing, not a folder, read-only), checked before a long run starts.
 void check_results_path(const std::string& path, bool overwrite);
 // Drops every projection's per-span timeline, over half of a full-size run's
 // file (the replay rebuilds it from the spans and doorbells the file keeps:
