@@ -266,7 +266,14 @@ Calibration make_calibration(const std::vector<std::pair<std::string, RunResult>
 
 Calibration load_calibration(const std::vector<std::string>& paths) {
   std::vector<std::pair<std::string, RunResult>> files;
-  for (const auto& p : paths) files.emplace_back(p, read_results(p));
+  for (const auto& p : paths) {
+    files.emplace_back(p, read_results(p));
+    for (const BenchRow& row : files.back().second.bench)
+      PB_CHECK(!row.failed(), "--calibrate: " + p + ": row " + row.kernel + " (" + row.variant +
+                                  ") failed its own check (wrong " + std::to_string(row.wrong) + ", error " +
+                                  std::to_string(row.error) + " against floor " + std::to_string(row.error_floor) +
+                                  "): a benchmark that failed does not calibrate a plan");
+  }
   return make_calibration(files);
 }
 
