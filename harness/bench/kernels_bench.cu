@@ -334,6 +334,31 @@ void print_attnres_superstep(int64_t rows, RunResult& result) {
   result.numbers["attnres_superstep_calls"] = total;
 }
 
+// The fp8 twins a quant case's baseline and cut write, MN-major scales.
+struct Fp8Twins {
+  std::array<DeviceBuffer<__nv_fp8_e4m3>, 2> codes;
+  std::array<DeviceBuffer<float>, 2> scales;
+  Fp8ScaleLayout layout;
+  Fp8Twins(int64_t rows, int64_t width) : layout(act_scales_mn_major(act_scale_ld(rows))) {
+    for (int i = 0; i < 2; ++i) {
+      codes[size_t(i)] = DeviceBuffer<__nv_fp8_e4m3>(size_t(rows * width));
+      scales[size_t(i)] = DeviceBuffer<float>(size_t(width / kFp8Group * act_scale_ld(rows)));
+    }
+  }
+};
+
+// Baseline and cut on slot 0 into poisoned twins: the codes and scales that differ.
+int64_t count_twins_differing(Fp8Twins& t, const std::function<void(Variant, int, cudaStream_t)>& run,
+                              cudaStream_t st) {
+  for (Variant v : {Variant::baseline, Variant::cut}) {
+    t.codes[size_t(v)].poison(st);
+    t.scales[size_t(v)].poison(st);
+    run(v, 0, st);
+  }
+  PB_CUDA(cudaStreamSynchronize(st));
+  return count_differing(t.codes[0], t.codes[1]) + count_differing(t.scales[0], t.scales[1]);
+}
+
 // ---- quant (cut quant_fuse): the producer then quantize_act_fp8, against the
 // producer that writes the fp8 rows itself. RMSNorm over [rows, 7168] (the
 // mixers' and FFNs' inputs) and situ over [rows, 6144] (the shared experts'),
@@ -348,42 +373,29 @@ Case quant_rmsnorm_case(int64_t rows, int64_t width, cudaStream_t s) {
   c.cost.bytes += q.bytes;
   c.cut_cost = cost::rmsnorm_fp8(rows, width, false);
   c.slots = rotation_slots(c.cost.bytes);
-  const int64_t n = rows * width, kb = width / kFp8Group;
-  struct Buffers {
+  const int64_t n = rows * width;
+  struct Buffers : Fp8Twins {
+    using Fp8Twins::Fp8Twins;
     std::vector<DeviceBuffer<bf16>> x;
     DeviceBuffer<bf16> normed;
-    std::array<DeviceBuffer<__nv_fp8_e4m3>, 2> codes;
-    std::array<DeviceBuffer<float>, 2> scales;
   };
-  auto b = std::make_shared<Buffers>();
+  auto b = std::make_shared<Buffers>(rows, width);
   b->x = random_slots<bf16>(c.slots, n, 61, 3.0f, s);
   b->normed = DeviceBuffer<bf16>(size_t(n));
-  for (int i = 0; i < 2; ++i) {
-    b->codes[i] = DeviceBuffer<__nv_fp8_e4m3>(size_t(n));
-    b->scales[i] = DeviceBuffer<float>(size_t(kb * act_scale_ld(rows)));
-  }
-  const Fp8ScaleLayout layout = act_scales_mn_major(act_scale_ld(rows));
   const float eps = float(kRmsNormEps);
   auto run = [=](Variant v, int slot, cudaStream_t st) {
-    const int i = int(v);
+    const size_t i = size_t(v);
     if (v == Variant::cut) {
-      rmsnorm_fp8(b->x[slot].get(), nullptr, nullptr, b->codes[i].get(), b->scales[i].get(), layout,
+      rmsnorm_fp8(b->x[slot].get(), nullptr, nullptr, b->codes[i].get(), b->scales[i].get(), b->layout,
                   {rows, width}, eps, st);
       return;
     }
     rmsnorm(b->x[slot].get(), nullptr, b->normed.get(), {rows, width}, eps, st);
-    quantize_act_fp8(b->normed.get(), b->codes[i].get(), b->scales[i].get(), {rows, width, width, width, layout}, st);
+    quantize_act_fp8(b->normed.get(), b->codes[i].get(), b->scales[i].get(), {rows, width, width, width, b->layout},
+                     st);
   };
   c.launch = run;
-  c.count_wrong = [=](cudaStream_t st) {
-    for (Variant v : {Variant::baseline, Variant::cut}) {
-      b->codes[int(v)].poison(st);
-      b->scales[int(v)].poison(st);
-      run(v, 0, st);
-    }
-    PB_CUDA(cudaStreamSynchronize(st));
-    return count_differing(b->codes[0], b->codes[1]) + count_differing(b->scales[0], b->scales[1]);
-  };
+  c.count_wrong = [=](cudaStream_t st) { return count_twins_differing(*b, run, st); };
   return c;
 }
 
@@ -397,42 +409,29 @@ Case quant_situ_case(int64_t rows, int64_t width, cudaStream_t s) {
   c.cost.bytes += q.bytes;
   c.cut_cost = cost::situ_fp8(rows, width);
   c.slots = rotation_slots(c.cost.bytes);
-  const int64_t n = rows * width, kb = width / kFp8Group;
-  struct Buffers {
+  const int64_t n = rows * width;
+  struct Buffers : Fp8Twins {
+    using Fp8Twins::Fp8Twins;
     std::vector<DeviceBuffer<bf16>> g, u;
     DeviceBuffer<bf16> act;
-    std::array<DeviceBuffer<__nv_fp8_e4m3>, 2> codes;
-    std::array<DeviceBuffer<float>, 2> scales;
   };
-  auto b = std::make_shared<Buffers>();
+  auto b = std::make_shared<Buffers>(rows, width);
   b->g = random_slots<bf16>(c.slots, n, 71, 6.0f, s);
   b->u = random_slots<bf16>(c.slots, n, 72, 6.0f, s);
   b->act = DeviceBuffer<bf16>(size_t(n));
-  for (int i = 0; i < 2; ++i) {
-    b->codes[i] = DeviceBuffer<__nv_fp8_e4m3>(size_t(n));
-    b->scales[i] = DeviceBuffer<float>(size_t(kb * act_scale_ld(rows)));
-  }
-  const Fp8ScaleLayout layout = act_scales_mn_major(act_scale_ld(rows));
   auto run = [=](Variant v, int slot, cudaStream_t st) {
-    const int i = int(v);
+    const size_t i = size_t(v);
     if (v == Variant::cut) {
-      situ_fp8(b->g[slot].get(), b->u[slot].get(), nullptr, b->codes[i].get(), b->scales[i].get(), layout, rows,
+      situ_fp8(b->g[slot].get(), b->u[slot].get(), nullptr, b->codes[i].get(), b->scales[i].get(), b->layout, rows,
                width, st);
       return;
     }
     situ(Variant::cut, b->g[slot].get(), b->u[slot].get(), b->act.get(), n, st);
-    quantize_act_fp8(b->act.get(), b->codes[i].get(), b->scales[i].get(), {rows, width, width, width, layout}, st);
+    quantize_act_fp8(b->act.get(), b->codes[i].get(), b->scales[i].get(), {rows, width, width, width, b->layout},
+                     st);
   };
   c.launch = run;
-  c.count_wrong = [=](cudaStream_t st) {
-    for (Variant v : {Variant::baseline, Variant::cut}) {
-      b->codes[int(v)].poison(st);
-      b->scales[int(v)].poison(st);
-      run(v, 0, st);
-    }
-    PB_CUDA(cudaStreamSynchronize(st));
-    return count_differing(b->codes[0], b->codes[1]) + count_differing(b->scales[0], b->scales[1]);
-  };
+  c.count_wrong = [=](cudaStream_t st) { return count_twins_differing(*b, run, st); };
   return c;
 }
 

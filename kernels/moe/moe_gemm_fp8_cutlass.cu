@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "check.h"
+#include "grouped_staging.h"
 #include "launch.h"
 
 #include "cute/tensor.hpp"
@@ -126,47 +127,19 @@ std::string problem_str(int i) { return "problem " + std::to_string(i); }
 }  // namespace
 
 struct CutlassFp8GroupedGemm::Impl {
-  struct Slot {
-    char* host = nullptr;    // pinned [layout.bytes]
-    char* device = nullptr;  // [layout.bytes]
-    void* workspace = nullptr;
-    size_t workspace_bytes = 0;
-    cudaEvent_t done = nullptr;
-    bool used = false;
-  };
   int max_problems;
   Layout layout;
-  std::vector<Slot> slots;
-  size_t next = 0;
+  GroupedStaging staging;
   cutlass::KernelHardwareInfo hw;
   Gemm gemm;
 
-  explicit Impl(int p) : max_problems(p), layout(size_t(p)), slots(kSlots) {
-    for (Slot& s : slots) {
-      PB_CUDA(cudaMallocHost(&s.host, layout.bytes));
-      PB_CUDA(cudaMalloc(&s.device, layout.bytes));
-      PB_CUDA(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
-    }
+  explicit Impl(int p) : max_problems(p), layout(size_t(p)), staging(layout.bytes, kSlots) {
     PB_CUDA(cudaGetDevice(&hw.device_id));
     PB_CUDA(cudaDeviceGetAttribute(&hw.sm_count, cudaDevAttrMultiProcessorCount, hw.device_id));
   }
-  ~Impl() {
-    for (Slot& s : slots) {
-      if (s.done) PB_CUDA_NOTHROW(cudaEventDestroy(s.done));
-      if (s.workspace) PB_CUDA_NOTHROW(cudaFree(s.workspace));
-      if (s.device) PB_CUDA_NOTHROW(cudaFree(s.device));
-      if (s.host) PB_CUDA_NOTHROW(cudaFreeHost(s.host));
-    }
-  }
 };
 
-bool cutlass_fp8_grouped_device_ok() {
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) return false;
-  return major == 9 && minor == 0;
-}
+bool cutlass_fp8_grouped_device_ok() { return sm90_device(); }
 
 CutlassFp8GroupedGemm::CutlassFp8GroupedGemm(int max_problems) {
   PB_CHECK(max_problems >= 1,
@@ -212,9 +185,7 @@ void CutlassFp8GroupedGemm::run(int problems, const int32_t* m, int64_t n, int64
              "moe_gemm fp8 cutlass: " + problem_str(i) + " has a scale pointer null or not 4-byte aligned");
   }
 
-  Impl::Slot& slot = im.slots[im.next];
-  im.next = (im.next + 1) % im.slots.size();
-  if (slot.used) PB_CUDA(cudaEventSynchronize(slot.done));  // the device is done reading this slot
+  GroupedStaging::Slot& slot = im.staging.take();
 
   const Layout& L = im.layout;
   auto* shapes = reinterpret_cast<Shape3*>(slot.host + L.shapes);
@@ -249,7 +220,7 @@ void CutlassFp8GroupedGemm::run(int problems, const int32_t* m, int64_t n, int64
     lsfa[i] = ScaleConfig::tile_atom_to_shape_SFA(make_shape(int(m[i]), int(n), int(k), 1));
     lsfb[i] = ScaleConfig::tile_atom_to_shape_SFB(make_shape(int(m[i]), int(n), int(k), 1));
   }
-  PB_CUDA(cudaMemcpyAsync(slot.device, slot.host, L.bytes, cudaMemcpyHostToDevice, stream));
+  im.staging.upload(slot, stream);
 
   typename Gemm::Arguments args;
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
@@ -273,22 +244,15 @@ void CutlassFp8GroupedGemm::run(int problems, const int32_t* m, int64_t n, int64
   const cutlass::Status ok = im.gemm.can_implement(args);
   PB_CHECK(ok == cutlass::Status::kSuccess,
            std::string("moe_gemm fp8 cutlass: can_implement refused: ") + cutlassGetStatusString(ok));
-  const size_t ws = Gemm::get_workspace_size(args);
-  if (ws > slot.workspace_bytes) {
-    if (slot.workspace) PB_CUDA(cudaFree(slot.workspace));
-    slot.workspace = nullptr;
-    PB_CUDA(cudaMalloc(&slot.workspace, ws));
-    slot.workspace_bytes = ws;
-  }
-  cutlass::Status st = im.gemm.initialize(args, slot.workspace, stream);
+  cutlass::Status st =
+      im.gemm.initialize(args, GroupedStaging::workspace(slot, Gemm::get_workspace_size(args)), stream);
   PB_CHECK(st == cutlass::Status::kSuccess,
            std::string("moe_gemm fp8 cutlass: initialize failed: ") + cutlassGetStatusString(st));
   st = im.gemm.run(stream);
   PB_CHECK(st == cutlass::Status::kSuccess,
            std::string("moe_gemm fp8 cutlass: launch failed: ") + cutlassGetStatusString(st));
   PB_CUDA(cudaGetLastError());
-  PB_CUDA(cudaEventRecord(slot.done, stream));
-  slot.used = true;
+  GroupedStaging::launched(slot, stream);
 }
 
 }  // namespace pb
