@@ -12,17 +12,11 @@
 //   ipc  legacy CUDA IPC: cudaMalloc, cudaIpcGetMemHandle, the handle broadcast
 //        over MPI, cudaIpcOpenMemHandle.
 //
-// Why vmm. Measured on one H200 at commit 92436b6
-// (results/h200/shared-memory-cp4-4layers.txt): cp4-64k at 4 layers,
-// serialized, the weights (22.7 GB) and the arena (20.7 GB) shared over ipc.
-// The rank that allocated ran its superstep in 314 ms, the three that mapped
-// the regions in 1642-1839 ms, on the same kernels: the memory-bound families
-// (conv, land, elementwise) 1.3-1.5x slower, the GEMMs 1.2-1.9x per launch,
-// the KDA prepare (strided reads of 128-channel slices out of 12288-wide rows)
-// 37x and the cuDNN causal FMHA 80x per launch. The reading, which the A/B
-// tests: an importer maps a legacy IPC allocation with small pages and pays in
-// TLB misses, worst on strided access; a VMM allocation is mapped at its own
-// granularity in every process. `ipc` stays as the A/B until both are measured.
+// Why vmm is the default: an importer maps a legacy IPC allocation with small
+// pages and pays in TLB misses, worst on strided access, where a VMM
+// allocation is mapped at its own granularity in every process
+// (docs/results-h200.md has the A/B, results/h200/shared-memory-cp4-4layers*).
+// `ipc` stays as that A/B.
 //
 // Every driver call goes through the runtime's entry-point lookup
 // (driver_entry_point, launch.h): nothing links libcuda. Every call is checked

@@ -98,9 +98,9 @@ struct MlaLane {
   Fabric* fabric = nullptr;
   // Helped windows (cut 3) read the owner's queries and write its return slot
   // in the owner's slab in place, instead of staging them through this rank's
-  // memory inside the fabric spans (scenario key helped_in_place; on one
-  // shared GPU in place ran ~1.2x a local pair, staged ~1.0x). Owners over
-  // NCCL are always staged: their queries arrive in this rank's slab.
+  // memory inside the fabric spans (scenario key helped_in_place; docs/lane.md
+  // measures both on one shared GPU). Owners over NCCL are always staged:
+  // their queries arrive in this rank's slab.
   bool helped_in_place = false;
   Layout layout = Layout::contiguous;  // where the tokens lie (schedule.h)
   // Calls may run with cut 8 (overlap) on: the block takes the held window's
