@@ -530,6 +530,11 @@ pb_gate_test(other_cuts 2 "all +the cuts differ" other-cuts.h5)
 pb_cli_test(gate_committed_missing 2 "land +missing from the candidate.*result: cannot judge \\(exit 2\\)"
             compare --baseline ${CMAKE_SOURCE_DIR}/results/h200/cp1-16k-each-cut.h5
             ${CMAKE_SOURCE_DIR}/results/h200/cp1-16k.h5)
+# A file made the README's way (--set variants=each-cut --variants a,b) re-parses
+# its recorded scenario: the gate judges it against itself.
+pb_cli_test(gate_committed_variants_itself 0 "result: pass \\(exit 0\\)"
+            compare --baseline ${CMAKE_SOURCE_DIR}/results/h200/cp8-128k-each-cut-a.h5
+            ${CMAKE_SOURCE_DIR}/results/h200/cp8-128k-each-cut-a.h5)
 # --max-regression: accepted forms judge, refused forms state the grammar.
 set(pb_forms_ok "3%" "0.03" "2.5%" "0")
 set(pb_forms_refused "3" "abc" "-1%" "3%%" "100%" "1e-2")

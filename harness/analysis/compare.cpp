@@ -270,26 +270,6 @@ bool has_ttft_samples(const RunResult& run) {
                      [](const VariantResult& variant) { return !variant.ttft_ms.empty(); });
 }
 
-// Scenario::overrides as recorded: "--set k=v --set k2=v2 --cuts a,b".
-ScenarioOverrides overrides_from_text(const std::string& text) {
-  ScenarioOverrides overrides;
-  std::vector<std::pair<size_t, std::string>> marks;  // where each flag starts
-  for (const std::string flag : {"--set ", "--cuts "})
-    for (size_t at = text.find(flag); at != std::string::npos; at = text.find(flag, at + 1))
-      if (at == 0 || text[at - 1] == ' ') marks.emplace_back(at, flag);
-  std::sort(marks.begin(), marks.end());
-  for (size_t i = 0; i < marks.size(); ++i) {
-    const size_t begin = marks[i].first + marks[i].second.size();
-    const size_t end = i + 1 < marks.size() ? marks[i + 1].first - 1 : text.size();
-    const std::string value = text.substr(begin, end > begin ? end - begin : 0);
-    if (marks[i].second == "--set ")
-      overrides.sets.push_back(value);
-    else
-      overrides.cuts = value;
-  }
-  return overrides;
-}
-
 // The scenario a file recorded, with its overrides; false, with the problem,
 // when it has none or it no longer parses.
 bool recorded_scenario(const RunResult& run, const std::string& file, Scenario* scenario, std::string* problem) {

@@ -215,20 +215,6 @@ class Matcher {
   std::map<std::string, double> ratios_;
 };
 
-// "--set a=b --set c=d --cuts x", as Scenario::overrides records them.
-ScenarioOverrides overrides_from_text(const std::string& text) {
-  ScenarioOverrides o;
-  std::istringstream in(text);
-  std::string word, value;
-  while (in >> word) {
-    PB_CHECK(word == "--set" || word == "--cuts", "scenario_overrides: unexpected '" + word + "' in '" + text + "'");
-    PB_CHECK(bool(in >> value), "scenario_overrides: '" + word + "' without a value in '" + text + "'");
-    if (word == "--set") o.sets.push_back(value);
-    else o.cuts = value;
-  }
-  return o;
-}
-
 std::string text_or(const RunResult& r, const std::string& key) {
   auto it = r.text.find(key);
   return it == r.text.end() ? "" : it->second;

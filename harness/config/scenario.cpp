@@ -478,6 +478,31 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
   return s;
 }
 
+ScenarioOverrides overrides_from_text(const std::string& text) {
+  ScenarioOverrides overrides;
+  std::vector<std::pair<size_t, std::string>> marks;  // where each flag starts
+  for (const std::string flag : {"--set ", "--cuts ", "--variants "})
+    for (size_t at = text.find(flag); at != std::string::npos; at = text.find(flag, at + 1))
+      if (at == 0 || text[at - 1] == ' ') marks.emplace_back(at, flag);
+  std::sort(marks.begin(), marks.end());
+  PB_CHECK(text.empty() || (!marks.empty() && marks[0].first == 0),
+           "scenario_overrides: '" + text + "' does not start with --set, --cuts or --variants");
+  for (size_t i = 0; i < marks.size(); ++i) {
+    const size_t begin = marks[i].first + marks[i].second.size();
+    const size_t end = i + 1 < marks.size() ? marks[i + 1].first - 1 : text.size();
+    const std::string value = text.substr(begin, end > begin ? end - begin : 0);
+    if (marks[i].second == "--set ") {
+      overrides.sets.push_back(value);
+    } else if (marks[i].second == "--cuts ") {
+      overrides.cuts = value;
+    } else {
+      std::stringstream names(value);
+      for (std::string name; std::getline(names, name, ',');) overrides.variants.push_back(name);
+    }
+  }
+  return overrides;
+}
+
 Scenario load_scenario(const std::string& path, const ScenarioOverrides& overrides) {
   std::ifstream in(path);
   PB_CHECK(in.good(), "cannot read scenario file '" + path + "'");

@@ -117,6 +117,11 @@ struct Scenario {
 
 Scenario parse_scenario(const std::string& text, const std::string& source,
                         const ScenarioOverrides& overrides = {});
+// The overrides back from Scenario::overrides' text ("--set k=v --set k2=v2
+// --cuts a,b --variants x,y", as parse_scenario writes it), so a results file's
+// recorded scenario re-parses exactly (compare, the gate, calibration). Throws
+// pb::Error naming an unexpected word.
+ScenarioOverrides overrides_from_text(const std::string& text);
 // Reads the file; an unreadable file is an error naming it.
 Scenario load_scenario(const std::string& path, const ScenarioOverrides& overrides = {});
 

@@ -326,6 +326,26 @@ TEST_CASE("precision: bf16 by default, fp8 by word, map or override; all follows
   CHECK(o.variants.at(0).cuts[Cut::quant_fuse]);
 }
 
+TEST_CASE("recorded overrides read back as given: --set, --cuts, --variants") {
+  const std::vector<ScenarioOverrides> forms = {
+      {},
+      {{"reps=1"}, "", {}},
+      {{"serialize_ranks=true", "turn_settle_ms=0", "warmup_layers=2", "reps=1", "variants=each-cut"}, "", {"baseline", "land", "conv"}},
+      {{"model.layers=3"}, "land,conv", {}},
+      {{"precision=fp8", "model.f_rank=128"}, "", {}},
+  };
+  for (const ScenarioOverrides& o : forms) {
+    const Scenario s = parse_scenario(kGood, "t.yaml", o);
+    CAPTURE(s.overrides);
+    const ScenarioOverrides back = overrides_from_text(s.overrides);
+    CHECK(back.sets == o.sets);
+    CHECK(back.cuts == o.cuts);
+    CHECK(back.variants == o.variants);
+    CHECK(parse_scenario(kGood, "t.yaml", back).overrides == s.overrides);
+  }
+  CHECK_THROWS_WITH_AS(overrides_from_text("reps=1"), doctest::Contains("does not start with --set"), Error);
+}
+
 TEST_CASE("the world size must equal cp, except a single-process plan") {
   Scenario s = parse_scenario(kGood, "good.yaml");
   CHECK(world_size_problem(s, 2, false).empty());
