@@ -1,10 +1,11 @@
 // Comparing results files (compare.h has the modes and the regression rule).
 //
-// Reading order: run_compare and its three modes; the gate's checks (what
-// can be judged); print_comparison and the report sections it prints; then
-// the pure pieces (judge_regression, family_times_us, compare_outputs,
+// Reading order: run_compare and its modes (the gate's own checks are in
+// gate.cpp); print_comparison and the report sections it prints; then the
+// pure pieces (judge_regression, family_times_us, compare_outputs,
 // parse_max_regression) with their helpers.
 #include "compare.h"
+#include "compare_detail.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,54 +26,24 @@
 
 namespace pb {
 
-namespace {
+using compare_detail::print_comparison;
+using compare_detail::recorded_scenario;
+using compare_detail::require_variant;
+using compare_detail::Side;
 
-// One side of a comparison: a variant of a run read from a file.
-struct Side {
-  std::string label;  // "A", "B (candidate)", ...
-  std::string file;
-  const RunResult* run;
-  const VariantResult* variant;
-};
+namespace {
 
 using VariantPairs = std::vector<std::pair<std::string, std::string>>;
 
-// "a, b, c" (fmt::join trips a GCC 12 -Wstringop-overflow false positive in fmt 9).
 // What one rep of a file's spans covers: a `lane` file holds one MLA layer
 // (and no TTFT), every other kind the superstep.
 bool holds_one_layer(const RunResult& run) { return run.kind == "lane"; }
 std::string timed_scope(const RunResult& run) { return holds_one_layer(run) ? "MLA layer" : "superstep"; }
 
-int check_regressions(const CompareOptions& options, std::ostream& out);
 void compare_files(const CompareOptions& options, std::ostream& out);
 void compare_within_file(const CompareOptions& options, std::ostream& out);
-RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOptions& options, std::ostream& out);
-
-// The gate's bookkeeping: what it judged, what it did not and why.
-struct NotJudged {
-  std::string variant;
-  std::string why;
-  bool blocks = true;  // counts as "cannot judge" (exit 2); false: listed only
-};
-
-struct GateReport {
-  std::vector<std::string> file_problems;  // the files cannot be judged against each other
-  std::vector<std::pair<std::string, RegressionVerdict>> judged;
-  std::vector<NotJudged> not_judged;
-
-  bool any_regressed() const;
-  bool any_blocking() const;
-  int exit_code() const;
-};
-
-std::vector<std::string> file_problems(const RunResult& base, const RunResult& cand, const CompareOptions& options);
-std::vector<std::string> variants_to_judge(const RunResult& base, const RunResult& cand,
-                                           const CompareOptions& options, GateReport* report);
-std::string cuts_difference(const VariantResult& base, const VariantResult& cand);
-void print_gate_summary(const GateReport& report, const CompareOptions& options, std::ostream& out);
 
 VariantPairs pair_variants(const RunResult& a, const RunResult& b, const CompareOptions& options);
-const VariantResult& require_variant(const RunResult& run, const std::string& file, const std::string& name);
 
 void print_heading(const Side& a, const Side& b, std::ostream& out);
 void print_family_tables(const Side& a, const Side& b, std::ostream& out);
@@ -91,7 +62,7 @@ int run_compare(const CompareOptions& options, std::ostream& out) {
   PB_CHECK(options.only.empty() || !options.baseline_file.empty(),
            "--only names the variants a regression check (--baseline) judges; to compare two variants give "
            "--variants A,B");
-  if (!options.baseline_file.empty()) return check_regressions(options, out);
+  if (!options.baseline_file.empty()) return compare_detail::check_regressions(options, out);
   if (options.file_b.empty())
     compare_within_file(options, out);
   else
@@ -102,37 +73,6 @@ int run_compare(const CompareOptions& options, std::ostream& out) {
 namespace {
 
 // ---- the three modes ------------------------------------------------------------
-
-// (c) The gate: the files' problems, else each variant to judge, candidate
-// against baseline; then what was judged and what was not (compare.h).
-int check_regressions(const CompareOptions& options, std::ostream& out) {
-  PB_CHECK(options.file_b.empty(), "a regression check judges one candidate file against the baseline, not two");
-  PB_CHECK(options.variant_a.empty() && options.variant_b.empty(),
-           "a regression check names the variants to judge with --only a,b (each in both files), not --variants");
-  const RunResult base = read_results(options.baseline_file);
-  const RunResult cand = read_results(options.file_a);
-  GateReport report;
-  report.file_problems = file_problems(base, cand, options);
-  if (report.file_problems.empty()) {
-    for (const std::string& name : variants_to_judge(base, cand, options, &report)) {
-      const VariantResult& a = require_variant(base, options.baseline_file, name);
-      const VariantResult& b = require_variant(cand, options.file_a, name);
-      const std::string cuts = cuts_difference(a, b);
-      if (!cuts.empty()) {
-        report.not_judged.push_back({name, cuts});
-        continue;
-      }
-      const RegressionVerdict verdict = print_comparison(Side{"A (baseline)", options.baseline_file, &base, &a},
-                                                         Side{"B (candidate)", options.file_a, &cand, &b}, options, out);
-      if (verdict.judged)
-        report.judged.emplace_back(name, verdict);
-      else
-        report.not_judged.push_back({name, verdict.reason});
-    }
-  }
-  print_gate_summary(report, options, out);
-  return report.exit_code();
-}
 
 // (a) Two files.
 void compare_files(const CompareOptions& options, std::ostream& out) {
@@ -226,11 +166,6 @@ std::string variant_names(const RunResult& run) {
   return names.empty() ? "no variants" : join(names);
 }
 
-const VariantResult& require_variant(const RunResult& run, const std::string& file, const std::string& name) {
-  const VariantResult* variant = run.find_variant(name);
-  PB_CHECK(variant, fmt::format("'{}' has no variant '{}' (it has: {})", file, name, variant_names(run)));
-  return *variant;
-}
 
 // Named variants when given; else the names both files share; else the
 // first variant of each.
@@ -249,26 +184,9 @@ VariantPairs pair_variants(const RunResult& a, const RunResult& b, const Compare
   return {{a.variants.front().name, b.variants.front().name}};
 }
 
-// ---- the gate: what can be judged ---------------------------------------------------
+}  // namespace
 
-bool GateReport::any_regressed() const {
-  return std::any_of(judged.begin(), judged.end(), [](const auto& entry) { return entry.second.regressed; });
-}
-
-bool GateReport::any_blocking() const {
-  return !file_problems.empty() ||
-         std::any_of(not_judged.begin(), not_judged.end(), [](const NotJudged& entry) { return entry.blocks; });
-}
-
-int GateReport::exit_code() const {
-  if (any_regressed()) return kCompareRegressed;
-  return any_blocking() ? kCompareCannotJudge : kComparePass;
-}
-
-bool has_ttft_samples(const RunResult& run) {
-  return std::any_of(run.variants.begin(), run.variants.end(),
-                     [](const VariantResult& variant) { return !variant.ttft_ms.empty(); });
-}
+namespace compare_detail {
 
 // The scenario a file recorded, with its overrides; false, with the problem,
 // when it has none or it no longer parses.
@@ -289,140 +207,11 @@ bool recorded_scenario(const RunResult& run, const std::string& file, Scenario* 
   return true;
 }
 
-template <typename T>
-void note_difference(const std::string& key, const T& base, const T& cand, std::vector<std::string>* out) {
-  if (!(base == cand)) out->push_back(fmt::format("{} {} vs {}", key, base, cand));
+const VariantResult& require_variant(const RunResult& run, const std::string& file, const std::string& name) {
+  const VariantResult* variant = run.find_variant(name);
+  PB_CHECK(variant, fmt::format("'{}' has no variant '{}' (it has: {})", file, name, variant_names(run)));
+  return *variant;
 }
-
-// "cp 1 vs 4; model.layers 93 vs 8": the identity keys that differ, baseline first.
-std::string identity_difference(const Scenario& base, const Scenario& cand) {
-  std::vector<std::string> differences;
-  note_difference("name", base.name, cand.name, &differences);
-  for (const ModelKey& key : model_keys())
-    note_difference(std::string("model.") + key.name, base.model.*key.member, cand.model.*key.member, &differences);
-  note_difference("cp", base.cp, cand.cp, &differences);
-  note_difference("context", base.context, cand.context, &differences);
-  note_difference("bucket", base.bucket, cand.bucket, &differences);
-  std::string text;
-  for (const std::string& difference : differences) text += (text.empty() ? "" : "; ") + difference;
-  return text;
-}
-
-std::vector<std::string> file_problems(const RunResult& base, const RunResult& cand, const CompareOptions& options) {
-  const std::string& base_file = options.baseline_file;
-  const std::string& cand_file = options.file_a;
-  std::vector<std::string> problems;
-  if (base.kind != cand.kind)
-    problems.push_back(fmt::format("the files hold different kinds: the baseline is a '{}' file, the candidate a "
-                                   "'{}' file",
-                                   base.kind, cand.kind));
-  for (const auto& [run, file, role] : {std::tuple{&base, &base_file, "baseline"}, {&cand, &cand_file, "candidate"}}) {
-    if (!run->complete)
-      problems.push_back(fmt::format("the {} '{}' is marked incomplete (a run cut short)", role, *file));
-    if (!has_ttft_samples(*run))
-      problems.push_back(fmt::format("the {} '{}' holds no TTFT samples (a '{}' file; the gate judges 'run' files)",
-                                     role, *file, run->kind));
-  }
-  Scenario base_scenario, cand_scenario;
-  std::string problem;
-  const bool base_read = recorded_scenario(base, base_file, &base_scenario, &problem);
-  if (!base_read) problems.push_back(problem);
-  const bool cand_read = recorded_scenario(cand, cand_file, &cand_scenario, &problem);
-  if (!cand_read) problems.push_back(problem);
-  if (base_read && cand_read) {
-    const std::string difference = identity_difference(base_scenario, cand_scenario);
-    if (!difference.empty()) problems.push_back("the scenarios differ (baseline vs candidate): " + difference);
-  }
-  return problems;
-}
-
-// The variants to judge, each in both files: the `only` list, else every
-// baseline variant. The others go to report->not_judged, with why.
-std::vector<std::string> variants_to_judge(const RunResult& base, const RunResult& cand,
-                                           const CompareOptions& options, GateReport* report) {
-  std::vector<std::string> wanted = options.only;
-  if (wanted.empty())
-    for (const VariantResult& variant : base.variants) wanted.push_back(variant.name);
-  std::vector<std::string> names;
-  for (const std::string& name : wanted) {
-    const bool in_base = base.find_variant(name) != nullptr, in_cand = cand.find_variant(name) != nullptr;
-    if (in_base && in_cand)
-      names.push_back(name);
-    else if (options.only.empty())
-      report->not_judged.push_back({name, "missing from the candidate"});
-    else
-      report->not_judged.push_back({name, !in_base && !in_cand ? "named by --only, in neither file"
-                                          : in_base            ? "named by --only, missing from the candidate"
-                                                               : "named by --only, missing from the baseline"});
-  }
-  for (const VariantResult& variant : cand.variants) {
-    if (std::find(wanted.begin(), wanted.end(), variant.name) != wanted.end()) continue;
-    report->not_judged.push_back(
-        {variant.name, options.only.empty() ? "not in the baseline (listed only)" : "not named by --only (listed only)",
-         /*blocks=*/false});
-  }
-  return names;
-}
-
-// The names of the cuts that are on, from VariantResult::cuts ("land=on conv=off ...").
-std::set<std::string> cuts_on(const std::string& described) {
-  std::set<std::string> on;
-  size_t begin = 0;
-  while (begin < described.size()) {
-    size_t end = described.find(' ', begin);
-    if (end == std::string::npos) end = described.size();
-    const std::string item = described.substr(begin, end - begin);
-    const size_t equals = item.find('=');
-    if (equals != std::string::npos && item.substr(equals + 1) == "on") on.insert(item.substr(0, equals));
-    begin = end + 1;
-  }
-  return on;
-}
-
-// "" when both sides ran the same cuts (a cut one side does not name is off).
-std::string cuts_difference(const VariantResult& base, const VariantResult& cand) {
-  if (cuts_on(base.cuts) == cuts_on(cand.cuts)) return "";
-  return fmt::format("the cuts differ: baseline '{}', candidate '{}'", base.cuts, cand.cuts);
-}
-
-void print_gate_summary(const GateReport& report, const CompareOptions& options, std::ostream& out) {
-  out << fmt::format("\nregression check: candidate '{}' against baseline '{}' (allowed +{:.1f}%, alpha {})\n",
-                     options.file_a, options.baseline_file, 100 * options.max_regression, options.alpha);
-  if (!report.file_problems.empty()) {
-    out << "  cannot judge the files against each other:\n";
-    for (const std::string& problem : report.file_problems) out << "    " << problem << "\n";
-    out << "result: cannot judge (exit 2): no variant judged\n";
-    return;
-  }
-  size_t width = 8;
-  for (const auto& [name, verdict] : report.judged) width = std::max(width, name.size());
-  for (const NotJudged& entry : report.not_judged) width = std::max(width, entry.variant.size());
-  out << fmt::format("  judged: {}\n", report.judged.size());
-  std::vector<std::string> regressed;
-  for (const auto& [name, verdict] : report.judged) {
-    out << fmt::format("    {:<{}}  {:<9}  {}\n", name, width, verdict.regressed ? "REGRESSED" : "ok", verdict.reason);
-    if (verdict.regressed) regressed.push_back(name);
-  }
-  out << fmt::format("  not judged: {}\n", report.not_judged.size());
-  std::vector<std::string> blocking;
-  for (const NotJudged& entry : report.not_judged) {
-    out << fmt::format("    {:<{}}  {}\n", entry.variant, width, entry.why);
-    if (entry.blocks) blocking.push_back(entry.variant);
-  }
-  const std::string counts = fmt::format("{} of {} judged variants regressed", regressed.size(), report.judged.size());
-  const std::string unjudged =
-      fmt::format("{} variant(s) to judge could not be judged: {}{}", blocking.size(), join(blocking),
-                  options.only.empty() ? " (--only a,b names the variants to judge)" : "");
-  if (!regressed.empty())
-    out << fmt::format("result: REGRESSED (exit 1): {}: {}{}\n", counts, join(regressed),
-                       blocking.empty() ? "" : "; also, " + unjudged);
-  else if (!blocking.empty())
-    out << fmt::format("result: cannot judge (exit 2): {}; {}\n", unjudged, counts);
-  else
-    out << fmt::format("result: pass (exit 0): {}\n", counts);
-}
-
-// ---- one comparison: the report sections --------------------------------------------
 
 RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOptions& options, std::ostream& out) {
   print_heading(a, b, out);
@@ -450,6 +239,13 @@ RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOp
                 b.variant->outputs, out);
   return verdict;
 }
+
+}  // namespace compare_detail
+
+namespace {
+
+// ---- one comparison: the report sections --------------------------------------------
+
 
 void print_side(const Side& side, std::ostream& out) {
   const bool complete = side.run->complete && side.variant->complete;

@@ -1,0 +1,33 @@
+// What compare.cpp (the report) and gate.cpp (the regression gate) share. Not
+// an API: compare.h is.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include "compare.h"
+#include "results.h"
+#include "scenario.h"
+
+namespace pb::compare_detail {
+
+// One side of a comparison: a variant of a run read from a file.
+struct Side {
+  std::string label;  // "A", "B (candidate)", ...
+  std::string file;
+  const RunResult* run;
+  const VariantResult* variant;
+};
+
+// The report of one comparison (heading, family and wait tables, TTFT,
+// projections, verdict, power state, outputs); returns the TTFT verdict.
+RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOptions& options, std::ostream& out);
+// The named variant of a file, or a pb::Error naming the file's variants.
+const VariantResult& require_variant(const RunResult& run, const std::string& file, const std::string& name);
+// The scenario a file recorded, with its overrides; false, with the problem,
+// when it has none or it no longer parses.
+bool recorded_scenario(const RunResult& run, const std::string& file, Scenario* scenario, std::string* problem);
+// The regression gate (compare --baseline): exit 0 pass, 1 regressed, 2 cannot judge.
+int check_regressions(const CompareOptions& options, std::ostream& out);
+
+}  // namespace pb::compare_detail
