@@ -141,69 +141,36 @@ void Gang::fail(const std::string& message, int code) const {
   std::exit(code);
 }
 
-std::string pack_spans(const std::vector<Span>& spans) {
+namespace {
+
+// A record list as bytes: its count, then each record's fields (visit_fields, results.h).
+template <class Record>
+std::string pack_records(const std::vector<Record>& records) {
   Writer w;
-  w.put(uint64_t(spans.size()));
-  for (const auto& s : spans) {
-    w.put(s.rep); w.put(s.rank); w.put(s.layer);
-    w.put(s.family); w.put(s.kernel);
-    w.put(s.time_us); w.put(s.bytes); w.put(s.flops); w.put(s.stream); w.put(s.start_us);
-  }
+  w.put(uint64_t(records.size()));
+  for (const Record& record : records) visit_fields(record, [&](const char*, const auto& field, int) { w.put(field); });
   return w.take();
 }
 
-std::vector<Span> unpack_spans(const std::string& bytes) {
+template <class Record>
+std::vector<Record> unpack_records(const std::string& bytes, const char* what) {
   Reader r(bytes);
   uint64_t n = 0;
   r.get(n);
-  std::vector<Span> spans(n);
-  for (auto& s : spans) {
-    r.get(s.rep); r.get(s.rank); r.get(s.layer);
-    r.get(s.family); r.get(s.kernel);
-    r.get(s.time_us); r.get(s.bytes); r.get(s.flops); r.get(s.stream); r.get(s.start_us);
-  }
-  PB_CHECK(r.done(), "trailing bytes in a span record from another rank");
-  return spans;
+  PB_CHECK(n <= bytes.size(), std::string("a ") + what + " record from another rank counts more records than bytes");
+  std::vector<Record> records(n);
+  for (Record& record : records) visit_fields(record, [&](const char*, auto& field, int) { r.get(field); });
+  PB_CHECK(r.done(), std::string("trailing bytes in a ") + what + " record from another rank");
+  return records;
 }
 
-std::string pack_bells(const std::vector<BellOp>& bells) {
-  Writer w;
-  w.put(uint64_t(bells.size()));
-  for (const auto& b : bells) {
-    w.put(b.rep); w.put(b.rank); w.put(b.span); w.put(b.op);
-    w.put(b.peer); w.put(b.flag); w.put(b.kind); w.put(b.value);
-  }
-  return w.take();
-}
+}  // namespace
 
-std::vector<BellOp> unpack_bells(const std::string& bytes) {
-  Reader r(bytes);
-  uint64_t n = 0;
-  r.get(n);
-  std::vector<BellOp> bells(n);
-  for (auto& b : bells) {
-    r.get(b.rep); r.get(b.rank); r.get(b.span); r.get(b.op);
-    r.get(b.peer); r.get(b.flag); r.get(b.kind); r.get(b.value);
-  }
-  PB_CHECK(r.done(), "trailing bytes in a doorbell record from another rank");
-  return bells;
-}
-
-std::string pack_rank_reps(const std::vector<RankRep>& reps) {
-  Writer w;
-  w.put(uint64_t(reps.size()));
-  for (const auto& r : reps) w.put(r);
-  return w.take();
-}
-
-std::vector<RankRep> unpack_rank_reps(const std::string& bytes) {
-  Reader r(bytes);
-  uint64_t n = 0;
-  r.get(n);
-  std::vector<RankRep> reps(n);
-  for (auto& x : reps) r.get(x);
-  PB_CHECK(r.done(), "trailing bytes in a rank record from another rank");
-  return reps;
-}
+std::string pack_spans(const std::vector<Span>& spans) { return pack_records(spans); }
+std::vector<Span> unpack_spans(const std::string& bytes) { return unpack_records<Span>(bytes, "span"); }
+std::string pack_bells(const std::vector<BellOp>& bells) { return pack_records(bells); }
+std::vector<BellOp> unpack_bells(const std::string& bytes) { return unpack_records<BellOp>(bytes, "doorbell"); }
+std::string pack_rank_reps(const std::vector<RankRep>& reps) { return pack_records(reps); }
+std::vector<RankRep> unpack_rank_reps(const std::string& bytes) { return unpack_records<RankRep>(bytes, "rank"); }
 
 }  // namespace pb

@@ -1,8 +1,8 @@
 // Results files: RunResult <-> HDF5 (C API, serial), layout in results.h.
 //
-// Reading order: write_results / read_results at the bottom, then the
-// per-group writers and readers above them, then the HDF5 plumbing at the top
-// (checked calls, self-closing handles, attributes, arrays, compound tables).
+// Reading order: write_results / read_results at the bottom, the per-group
+// writers and readers above them, the row schemas at the top; the HDF5
+// plumbing is hdf5_io.h's.
 #include "results.h"
 
 #include <hdf5.h>
@@ -17,11 +17,13 @@
 #include <filesystem>
 #include <functional>
 #include <set>
+#include <type_traits>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "check.h"
+#include "hdf5_io.h"
 
 namespace pb {
 
@@ -54,430 +56,125 @@ void append_spans(VariantResult& variant, const std::vector<Span>& spans, const 
 
 namespace {
 
-// ---- checked HDF5 calls ------------------------------------------------------
+using namespace h5;
 
-herr_t collect_error_description(unsigned, const H5E_error2_t* error, void* descriptions) {
-  if (!error->desc || !*error->desc) return 0;
-  std::string desc = error->desc;
-  std::replace(desc.begin(), desc.end(), '\n', ' ');  // one line (a failed write's text holds a ctime() date)
-  static_cast<std::vector<std::string>*>(descriptions)->push_back(desc);
-  return 0;
-}
+// ---- records with a field list (results.h visit_fields): Span, BellOp, RankRep ----
 
-// HDF5's own account of the last failure: the API-level message and the
-// innermost one, e.g. "unable to open file (file signature not found)".
-std::string hdf5_error_detail() {
-  std::vector<std::string> descriptions;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_error_description, &descriptions);
-  if (descriptions.empty()) return "";
-  if (descriptions.size() == 1) return ": " + descriptions.front();
-  return ": " + descriptions.front() + " (" + descriptions.back() + ")";
-}
-
-// Every HDF5 call returns a negative hid_t / herr_t / htri_t / ssize_t on failure.
-template <typename Status>
-Status h5_checked(Status status, const char* expr, const char* file, int line) {
-  if (status < 0) throw_error(file, line, std::string("HDF5 call failed: ") + expr + hdf5_error_detail());
-  return status;
-}
-#define PB_H5(expr) h5_checked((expr), #expr, __FILE__, __LINE__)
-
-// Before the first HDF5 call of the process: no library shutdown at exit. A
-// write that fails (a full disk) leaves the file HDF5 could not flush open in
-// the library, and HDF5 1.10's exit handler crashes closing it again, turning a
-// named error into a segmentation fault. Every file we open is closed by a
-// Handle, so the shutdown has nothing left to flush.
-// Then, every time: we print our own messages; HDF5's automatic stack dump
-// would only add noise.
-void start_hdf5() {
-  static const bool no_shutdown_at_exit = H5dont_atexit() >= 0;
-  (void)no_shutdown_at_exit;
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-}
-
-// An HDF5 identifier that closes itself.
-class Handle {
- public:
-  using Closer = herr_t (*)(hid_t);
-  Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
-  Handle(Handle&& other) noexcept : id_(std::exchange(other.id_, -1)), closer_(other.closer_) {}
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  Handle& operator=(Handle&&) = delete;
-  ~Handle() {
-    if (id_ >= 0) closer_(id_);
+// The HDF5 form of one field type: its in-memory type and bytes (strings:
+// fixed kNameBytes fields, as every name in the tables).
+struct FieldForm {
+  hid_t type;
+  size_t bytes;
+};
+template <class T>
+FieldForm field_form() {
+  if constexpr (std::is_same_v<T, int32_t>) return {H5T_NATIVE_INT32, 4};
+  else if constexpr (std::is_same_v<T, int64_t>) return {H5T_NATIVE_INT64, 8};
+  else if constexpr (std::is_same_v<T, uint64_t>) return {H5T_NATIVE_UINT64, 8};
+  else if constexpr (std::is_same_v<T, double>) return {H5T_NATIVE_DOUBLE, 8};
+  else if constexpr (std::is_same_v<T, BellOpKind>) return {H5T_NATIVE_INT8, 1};  // 0 wait, 1 ring
+  else {
+    static_assert(std::is_same_v<T, std::string>, "a record field of a type the results file has no form for");
+    return {H5T_C_S1, size_t(kNameBytes)};
   }
-  operator hid_t() const { return id_; }
-  // Closes now and checks: closing the file flushes it, so that can fail.
-  void close() {
-    const hid_t id = std::exchange(id_, -1);
-    PB_H5(closer_(id));
+}
+
+// A record's table rows, laid out from its field list: the fields the file's
+// schema version has, packed in order, so the same list reads every version
+// (a field newer than the file keeps the record's default).
+template <class Record>
+class RecordTable {
+ public:
+  RecordTable(const char* what, int schema_version) : what_(what) {
+    Record probe{};
+    visit_fields(probe, [&](const char* name, auto& field, int since) {
+      if (since > schema_version) return;
+      const FieldForm form = field_form<std::decay_t<decltype(field)>>();
+      fields_.push_back({name, row_bytes_, form});
+      row_bytes_ += form.bytes;
+    });
+  }
+
+  void write(const Node& group, const std::string& name, const std::vector<Record>& records) const {
+    std::vector<char> rows(records.size() * row_bytes_);
+    for (size_t i = 0; i < records.size(); ++i) {
+      size_t f = 0;
+      visit_fields(records[i], [&](const char* field_name, const auto& field, int) {
+        if (f < fields_.size() && fields_[f].name == field_name) put(rows.data() + i * row_bytes_, fields_[f++], field);
+      });
+    }
+    const CompoundType type = compound();
+    write_table(group, name, type, records.size(), rows.data());
+  }
+
+  std::vector<Record> read(const Node& group, const std::string& name) const {
+    const CompoundType type = compound();
+    Dims dims;
+    const std::vector<char> rows = read_table_bytes(group, name, type, row_bytes_, &dims);
+    std::vector<Record> records(dims.at(0));
+    for (size_t i = 0; i < records.size(); ++i) {
+      size_t f = 0;
+      visit_fields(records[i], [&](const char* field_name, auto& field, int) {
+        if (f < fields_.size() && fields_[f].name == field_name) get(rows.data() + i * row_bytes_, fields_[f++], field);
+      });
+    }
+    return records;
   }
 
  private:
-  hid_t id_;
-  Closer closer_;
-};
+  struct Field {
+    std::string name;
+    size_t offset;
+    FieldForm form;
+  };
 
-// A group, dataset or file, with its path inside the file for messages.
-struct Node {
-  hid_t id;
-  std::string path;  // "/variants/all"
-  std::string child(const std::string& name) const { return (path == "/" ? "/" : path + "/") + name; }
-};
-
-// ---- attributes --------------------------------------------------------------
-
-Handle variable_string_type() {
-  Handle type{PB_H5(H5Tcopy(H5T_C_S1)), H5Tclose};
-  PB_H5(H5Tset_size(type, H5T_VARIABLE));
-  PB_H5(H5Tset_cset(type, H5T_CSET_UTF8));
-  return type;
-}
-
-Handle fixed_string_type(size_t bytes) {
-  Handle type{PB_H5(H5Tcopy(H5T_C_S1)), H5Tclose};
-  PB_H5(H5Tset_size(type, bytes));
-  PB_H5(H5Tset_strpad(type, H5T_STR_NULLPAD));
-  return type;
-}
-
-void write_scalar_attribute(hid_t object, const std::string& name, hid_t file_type, hid_t memory_type,
-                            const void* value) {
-  Handle space{PB_H5(H5Screate(H5S_SCALAR)), H5Sclose};
-  Handle attribute{PB_H5(H5Acreate2(object, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT)),
-                   H5Aclose};
-  PB_H5(H5Awrite(attribute, memory_type, value));
-}
-
-// Fixed-length, NUL-padded UTF-8: nothing goes to HDF5's global heap, which
-// HDF5 1.10 reads without checks (a damaged heap crashes the reader instead
-// of failing the read).
-void write_string_attribute(hid_t object, const std::string& name, const std::string& value) {
-  Handle type = fixed_string_type(std::max<size_t>(value.size(), 1));
-  PB_H5(H5Tset_cset(type, H5T_CSET_UTF8));
-  write_scalar_attribute(object, name, type, type, value.c_str());
-}
-
-void write_f64_attribute(hid_t object, const std::string& name, double value) {
-  write_scalar_attribute(object, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
-}
-
-void write_i32_attribute(hid_t object, const std::string& name, int32_t value) {
-  write_scalar_attribute(object, name, H5T_STD_I32LE, H5T_NATIVE_INT32, &value);
-}
-
-void write_i64_attribute(hid_t object, const std::string& name, int64_t value) {
-  write_scalar_attribute(object, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
-}
-
-Handle open_attribute(const Node& node, const std::string& name) {
-  PB_CHECK(PB_H5(H5Aexists(node.id, name.c_str())) > 0,
-           fmt::format("missing attribute {} on {}", name, node.path));
-  return Handle{PB_H5(H5Aopen(node.id, name.c_str(), H5P_DEFAULT)), H5Aclose};
-}
-
-H5T_class_t attribute_class(hid_t attribute) {
-  Handle type{PB_H5(H5Aget_type(attribute)), H5Tclose};
-  return PB_H5(H5Tget_class(type));
-}
-
-// Reads variable- and fixed-length string attributes alike.
-std::string read_string_attribute(const Node& node, const std::string& name) {
-  Handle attribute = open_attribute(node, name);
-  Handle stored_type{PB_H5(H5Aget_type(attribute)), H5Tclose};
-  PB_CHECK(PB_H5(H5Tget_class(stored_type)) == H5T_STRING,
-           fmt::format("attribute {} on {} is not a string", name, node.path));
-  if (PB_H5(H5Tis_variable_str(stored_type)) > 0) {
-    Handle type = variable_string_type();
-    char* text = nullptr;
-    PB_H5(H5Aread(attribute, type, &text));
-    std::string value = text ? text : "";
-    H5free_memory(text);
-    return value;
+  CompoundType compound() const {
+    CompoundType type(row_bytes_);
+    for (const Field& f : fields_) {
+      if (f.form.type == H5T_C_S1) type.add_name(f.name.c_str(), f.offset);
+      else type.add(f.name.c_str(), f.offset, f.form.type);
+    }
+    return type;
   }
-  const size_t bytes = H5Tget_size(stored_type);
-  Handle type{PB_H5(H5Tcopy(stored_type)), H5Tclose};  // its character set as stored: no conversion
-  std::string buffer(bytes, '\0');
-  PB_H5(H5Aread(attribute, type, buffer.data()));
-  return buffer.substr(0, strnlen(buffer.data(), bytes));
-}
 
-template <typename T>
-T read_number_attribute(const Node& node, const std::string& name, hid_t memory_type) {
-  Handle attribute = open_attribute(node, name);
-  const H5T_class_t type_class = attribute_class(attribute);
-  PB_CHECK(type_class == H5T_INTEGER || type_class == H5T_FLOAT,
-           fmt::format("attribute {} on {} is not a number", name, node.path));
-  T value{};
-  PB_H5(H5Aread(attribute, memory_type, &value));
-  return value;
-}
-
-double read_f64_attribute(const Node& node, const std::string& name) {
-  return read_number_attribute<double>(node, name, H5T_NATIVE_DOUBLE);
-}
-int32_t read_i32_attribute(const Node& node, const std::string& name) {
-  return read_number_attribute<int32_t>(node, name, H5T_NATIVE_INT32);
-}
-int64_t read_i64_attribute(const Node& node, const std::string& name) {
-  return read_number_attribute<int64_t>(node, name, H5T_NATIVE_INT64);
-}
-
-herr_t collect_attribute_name(hid_t, const char* name, const H5A_info_t*, void* names) {
-  static_cast<std::vector<std::string>*>(names)->push_back(name);
-  return 0;
-}
-
-std::vector<std::string> attribute_names(const Node& node) {
-  std::vector<std::string> names;
-  hsize_t position = 0;
-  PB_H5(H5Aiterate2(node.id, H5_INDEX_NAME, H5_ITER_INC, &position, collect_attribute_name, &names));
-  return names;
-}
-
-// ---- groups --------------------------------------------------------------------
-
-Handle create_group(const Node& parent, const std::string& name, bool keep_creation_order = false) {
-  Handle properties{PB_H5(H5Pcreate(H5P_GROUP_CREATE)), H5Pclose};
-  if (keep_creation_order)
-    PB_H5(H5Pset_link_creation_order(properties, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED));
-  return Handle{PB_H5(H5Gcreate2(parent.id, name.c_str(), H5P_DEFAULT, properties, H5P_DEFAULT)), H5Gclose};
-}
-
-bool has_link(const Node& parent, const std::string& name) {
-  return PB_H5(H5Lexists(parent.id, name.c_str(), H5P_DEFAULT)) > 0;
-}
-
-Handle open_group(const Node& parent, const std::string& name) {
-  PB_CHECK(has_link(parent, name), fmt::format("missing group {}", parent.child(name)));
-  return Handle{PB_H5(H5Gopen2(parent.id, name.c_str(), H5P_DEFAULT)), H5Gclose};
-}
-
-// The group's member names, in creation order when the group tracks it.
-std::vector<std::string> member_names(const Node& group) {
-  Handle properties{PB_H5(H5Gget_create_plist(group.id)), H5Pclose};
-  unsigned order_flags = 0;
-  PB_H5(H5Pget_link_creation_order(properties, &order_flags));
-  const H5_index_t index = (order_flags & H5P_CRT_ORDER_INDEXED) ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
-  H5G_info_t info;
-  PB_H5(H5Gget_info(group.id, &info));
-  std::vector<std::string> names;
-  for (hsize_t i = 0; i < info.nlinks; ++i) {
-    const ssize_t length = PB_H5(H5Lget_name_by_idx(group.id, ".", index, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT));
-    std::string name(size_t(length) + 1, '\0');
-    PB_H5(H5Lget_name_by_idx(group.id, ".", index, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT));
-    name.resize(size_t(length));
-    names.push_back(name);
+  template <class T>
+  void put(char* row, const Field& f, const T& value) const {
+    if constexpr (std::is_same_v<T, std::string>) {
+      Name name;
+      store_name(name, value, (what_ + " " + f.name).c_str());
+      std::memcpy(row + f.offset, name, kNameBytes);
+    } else if constexpr (std::is_same_v<T, BellOpKind>) {
+      const int8_t op = int8_t(value);
+      std::memcpy(row + f.offset, &op, 1);
+    } else {
+      std::memcpy(row + f.offset, &value, sizeof(T));
+    }
   }
-  return names;
-}
 
-// ---- n-dimensional arrays ----------------------------------------------------
-
-using Dims = std::vector<hsize_t>;
-
-hsize_t element_count(const Dims& dims) {
-  hsize_t count = 1;
-  for (hsize_t d : dims) count *= d;
-  return count;
-}
-
-// Arrays of at least this many bytes are stored chunked and deflated (with the
-// shuffle filter) where the HDF5 library has deflate: a full-size run's spans
-// and doorbells then fit in files of a few MB. Readers (this file, h5py) need
-// nothing.
-constexpr hsize_t kCompressFromBytes = 16384;
-constexpr hsize_t kChunkBytes = hsize_t(1) << 20;
-
-Handle dataset_properties(const Dims& dims, size_t element_bytes) {
-  Handle properties{PB_H5(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose};
-  static const bool have_deflate = H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0;
-  if (!have_deflate || dims.empty() || element_count(dims) * element_bytes < kCompressFromBytes) return properties;
-  Dims chunk = dims;  // whole rows of the trailing dimensions, as many as fit
-  const hsize_t row_bytes = element_count(chunk) / chunk[0] * element_bytes;
-  chunk[0] = std::max<hsize_t>(1, std::min(chunk[0], kChunkBytes / std::max<hsize_t>(row_bytes, 1)));
-  PB_H5(H5Pset_chunk(properties, int(chunk.size()), chunk.data()));
-  PB_H5(H5Pset_shuffle(properties));
-  PB_H5(H5Pset_deflate(properties, 4));
-  return properties;
-}
-
-void write_dataset(const Node& group, const std::string& name, hid_t file_type, hid_t memory_type,
-                   const Dims& dims, const void* data) {
-  Handle space{PB_H5(H5Screate_simple(int(dims.size()), dims.data(), nullptr)), H5Sclose};
-  Handle properties = dataset_properties(dims, H5Tget_size(file_type));
-  Handle dataset{PB_H5(H5Dcreate2(group.id, name.c_str(), file_type, space, H5P_DEFAULT, properties,
-                                  H5P_DEFAULT)),
-                 H5Dclose};
-  if (element_count(dims) > 0) PB_H5(H5Dwrite(dataset, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
-}
-
-Handle open_dataset(const Node& group, const std::string& name) {
-  PB_CHECK(has_link(group, name), fmt::format("missing dataset {}", group.child(name)));
-  return Handle{PB_H5(H5Dopen2(group.id, name.c_str(), H5P_DEFAULT)), H5Dclose};
-}
-
-Dims dataset_dims(hid_t dataset) {
-  Handle space{PB_H5(H5Dget_space(dataset)), H5Sclose};
-  Dims dims(size_t(PB_H5(H5Sget_simple_extent_ndims(space))));
-  PB_H5(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
-  return dims;
-}
-
-// Reads a whole dataset of `rank` dimensions; its shape goes to *dims.
-template <typename T>
-std::vector<T> read_dataset(const Node& group, const std::string& name, hid_t memory_type, size_t rank,
-                            Dims* dims) {
-  Handle dataset = open_dataset(group, name);
-  *dims = dataset_dims(dataset);
-  PB_CHECK(dims->size() == rank, fmt::format("dataset {} has {} dimensions, expected {}", group.child(name),
-                                             dims->size(), rank));
-  std::vector<T> values(element_count(*dims));
-  if (!values.empty()) PB_H5(H5Dread(dataset, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()));
-  return values;
-}
-
-// ---- compound tables -------------------------------------------------------------
-
-using Name = char[kNameBytes];
-
-void store_name(Name& field, const std::string& value, const char* what) {
-  PB_CHECK(value.size() <= size_t(kNameBytes),
-           fmt::format("{} '{}' is {} bytes; results tables hold at most {}", what, value, value.size(),
-                       kNameBytes));
-  std::memset(field, 0, kNameBytes);
-  std::memcpy(field, value.data(), value.size());
-}
-
-std::string load_name(const Name& field) { return std::string(field, strnlen(field, kNameBytes)); }
-
-// Builds the in-memory compound type of a table row, member by member.
-class CompoundType {
- public:
-  explicit CompoundType(size_t row_bytes) : type_{PB_H5(H5Tcreate(H5T_COMPOUND, row_bytes)), H5Tclose} {}
-  CompoundType& add(const char* name, size_t offset, hid_t member_type) {
-    PB_H5(H5Tinsert(type_, name, offset, member_type));
-    return *this;
+  template <class T>
+  void get(const char* row, const Field& f, T& value) const {
+    if constexpr (std::is_same_v<T, std::string>) {
+      Name name;
+      std::memcpy(name, row + f.offset, kNameBytes);
+      value = load_name(name);
+    } else if constexpr (std::is_same_v<T, BellOpKind>) {
+      int8_t op = 0;
+      std::memcpy(&op, row + f.offset, 1);
+      PB_CHECK(op == 0 || op == 1, fmt::format("{}s: {} {} of a row; allowed: 0 (wait), 1 (ring)", what_, f.name, int(op)));
+      value = BellOpKind(op);
+    } else {
+      std::memcpy(&value, row + f.offset, sizeof(T));
+    }
   }
-  CompoundType& add_name(const char* name, size_t offset) { return add(name, offset, fixed_string_type(kNameBytes)); }
-  hid_t memory_type() const { return type_; }
 
- private:
-  Handle type_;
+  std::string what_;  // "span", "doorbell", "rank rep": messages
+  std::vector<Field> fields_;
+  size_t row_bytes_ = 0;
 };
 
-template <typename Row>
-void write_table(const Node& group, const std::string& name, const CompoundType& row_type,
-                 const std::vector<Row>& rows) {
-  Handle file_type{PB_H5(H5Tcopy(row_type.memory_type())), H5Tclose};
-  PB_H5(H5Tpack(file_type));  // no alignment padding on disk
-  write_dataset(group, name, file_type, row_type.memory_type(), {rows.size()}, rows.data());
-}
-
-template <typename Row>
-std::vector<Row> read_table(const Node& group, const std::string& name, const CompoundType& row_type) {
-  Dims dims;
-  return read_dataset<Row>(group, name, row_type.memory_type(), 1, &dims);
-}
-
-// Span <-> one row of /variants/<name>/spans.
-struct SpanRow {
-  int32_t rep, rank, layer;
-  Name family, kernel;
-  double time_us, bytes, flops;
-  int32_t stream;
-  double start_us;
-};
-
-// Version 1 rows have no stream (it stays 0), versions 1 and 2 no start_us
-// (from_rows sets -1).
-CompoundType span_row_type(int schema_version = kSchemaVersion) {
-  CompoundType type(sizeof(SpanRow));
-  type.add("rep", HOFFSET(SpanRow, rep), H5T_NATIVE_INT32)
-      .add("rank", HOFFSET(SpanRow, rank), H5T_NATIVE_INT32)
-      .add("layer", HOFFSET(SpanRow, layer), H5T_NATIVE_INT32)
-      .add_name("family", HOFFSET(SpanRow, family))
-      .add_name("kernel", HOFFSET(SpanRow, kernel))
-      .add("time_us", HOFFSET(SpanRow, time_us), H5T_NATIVE_DOUBLE)
-      .add("bytes", HOFFSET(SpanRow, bytes), H5T_NATIVE_DOUBLE)
-      .add("flops", HOFFSET(SpanRow, flops), H5T_NATIVE_DOUBLE);
-  if (schema_version >= 2) type.add("stream", HOFFSET(SpanRow, stream), H5T_NATIVE_INT32);
-  if (schema_version >= 3) type.add("start_us", HOFFSET(SpanRow, start_us), H5T_NATIVE_DOUBLE);
-  return type;
-}
-
-SpanRow to_row(const Span& span) {
-  SpanRow row{span.rep, span.rank, span.layer, {}, {}, span.time_us, span.bytes, span.flops, span.stream,
-              span.start_us};
-  store_name(row.family, span.family, "span family");
-  store_name(row.kernel, span.kernel, "span kernel");
-  return row;
-}
-
-Span from_row(const SpanRow& row) {
-  return Span{row.rep,     row.rank,  row.layer, load_name(row.family), load_name(row.kernel),
-              row.time_us, row.bytes, row.flops, row.stream, row.start_us};
-}
-
-// BellOp <-> one row of /variants/<name>/bells; op is i8 (0 wait, 1 ring).
-struct BellRow {
-  int32_t rep, rank;
-  int64_t span;
-  int8_t op;
-  int32_t peer, flag;
-  Name kind;
-  uint64_t value;
-};
-
-CompoundType bell_row_type() {
-  CompoundType type(sizeof(BellRow));
-  type.add("rep", HOFFSET(BellRow, rep), H5T_NATIVE_INT32)
-      .add("rank", HOFFSET(BellRow, rank), H5T_NATIVE_INT32)
-      .add("span", HOFFSET(BellRow, span), H5T_NATIVE_INT64)
-      .add("op", HOFFSET(BellRow, op), H5T_NATIVE_INT8)
-      .add("peer", HOFFSET(BellRow, peer), H5T_NATIVE_INT32)
-      .add("flag", HOFFSET(BellRow, flag), H5T_NATIVE_INT32)
-      .add_name("kind", HOFFSET(BellRow, kind))
-      .add("value", HOFFSET(BellRow, value), H5T_NATIVE_UINT64);
-  return type;
-}
-
-BellRow to_row(const BellOp& bell) {
-  BellRow row{bell.rep, bell.rank, bell.span, int8_t(bell.op), bell.peer, bell.flag, {}, bell.value};
-  store_name(row.kind, bell.kind, "doorbell kind");
-  return row;
-}
-
-BellOp from_row(const BellRow& row) {
-  PB_CHECK(row.op == 0 || row.op == 1,
-           fmt::format("bells: op {} of the row for span {}; allowed: 0 (wait), 1 (ring)", int(row.op), row.span));
-  return BellOp{row.rep, row.rank, row.span, BellOpKind(row.op), row.peer, row.flag, load_name(row.kind), row.value};
-}
-
-// RankRep is a plain struct already: its own row type. The GPU's clocks and
-// power came with schema 3 (read as NaN before).
-CompoundType rank_rep_row_type(int schema_version = kSchemaVersion) {
-  CompoundType type(sizeof(RankRep));
-  type.add("rep", HOFFSET(RankRep, rep), H5T_NATIVE_INT32)
-      .add("rank", HOFFSET(RankRep, rank), H5T_NATIVE_INT32)
-      .add("wall_us", HOFFSET(RankRep, wall_us), H5T_NATIVE_DOUBLE)
-      .add("wait_us", HOFFSET(RankRep, wait_us), H5T_NATIVE_DOUBLE)
-      .add("fabric_bytes", HOFFSET(RankRep, fabric_bytes), H5T_NATIVE_DOUBLE)
-      .add("peak_mem_bytes", HOFFSET(RankRep, peak_mem_bytes), H5T_NATIVE_DOUBLE);
-  if (schema_version >= 3)
-    type.add("sm_mhz", HOFFSET(RankRep, sm_mhz), H5T_NATIVE_DOUBLE)
-        .add("power_w", HOFFSET(RankRep, power_w), H5T_NATIVE_DOUBLE)
-        .add("power_capped", HOFFSET(RankRep, power_capped), H5T_NATIVE_DOUBLE)
-        .add("ipc_bytes", HOFFSET(RankRep, ipc_bytes), H5T_NATIVE_DOUBLE)
-        .add("nccl_bytes", HOFFSET(RankRep, nccl_bytes), H5T_NATIVE_DOUBLE)
-        .add("ipc_wait_us", HOFFSET(RankRep, ipc_wait_us), H5T_NATIVE_DOUBLE)
-        .add("nccl_wait_us", HOFFSET(RankRep, nccl_wait_us), H5T_NATIVE_DOUBLE)
-        .add("nccl_us", HOFFSET(RankRep, nccl_us), H5T_NATIVE_DOUBLE)
-        .add("launch_gap_us", HOFFSET(RankRep, launch_gap_us), H5T_NATIVE_DOUBLE)
-        .add("host_us", HOFFSET(RankRep, host_us), H5T_NATIVE_DOUBLE);
-  return type;
-}
+RecordTable<Span> span_table(int schema_version = kSchemaVersion) { return {"span", schema_version}; }
+RecordTable<BellOp> bell_table() { return {"doorbell", kSchemaVersion}; }
+RecordTable<RankRep> rank_rep_table(int schema_version = kSchemaVersion) { return {"rank rep", schema_version}; }
 
 CompoundType telemetry_row_type() {
   CompoundType type(sizeof(TelemetrySample));
@@ -892,10 +589,10 @@ void write_variant(const Node& variants, const VariantResult& variant) {
   const Node node{group, variants.child(variant.name)};
   write_string_attribute(node.id, "cuts", variant.cuts);
   write_i32_attribute(node.id, "complete", variant.complete ? 1 : 0);
-  write_table(node, "spans", span_row_type(), to_rows<SpanRow>(variant.spans));
+  span_table().write(node, "spans", variant.spans);
   check_bell_spans(node, variant);
-  write_table(node, "bells", bell_row_type(), to_rows<BellRow>(variant.bells));
-  write_table(node, "rank_reps", rank_rep_row_type(), variant.rank_reps);
+  bell_table().write(node, "bells", variant.bells);
+  rank_rep_table().write(node, "rank_reps", variant.rank_reps);
   write_dataset(node, "ttft_ms", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {variant.ttft_ms.size()},
                 variant.ttft_ms.data());
   write_outputs(node, variant.outputs);
@@ -909,17 +606,13 @@ VariantResult read_variant(const Node& variants, const std::string& name, int32_
   variant.name = name;
   variant.cuts = read_string_attribute(node, "cuts");
   variant.complete = read_i32_attribute(node, "complete") != 0;
-  variant.spans = from_rows<Span>(read_table<SpanRow>(node, "spans", span_row_type(schema_version)));
-  if (schema_version < 3)
-    for (Span& span : variant.spans) span.start_us = -1;
+  variant.spans = span_table(schema_version).read(node, "spans");  // before version 3: start_us -1
   if (schema_version >= 2) {
-    variant.bells = from_rows<BellOp>(read_table<BellRow>(node, "bells", bell_row_type()));
+    variant.bells = bell_table().read(node, "bells");
     check_bell_spans(node, variant);
     variant.projections = read_projections(node);
   }
-  variant.rank_reps = read_table<RankRep>(node, "rank_reps", rank_rep_row_type(schema_version));
-  if (schema_version < 3)
-    for (RankRep& r : variant.rank_reps) r.sm_mhz = r.power_w = r.power_capped = r.launch_gap_us = r.host_us = kNoValue;
+  variant.rank_reps = rank_rep_table(schema_version).read(node, "rank_reps");  // before 3: clocks NaN
   Dims dims;
   variant.ttft_ms = read_dataset<double>(node, "ttft_ms", H5T_NATIVE_DOUBLE, 1, &dims);
   variant.outputs = read_outputs(node);

@@ -42,6 +42,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace pb {
@@ -220,6 +221,57 @@ struct VariantResult {
   // The projection over `link`, else the first recorded; null when none is.
   const Projection* projection(const std::string& link) const;
 };
+
+// ---- each record's fields, written once ----
+// visit_fields(record, f) calls f(name, field, since) for every field in
+// order: its name in the results file, a reference to it, and the schema
+// version it came with. The gang's packing (platform/gang.cpp) and the file's
+// rows (results.cpp) both walk these lists; a new field is one line here.
+template <class S, class F>
+std::enable_if_t<std::is_same_v<std::remove_const_t<S>, Span>> visit_fields(S& s, F&& f) {
+  f("rep", s.rep, 1);
+  f("rank", s.rank, 1);
+  f("layer", s.layer, 1);
+  f("family", s.family, 1);
+  f("kernel", s.kernel, 1);
+  f("time_us", s.time_us, 1);
+  f("bytes", s.bytes, 1);
+  f("flops", s.flops, 1);
+  f("stream", s.stream, 2);
+  f("start_us", s.start_us, 3);
+}
+
+template <class S, class F>
+std::enable_if_t<std::is_same_v<std::remove_const_t<S>, BellOp>> visit_fields(S& b, F&& f) {
+  f("rep", b.rep, 2);
+  f("rank", b.rank, 2);
+  f("span", b.span, 2);
+  f("op", b.op, 2);
+  f("peer", b.peer, 2);
+  f("flag", b.flag, 2);
+  f("kind", b.kind, 2);
+  f("value", b.value, 2);
+}
+
+template <class S, class F>
+std::enable_if_t<std::is_same_v<std::remove_const_t<S>, RankRep>> visit_fields(S& r, F&& f) {
+  f("rep", r.rep, 1);
+  f("rank", r.rank, 1);
+  f("wall_us", r.wall_us, 1);
+  f("wait_us", r.wait_us, 1);
+  f("fabric_bytes", r.fabric_bytes, 1);
+  f("peak_mem_bytes", r.peak_mem_bytes, 1);
+  f("sm_mhz", r.sm_mhz, 3);
+  f("power_w", r.power_w, 3);
+  f("power_capped", r.power_capped, 3);
+  f("ipc_bytes", r.ipc_bytes, 3);
+  f("nccl_bytes", r.nccl_bytes, 3);
+  f("ipc_wait_us", r.ipc_wait_us, 3);
+  f("nccl_wait_us", r.nccl_wait_us, 3);
+  f("nccl_us", r.nccl_us, 3);
+  f("launch_gap_us", r.launch_gap_us, 3);
+  f("host_us", r.host_us, 3);
+}
 
 // Appends one rank's spans of one rep and their doorbell operations to
 // `variant`, whose bells' span fields index `spans` (0 = spans[0]); they are
