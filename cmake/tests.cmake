@@ -585,6 +585,13 @@ add_test(NAME cli.launch_dry_run_last
           ${CMAKE_SOURCE_DIR}/scenarios/cp8-128k.yaml --dry-run)
 set_tests_properties(cli.launch_dry_run_last PROPERTIES LABELS cpu TIMEOUT 60
   ENVIRONMENT "${PB_MPI_ENV};PB_BUILD=${CMAKE_BINARY_DIR}")
+# --variants takes its value as the next word too, as --set and --cuts do.
+add_test(NAME cli.launch_variants_space_form
+  COMMAND ${PB_EXPECT} 0 "prefill-bench run [^ ]*cp8-128k.yaml --variants baseline,all"
+          bash ${CMAKE_SOURCE_DIR}/scripts/launch.sh --dry-run ${CMAKE_SOURCE_DIR}/test/data/hosts-2x4.txt
+          ${CMAKE_SOURCE_DIR}/scenarios/cp8-128k.yaml --variants baseline,all)
+set_tests_properties(cli.launch_variants_space_form PROPERTIES LABELS cpu TIMEOUT 60
+  ENVIRONMENT "${PB_MPI_ENV};PB_BUILD=${CMAKE_BINARY_DIR}")
 add_test(NAME cli.regress_usage
   COMMAND ${PB_EXPECT} 2 "^regress.sh: no baseline file '/nonexistent/base.h5'$"
           bash ${CMAKE_SOURCE_DIR}/scripts/regress.sh --max-regression 3% ${CMAKE_SOURCE_DIR}/scenarios/cp1-16k.yaml

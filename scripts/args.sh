@@ -2,7 +2,7 @@
 # arguments in any order. `pb_parse_args "<script options>" "$@"` splits them:
 #   PB_WORDS     the words that are not options (hostfile, scenario, ...), in order
 #   PB_RUN_ARGS  the `prefill-bench run` options, each with its value
-#                (--set, --cuts, -o/--output take one; any other -x is a flag)
+#                (--set, --cuts, --variants, -o/--output take one; any other -x is a flag)
 #   PB_SET_ARGS  the --set options alone: what `prefill-bench ranks` takes
 #   PB_FLAGS     the script's own options, name -> value (1 for a flag)
 # <script options> lists the script's own, space-separated; one that takes a
@@ -32,7 +32,7 @@ pb_parse_args() {
       fi
     else
       case $arg in
-        --set | --cuts | --output | -o)
+        --set | --cuts | --variants | --output | -o)
           pb_need_value "$@"
           PB_RUN_ARGS+=("$arg" "$2")
           [[ $arg == --set ]] && PB_SET_ARGS+=("$arg" "$2")
