@@ -5,10 +5,10 @@
 #   scripts/regress.sh <scenario.yaml> <baseline.h5> [--max-regression 3%] [--only a,b] [run options]
 #   scripts/regress.sh scenarios/cp1-16k.yaml results/h200/cp1-16k.h5 --max-regression 3%
 # Options go in any position; a third word is the max regression as well
-# (regress.sh s.yaml b.h5 3%). Exit codes are compare's (README "compare and
-# the regression check"): 0 every judged variant within the allowance, 1 a
-# variant's TTFT regressed, 2 cannot judge (files of different kinds or
-# scenarios, incomplete, a baseline variant missing) or an error. Before the
+# (regress.sh s.yaml b.h5 3%). Exit codes are the README's table: 0 every
+# judged variant within the allowance, 1 a variant's TTFT regressed, 2 cannot
+# judge (files of different kinds or scenarios, incomplete, a baseline variant
+# missing) or an error, 3 no CUDA device for the run. Before the
 # run, the baseline is judged against itself: a threshold compare refuses, or
 # a baseline the gate cannot judge, stops here (exit 2) rather than after it.
 set -euo pipefail
