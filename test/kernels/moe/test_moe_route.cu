@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "gpu_test.h"
+#include "guarded.h"
 #include "moe_route.h"
 
 using namespace pb;
@@ -27,41 +28,8 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-constexpr size_t kGuard = 64;   // poisoned elements after each output
 constexpr int kPoisonF = 0xff;  // bf16 / f32 outputs: NaN
 constexpr int kPoisonI = 0x7b;  // int32 outputs: 0x7b7b7b7b, never a valid row or id
-
-template <class T, class H>
-DeviceBuffer<T> to_device(const std::vector<H>& host) {
-  DeviceBuffer<T> d(host.size());
-  if (!host.empty()) d.upload(host);
-  return d;
-}
-
-// n poisoned output elements at element offset `shift`, guarded on both sides.
-template <class T, class H = T>
-struct Guarded {
-  DeviceBuffer<T> buf;
-  size_t shift, n;
-  int byte;
-  Guarded(size_t n_, int byte_, size_t shift_ = 0)
-      : buf(shift_ + n_ + kGuard), shift(shift_), n(n_), byte(byte_) {
-    PB_CUDA(cudaMemsetAsync(buf.get(), byte, buf.bytes(), nullptr));
-  }
-  T* get() const { return buf.get() + shift; }
-  // After the kernels: the n outputs; flags any store outside them.
-  std::vector<H> result(const char* what) const {
-    PB_CUDA(cudaDeviceSynchronize());
-    const std::vector<H> all = buf.template download<H>();
-    const auto* bytes = reinterpret_cast<const unsigned char*>(all.data());
-    bool intact = true;
-    for (size_t i = 0; i < shift * sizeof(T); ++i) intact &= bytes[i] == byte;
-    for (size_t i = (shift + n) * sizeof(T); i < all.size() * sizeof(T); ++i)
-      intact &= bytes[i] == byte;
-    CHECK_MESSAGE(intact, what, ": store outside the output");
-    return std::vector<H>(all.begin() + shift, all.begin() + shift + n);
-  }
-};
 
 int64_t first_mismatch(const std::vector<int32_t>& got, const std::vector<int32_t>& want,
                        std::string* report) {

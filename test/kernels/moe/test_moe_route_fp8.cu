@@ -23,6 +23,7 @@
 
 #include "fp8.h"
 #include "gpu_test.h"
+#include "guarded.h"
 #include "moe_route.h"
 #include "quant.h"
 #include "quant_ref.h"
@@ -35,37 +36,7 @@ namespace {
 using bf16 = __nv_bfloat16;
 using fp8 = __nv_fp8_e4m3;
 
-constexpr size_t kGuard = 64;  // poisoned elements after (and `shift` before) each output
 constexpr int kPoison = 0x7b;
-
-template <class T, class H>
-DeviceBuffer<T> to_device(const std::vector<H>& host) {
-  DeviceBuffer<T> d(host.size());
-  if (!host.empty()) d.upload(host);
-  return d;
-}
-
-// n poisoned output elements at element offset `shift`, guarded on both sides.
-template <class T, class H = T>
-struct Guarded {
-  DeviceBuffer<T> buf;
-  size_t shift, n;
-  Guarded(size_t n_, size_t shift_ = 0) : buf(shift_ + n_ + kGuard), shift(shift_), n(n_) {
-    PB_CUDA(cudaMemsetAsync(buf.get(), kPoison, buf.bytes(), nullptr));
-  }
-  T* get() const { return buf.get() + shift; }
-  std::vector<H> result(const char* what) const {
-    PB_CUDA(cudaDeviceSynchronize());
-    const std::vector<H> all = buf.template download<H>();
-    const auto* bytes = reinterpret_cast<const unsigned char*>(all.data());
-    bool intact = true;
-    for (size_t i = 0; i < shift * sizeof(T); ++i) intact &= bytes[i] == kPoison;
-    for (size_t i = (shift + n) * sizeof(T); i < all.size() * sizeof(T); ++i)
-      intact &= bytes[i] == kPoison;
-    CHECK_MESSAGE(intact, what, ": store outside the output");
-    return std::vector<H>(all.begin() + ptrdiff_t(shift), all.begin() + ptrdiff_t(shift + n));
-  }
-};
 
 // Codes and K-major scales of [rows, width].
 struct Fp8Rows {
@@ -185,19 +156,19 @@ void check_permute(const Plan& plan, const MoeRouteShape& s, int64_t width, uint
 
   // want: moe_permute, then quantize_act_fp8 (K-major).
   DeviceBuffer<bf16> xp(size_t(rows * width));
-  Guarded<fp8, uint8_t> want_q(size_t(rows * width));
-  Guarded<float> want_s(size_t(rows * kbs));
+  Guarded<fp8, uint8_t> want_q(size_t(rows * width), kPoison);
+  Guarded<float> want_s(size_t(rows * kbs), kPoison);
   moe_permute(x.get(), perm_src.get(), xp.get(), s, width, nullptr);
   quantize_act_fp8(xp.get(), want_q.get(), want_s.get(),
                    {rows, width, width, width, act_scales_k_major(kbs)}, nullptr);
 
   // got: quantize_act_fp8 of x, then moe_permute_fp8.
-  Guarded<fp8, uint8_t> xq(size_t(T * width), shift_in);
-  Guarded<float> sx(size_t(T * kbs), shift_in);
+  Guarded<fp8, uint8_t> xq(size_t(T * width), kPoison, shift_in);
+  Guarded<float> sx(size_t(T * kbs), kPoison, shift_in);
   quantize_act_fp8(x.get(), xq.get(), sx.get(), {T, width, width, width, act_scales_k_major(kbs)},
                    nullptr);
-  Guarded<fp8, uint8_t> got_q(size_t(rows * width), shift_out);
-  Guarded<float> got_s(size_t(rows * kbs), shift_out);
+  Guarded<fp8, uint8_t> got_q(size_t(rows * width), kPoison, shift_out);
+  Guarded<float> got_s(size_t(rows * kbs), kPoison, shift_out);
   moe_permute_fp8(xq.get(), sx.get(), perm_src.get(), got_q.get(), got_s.get(), s, width, nullptr);
 
   const Fp8Rows want{want_q.result("reference codes"), want_s.result("reference scales")};
@@ -223,14 +194,14 @@ void check_weight(const Plan& plan, const MoeRouteShape& s, int64_t width, uint6
 
   // want: moe_weight, then quantize_act_fp8 (K-major).
   DeviceBuffer<bf16> yw(size_t(rows * width));
-  Guarded<fp8, uint8_t> want_q(size_t(rows * width));
-  Guarded<float> want_s(size_t(rows * kbs));
+  Guarded<fp8, uint8_t> want_q(size_t(rows * width), kPoison);
+  Guarded<float> want_s(size_t(rows * kbs), kPoison);
   moe_weight(y.get() + shift_in, perm_src.get(), weights.get(), yw.get(), s, width, nullptr);
   quantize_act_fp8(yw.get(), want_q.get(), want_s.get(),
                    {rows, width, width, width, act_scales_k_major(kbs)}, nullptr);
 
-  Guarded<fp8, uint8_t> got_q(size_t(rows * width), shift_out);
-  Guarded<float> got_s(size_t(rows * kbs), shift_out);
+  Guarded<fp8, uint8_t> got_q(size_t(rows * width), kPoison, shift_out);
+  Guarded<float> got_s(size_t(rows * kbs), kPoison, shift_out);
   moe_weight_fp8(y.get() + shift_in, perm_src.get(), weights.get(), got_q.get(), got_s.get(), s,
                  width, nullptr);
 
