@@ -213,17 +213,21 @@ if(PB_PYTHON)
   add_test(NAME cpu.docs_plan_commands COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_readme.py
            ${CMAKE_SOURCE_DIR}/docs/plan.md ${CMAKE_BINARY_DIR})
   set_tests_properties(cpu.docs_plan_commands PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}")
-  set(pb_plot_tests ${CMAKE_SOURCE_DIR}/test/scripts/test_plots.py)
-  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${pb_plot_tests})
-  execute_process(COMMAND ${PB_PYTHON} ${pb_plot_tests} --list OUTPUT_VARIABLE pb_plot_cases
-                  RESULT_VARIABLE pb_py_rc OUTPUT_STRIP_TRAILING_WHITESPACE)
-  if(NOT pb_py_rc EQUAL 0)
-    message(FATAL_ERROR "${pb_plot_tests} --list failed")
-  endif()
-  string(REPLACE "\n" ";" pb_plot_cases "${pb_plot_cases}")
-  foreach(name ${pb_plot_cases})
-    add_test(NAME cpu.plots.${name} COMMAND ${PB_PYTHON} ${pb_plot_tests} ${name} ${PB_PLOTS_OUT})
-    set_tests_properties(cpu.plots.${name} PROPERTIES LABELS cpu TIMEOUT 300)
+  # One test per case of test_plots.py (cpu.plots.*) and of test_pbresults.py
+  # (cpu.pbresults.*: the headline TTFT, README's headline table, errors).
+  foreach(suite plots pbresults)
+    set(pb_suite ${CMAKE_SOURCE_DIR}/test/scripts/test_${suite}.py)
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${pb_suite})
+    execute_process(COMMAND ${PB_PYTHON} ${pb_suite} --list OUTPUT_VARIABLE pb_cases
+                    RESULT_VARIABLE pb_py_rc OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(NOT pb_py_rc EQUAL 0)
+      message(FATAL_ERROR "${pb_suite} --list failed")
+    endif()
+    string(REPLACE "\n" ";" pb_cases "${pb_cases}")
+    foreach(name ${pb_cases})
+      add_test(NAME cpu.${suite}.${name} COMMAND ${PB_PYTHON} ${pb_suite} ${name} ${PB_PLOTS_OUT})
+      set_tests_properties(cpu.${suite}.${name} PROPERTIES LABELS cpu TIMEOUT 300)
+    endforeach()
   endforeach()
 else()
   message(STATUS "no python3 with h5py and matplotlib: the plot tests are not registered (scripts/setup.sh installs them)")
@@ -365,7 +369,7 @@ set_tests_properties(cpu.compare_savings PROPERTIES LABELS cpu TIMEOUT 120 FIXTU
 add_test(NAME cli.compare_savings_projected
   COMMAND $<TARGET_FILE:prefill-bench> compare ${CMAKE_SOURCE_DIR}/results/h200/cp4-64k-each-cut.h5)
 set_tests_properties(cli.compare_savings_projected PROPERTIES LABELS cpu TIMEOUT 60
-  PASS_REGULAR_EXPRESSION "projected: the gang replayed from the spans, link measured.*\n  all +31404\\.6 +18\\.9% +7831\\.9 +3108\\.8 +28\\.4%")
+  PASS_REGULAR_EXPRESSION "TTFT: the projected gang, replayed from the spans.*serialized wall\n  baseline +10940\\.6 .*\n  all +7831\\.9 +3108\\.8 +28\\.4% +7825\\.7 +2548\\.0 +31404\\.6\n")
 
 # --variants: some of a scenario's variants, in the order given; an unknown name
 # is refused with the scenario's list.
@@ -619,6 +623,19 @@ foreach(rank 1 0)
   set_tests_properties(mpi.kill_rank${rank} PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${PB_MPI_ENV}")
   pb_sanitized_test(gang_fault_probe mpi.kill_rank${rank})
 endforeach()
+# Nothing finished is lost, variant by variant (a reps: 1 run of three variants,
+# 3 s each): SIGKILL on rank 1 in the second variant leaves the first one
+# complete; SIGINT on rank 0 in the last variant keeps all three.
+add_test(NAME mpi.kill_rank1_second_variant
+  COMMAND ${PB_KILL_RANK} KILL 1 30 ${CMAKE_BINARY_DIR}/test-out/kill-second-variant.h5
+          ${PB_MPIRUN} -np 3 $<TARGET_FILE:gang_fault_probe> ${CMAKE_BINARY_DIR}/test-out/kill-second-variant.h5 1 3 3000)
+set_tests_properties(mpi.kill_rank1_second_variant PROPERTIES LABELS mpi TIMEOUT 120
+  ENVIRONMENT "${PB_MPI_ENV};KILL_RANK_WANT=baseline 1*, v1 0, v2 0")
+add_test(NAME mpi.interrupt_last_variant
+  COMMAND ${PB_KILL_RANK} INT 0 30 ${CMAKE_BINARY_DIR}/test-out/interrupt-last-variant.h5
+          ${PB_MPIRUN} -np 3 $<TARGET_FILE:gang_fault_probe> ${CMAKE_BINARY_DIR}/test-out/interrupt-last-variant.h5 1 3 3000)
+set_tests_properties(mpi.interrupt_last_variant PROPERTIES LABELS mpi TIMEOUT 120
+  ENVIRONMENT "${PB_MPI_ENV};KILL_RANK_DELAY=3.5;KILL_RANK_WANT=baseline 1*, v1 1*, v2 1*")
 # `prefill-bench run` losing a rank mid-run (smoke size, ranks taking turns on
 # one GPU): SIGKILL on rank 1 of 2 and rank 2 of 4, SIGINT on rank 0 of 2 and
 # of 4. Each ends within 60 s naming the rank; the file holds the finished

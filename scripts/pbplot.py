@@ -247,6 +247,17 @@ def parse(ap):
     return a
 
 
+def run_main(main):
+    """Calls main(); a pbresults.ResultsError ends the script with one line,
+    '<script>: error: <message>', on stderr and exit 2 (a user error)."""
+    import pbresults
+    try:
+        main()
+    except pbresults.ResultsError as e:
+        sys.stderr.write("{}: error: {}\n".format(os.path.basename(sys.argv[0]), e))
+        sys.exit(2)
+
+
 def split_list(text):
     return [x.strip() for x in text.split(",") if x.strip()] if text else []
 

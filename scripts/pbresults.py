@@ -1,8 +1,12 @@
 """Reading prefill-bench HDF5 results (schema in docs/results.md;
-harness/results/results.h) for the plot scripts."""
+harness/results/results.h) for the plot scripts and tests.
+
+A library: it never exits. A file that cannot be read as asked raises
+ResultsError, whose message names the file and what is wrong; a command-line
+script catches it at its entry point (pbplot.run_main).
+"""
 import os
 import re
-import sys
 
 import h5py
 import numpy as np
@@ -13,18 +17,25 @@ SPAN_KINDS = ("run", "plan", "lane")             # files with /variants/<name>/s
 BENCH_KINDS = ("kernels", "fmha", "kda", "moe", "gemm")  # files with /bench
 
 
+class ResultsError(Exception):
+    """A results file that cannot be read as asked: "<file>: <what is wrong>"."""
+
+
 def text(v):
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def open_results(path):
+    if not os.path.isfile(path):
+        raise ResultsError("{}: no such file".format(path))
     try:
         f = h5py.File(path, "r")
     except OSError as e:
-        sys.exit("{}: cannot open as HDF5 ({})".format(path, e))
+        raise ResultsError("{}: cannot open as HDF5 ({})".format(path, e))
     version = int(f.attrs.get("schema_version", -1))
     if version not in SCHEMA_VERSIONS:
-        sys.exit("{}: schema_version {}, this script reads {}".format(
+        f.close()
+        raise ResultsError("{}: schema_version {}, this library reads {}".format(
             path, version, ", ".join(map(str, SCHEMA_VERSIONS))))
     return f
 
@@ -38,11 +49,18 @@ def variant_names(f):
 
 
 def check_variants(path, f, wanted):
-    """Exits naming the file and its variants when one of wanted is not in it."""
+    """Raises ResultsError naming the file and its variants when one of wanted
+    is not in it."""
     names = variant_names(f)
     for name in wanted:
         if name not in names:
-            sys.exit("{}: no variant '{}'; its variants: {}".format(path, name, ", ".join(names) or "(none)"))
+            raise ResultsError("{}: no variant '{}'; its variants: {}".format(path, name, ", ".join(names) or "(none)"))
+
+
+def variant_group(f, variant):
+    """/variants/<variant>; ResultsError when the file has no such variant."""
+    check_variants(f.filename, f, [variant])
+    return f["variants"][variant]
 
 
 def unit(f):
@@ -101,7 +119,7 @@ def describe_file(path, f):
 
 def cuts_on(f, variant):
     """'cuts: land, conv' from 'land=on conv=off ...'; 'no cuts' / 'all cuts'."""
-    spec = text(f["variants"][variant].attrs.get("cuts", ""))
+    spec = text(variant_group(f, variant).attrs.get("cuts", ""))
     pairs = [p.split("=", 1) for p in spec.split() if "=" in p]
     on = [k for k, v in pairs if v == "on"]
     if not pairs:
@@ -138,7 +156,7 @@ def family_ms(f, variant):
 def family_rep_ms(f, variant):
     """{rank: {family: [ms per rep]}} of one variant, reps in order (a plan: its
     one rep -1)."""
-    spans = f["variants"][variant]["spans"][()]
+    spans = variant_group(f, variant)["spans"][()]
     if len(spans) == 0:
         return {}
     reps = spans["rep"]
@@ -160,24 +178,71 @@ def rank_ms(f, variant):
     its spans' roofline times."""
     if kind(f) == "plan":
         return {r: sum(fams.values()) for r, fams in family_ms(f, variant).items()}
-    rr = f["variants"][variant]["rank_reps"][()]
+    rr = variant_group(f, variant)["rank_reps"][()]
     return {int(r): float(np.median(rr["wall_us"][rr["rank"] == r])) / 1e3 for r in np.unique(rr["rank"])}
 
 
 def reps(f, variant):
-    g = f["variants"][variant]
+    g = variant_group(f, variant)
     if kind(f) == "plan" or "rank_reps" not in g:
         return 0
     rr = g["rank_reps"][()]
     return len(np.unique(rr["rep"])) if len(rr) else 0
 
 
-def ttft_ms(f, variant):
-    """Median TTFT of a run's variant; None for plan and lane files."""
+def wall_ttft_ms(f, variant):
+    """The median of /variants/<variant>/ttft_ms, the last rank's host time from
+    the gang barrier to the first token; None for plan and lane files or no
+    reps. Where the ranks took turns on one GPU this is the serialized wall
+    (the sum of the ranks), not the file's TTFT: that is ttft()."""
     if kind(f) != "run":
         return None
-    t = f["variants"][variant]["ttft_ms"][()]
+    t = variant_group(f, variant)["ttft_ms"][()]
     return float(np.median(t)) if len(t) else None
+
+
+# The headline TTFT: docs/results.md, "The headline TTFT".
+
+def ttft_headline(f, variant):
+    """Which TTFT the file reports for variant: "projected" (the gang replayed
+    over the measured links) or "measured". The root text ttft_headline when
+    present; else projected when memory_ranks_per_gpu > 1 and the variant
+    holds a measured projection."""
+    g = variant_group(f, variant)
+    if "ttft_headline" in f.attrs:
+        headline = text(f.attrs["ttft_headline"])
+        if headline not in ("projected", "measured"):
+            raise ResultsError("{}: ttft_headline '{}', not projected or measured".format(f.filename, headline))
+        return headline
+    shared = float(f.attrs.get("memory_ranks_per_gpu", 1)) > 1
+    return "projected" if shared and "projection/measured" in g else "measured"
+
+
+def ttft_samples(f, variant):
+    """The headline TTFT of each rep, ms (numpy array): projected,
+    projection/measured/reps ttft_ms; measured, ttft_ms. ResultsError when
+    there is none."""
+    g = variant_group(f, variant)
+    projected = ttft_headline(f, variant) == "projected"
+    where = "projection/measured/reps" if projected else "ttft_ms"
+    samples = np.empty(0)
+    if where in g:
+        data = g[where][()]
+        samples = np.asarray(data["ttft_ms"] if projected else data, dtype=float)
+    if not len(samples):
+        raise ResultsError("{}: variant '{}' has no {} TTFT (/variants/{}/{})".format(
+            f.filename, variant, "projected" if projected else "measured", variant, where))
+    return samples
+
+
+def ttft(f, variant):
+    """The file's TTFT of variant, ms: the median of ttft_samples."""
+    return float(np.median(ttft_samples(f, variant)))
+
+
+def ttft_label(f, variant):
+    """What to call ttft() in a plot: "projected gang TTFT" or "TTFT"."""
+    return "projected gang TTFT" if ttft_headline(f, variant) == "projected" else "TTFT"
 
 
 def bench_rows(f):

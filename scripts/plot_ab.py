@@ -11,7 +11,9 @@ name takes that variant from both; without --variants each file must hold
 exactly one variant. An unknown variant is refused with the file's variants.
 The rank is the deepest of A (largest total) unless --rank says which. Files
 of different units (per superstep, per MLA layer) are not compared; a plan
-(roofline) against a run (measured) is.
+(roofline) against a run (measured) is. Two runs are headed by their TTFT
+(pbresults.ttft: the projected gang's for serialized ranks), the bars by the
+rank's sum of spans.
 """
 import argparse
 import os
@@ -63,6 +65,24 @@ def check_comparable(sides):
 def side_label(letter, path, f, variant, same_file):
     where = "" if same_file else os.path.basename(path) + " "
     return "{}: {}[{}] ({})".format(letter, where, pr.variant_label(f, variant), pr.kind(f))
+
+
+def headline(sides):
+    """{"a": {"ms", "label"}, "b": ...}: each side's pbresults.ttft and
+    ttft_label; None unless both sides are runs."""
+    if any(pr.kind(f) != "run" for _, f, _ in sides):
+        return None
+    return {letter: {"ms": pr.ttft(f, v), "label": pr.ttft_label(f, v)} for letter, (_, f, v) in zip("ab", sides)}
+
+
+def headline_text(ttft):
+    """'TTFT: A 7846 ms → B 6514 ms (−1332 ms, −17.0%)'."""
+    a, b = ttft["a"], ttft["b"]
+    change = "({}, {})".format(pbplot.fmt_delta_ms(b["ms"], a["ms"]), pbplot.fmt_delta_pct(b["ms"], a["ms"]))
+    if a["label"] == b["label"]:
+        return "{}: A {} ms → B {} ms {}".format(a["label"], pbplot.fmt_ms(a["ms"]), pbplot.fmt_ms(b["ms"]), change)
+    return "A {} {} ms → B {} {} ms {}".format(a["label"], pbplot.fmt_ms(a["ms"]), b["label"], pbplot.fmt_ms(b["ms"]),
+                                               change)
 
 
 def draw(ax, fams, A, B, labels):
@@ -119,8 +139,13 @@ def main():
     ta, tb = sum(A.values()), sum(B.values())
     same_file = len(a.files) == 1
     labels = [side_label("A", pa, fa, va, same_file), side_label("B", pb, fb, vb, same_file)]
-    for letter, path, f, v, total in (("A", pa, fa, va, ta), ("B", pb, fb, vb, tb)):
-        print("{}: {} [{}] rank {}: {} {}".format(letter, path, v, rank, pbplot.fmt_ms(total), pr.unit(f)))
+    ttft = headline(sides)
+    for letter, path, v, f, total in (("A", pa, va, fa, ta), ("B", pb, vb, fb, tb)):
+        line = "{}: {} [{}] rank {}: {} {}".format(letter, path, v, rank, pbplot.fmt_ms(total), pr.unit(f))
+        if ttft:
+            side = ttft[letter.lower()]
+            line += "; {} {} ms".format(side["label"], pbplot.fmt_ms(side["ms"]))
+        print(line)
 
     plt = pbplot.pyplot()
     fig, ax = plt.subplots(figsize=(max(8.0, 0.75 * len(fams) + 3.0), 5.6), constrained_layout=True)
@@ -135,12 +160,14 @@ def main():
         "roofline" if pr.kind(fa) == "plan" else "measured", "roofline" if pr.kind(fb) == "plan" else "measured"))
     files = pr.describe_file(pa, fa) if same_file else "A {}\nB {}".format(pr.describe_file(pa, fa),
                                                                             pr.describe_file(pb, fb))
-    pbplot.set_title(fig, "A/B per family, rank {}: A {} ms → B {} ms ({}, {})\n{}".format(
-        rank, pbplot.fmt_ms(ta), pbplot.fmt_ms(tb), pbplot.fmt_delta_ms(tb, ta), pbplot.fmt_delta_pct(tb, ta), files))
-    pbplot.save(fig, a, {"rank": rank, "unit": pr.unit(fa), "families": fams,
+    per_rank = "per family, rank {}, the sum of its spans: A {} ms → B {} ms ({}, {})".format(
+        rank, pbplot.fmt_ms(ta), pbplot.fmt_ms(tb), pbplot.fmt_delta_ms(tb, ta), pbplot.fmt_delta_pct(tb, ta))
+    heading = "A/B, {}\n{}".format(headline_text(ttft), per_rank) if ttft else "A/B " + per_rank
+    pbplot.set_title(fig, heading + "\n" + files)
+    pbplot.save(fig, a, {"rank": rank, "unit": pr.unit(fa), "families": fams, "ttft": ttft,
                          "a": {"file": pa, "variant": va, "kind": pr.kind(fa), "ms": A, "total": ta},
                          "b": {"file": pb, "variant": vb, "kind": pr.kind(fb), "ms": B, "total": tb}})
 
 
 if __name__ == "__main__":
-    main()
+    pbplot.run_main(main)

@@ -126,4 +126,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    pbplot.run_main(main)

@@ -10,7 +10,9 @@ kernels, fmha, kda, moe (the /bench table): per case, the fraction of the
   One panel per family, or per block where the variants are named
   <block>.<variant> (the moe benchmark's blocks), with the block's total.
 lane: per rank, the median wall of one MLA layer per variant.
-run: the median TTFT per variant (min to max over reps as the whisker).
+run: the median TTFT per variant (min to max over reps as the whisker): the
+  file's headline TTFT (docs/results.md), the projected gang's for serialized
+  ranks.
 plan: per rank, the roofline superstep per variant.
 """
 import argparse
@@ -267,12 +269,12 @@ def plot_bench(f, a, plt):
 # --- run, lane and plan files -------------------------------------------------
 
 def plot_ttft(f, a, plt, variants):
-    """A run: median TTFT per variant, min..max whiskers."""
-    samples = {v: f["variants"][v]["ttft_ms"][()] for v in variants}
-    empty = [v for v in variants if len(samples[v]) == 0]
-    if empty:
-        sys.exit("{}: variant(s) {} have no TTFT samples".format(a.results, ", ".join(empty)))
-    med = [float(np.median(samples[v])) for v in variants]
+    """A run: the headline TTFT per variant (pbresults.ttft), median with
+    min..max whiskers over reps."""
+    samples = {v: pr.ttft_samples(f, v) for v in variants}
+    labels = ordered(pr.ttft_label(f, v) for v in variants)
+    label = " / ".join(labels)
+    med = [pr.ttft(f, v) for v in variants]
     lo = [m - float(np.min(samples[v])) for m, v in zip(med, variants)]
     hi = [float(np.max(samples[v])) - m for m, v in zip(med, variants)]
     fig, ax = plt.subplots(figsize=(max(7.0, 1.0 * len(variants) + 3), 5.6), constrained_layout=True)
@@ -285,11 +287,12 @@ def plot_ttft(f, a, plt, variants):
     ax.set_xticklabels([pr.variant_label(f, v) for v in variants], rotation=30 if len(variants) > 4 else 0,
                        ha="right" if len(variants) > 4 else "center")
     ax.set_ylim(0, max(m + h for m, h in zip(med, hi)) * 1.18)
-    ax.set_ylabel("TTFT, ms (median; whiskers min to max)")
+    ax.set_ylabel("{}, ms (median; whiskers min to max)".format(label))
     reps = sorted({len(samples[v]) for v in variants})
-    pbplot.set_title(fig, "TTFT per variant: {}\n{} rep(s) each; changes against {}".format(
-        pr.describe_file(a.results, f), "/".join(map(str, reps)), variants[0]))
-    return fig, {"kind": "run", "unit": "TTFT ms", "variants": variants,
+    pbplot.set_title(fig, "{} per variant: {}\n{} rep(s) each; changes against {}".format(
+        label[0].upper() + label[1:], pr.describe_file(a.results, f), "/".join(map(str, reps)), variants[0]))
+    return fig, {"kind": "run", "unit": label + " ms", "variants": variants,
+                 "headline": {v: pr.ttft_headline(f, v) for v in variants},
                  "ttft_ms": dict(zip(variants, med))}
 
 
@@ -348,4 +351,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    pbplot.run_main(main)

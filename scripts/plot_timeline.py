@@ -204,4 +204,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    pbplot.run_main(main)

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "check.h"
+#include "headline.h"
 #include "model.h"
 #include "power_state.h"
 #include "projection.h"
@@ -100,7 +101,11 @@ void print_savings(const RunResult& run, const std::string& file, std::ostream& 
     }
     return deep;
   };
-  const auto ttft_median = [](const VariantResult& v) { return v.ttft_ms.empty() ? 0.0 : median(v.ttft_ms); };
+  const auto ttft_median = [&](const VariantResult& v) {
+    const HeadlineTtft h = headline_ttft(run, v);
+    return h.ms.empty() ? std::nan("") : median(h.ms);
+  };
+  const auto wall_median = [](const VariantResult& v) { return v.ttft_ms.empty() ? std::nan("") : median(v.ttft_ms); };
   const double base_ttft = ttft_median(base), base_deep = deep_total_ms(base);
   if (holds_one_layer(run)) {
     out << fmt::format("savings against 'baseline' in {} (per MLA layer: the deep rank's spans, median over reps)\n",
@@ -114,31 +119,21 @@ void print_savings(const RunResult& run, const std::string& file, std::ostream& 
     return;
   }
   const auto percent = [](double base, double x) { return base > 0 ? 100.0 * (base - x) / base : 0.0; };
-  const Projection* base_gang = base.projection("measured");
-  if (base_gang) {  // with ranks serialized the TTFT holds every rank's turns; the gang's is projected
-    out << fmt::format("savings against 'baseline' in {} (TTFT median over reps; projected: the gang replayed from "
-                       "the spans, link {}, as if each rank had its GPU; spans: the deep rank's superstep)\n",
-                       file, base_gang->link);
-    out << fmt::format("  {:<14} {:>12} {:>8} {:>13} {:>12} {:>8} {:>12} {:>12}\n", "variant", "TTFT ms", "%",
-                       "projected ms", "saving ms", "%", "spans ms", "saving ms");
-  } else {
-    out << fmt::format("savings against 'baseline' in {} (TTFT median over reps; spans: the deep rank's superstep)\n",
-                       file);
-    out << fmt::format("  {:<14} {:>12} {:>12} {:>8} {:>12} {:>12}\n", "variant", "TTFT ms", "saving ms", "%",
-                       "spans ms", "saving ms");
-  }
+  const bool projected = ttft_form(run, base) == TtftForm::projected;
+  out << fmt::format("savings against 'baseline' in {} (TTFT: {}, median over reps; spans: the deep rank's "
+                     "superstep{})\n",
+                     file,
+                     projected ? "the projected gang, replayed from the spans over the links as measured, as if "
+                                 "each rank had its GPU"
+                               : "measured",
+                     projected ? "; serialized wall: the run's own wall clock, every rank's turns" : "");
+  out << fmt::format("  {:<14} {:>12} {:>12} {:>8} {:>12} {:>12}{}\n", "variant", "TTFT ms", "saving ms", "%",
+                     "spans ms", "saving ms", projected ? fmt::format(" {:>17}", "serialized wall") : "");
   for (const VariantResult& v : run.variants) {
     const double t = ttft_median(v), d = deep_total_ms(v);
-    if (base_gang) {
-      const Projection* gang = v.projection("measured");
-      const double g = gang ? gang->ttft_ms : std::nan("");
-      out << fmt::format("  {:<14} {:>12.1f} {:>7.1f}% {:>13.1f} {:>12.1f} {:>7.1f}% {:>12.1f} {:>12.1f}\n", v.name, t,
-                         percent(base_ttft, t), g, base_gang->ttft_ms - g, percent(base_gang->ttft_ms, g), d,
-                         base_deep - d);
-    } else {
-      out << fmt::format("  {:<14} {:>12.1f} {:>12.1f} {:>7.1f}% {:>12.1f} {:>12.1f}\n", v.name, t, base_ttft - t,
-                         percent(base_ttft, t), d, base_deep - d);
-    }
+    out << fmt::format("  {:<14} {:>12.1f} {:>12.1f} {:>7.1f}% {:>12.1f} {:>12.1f}{}\n", v.name, t, base_ttft - t,
+                       percent(base_ttft, t), d, base_deep - d,
+                       projected ? fmt::format(" {:>17.1f}", wall_median(v)) : "");
   }
 }
 
@@ -223,8 +218,15 @@ RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOp
   else
     print_ttft(a, b, out);
   print_projections(a, b, out);
-  const RegressionVerdict verdict =
-      judge_regression(a.variant->ttft_ms, b.variant->ttft_ms, options.max_regression, options.alpha);
+  const HeadlineTtft ha = headline_ttft(*a.run, *a.variant), hb = headline_ttft(*b.run, *b.variant);
+  RegressionVerdict verdict = judge_regression(ha.ms, hb.ms, options.max_regression, options.alpha);
+  if (ha.form != hb.form) {
+    verdict = RegressionVerdict{};
+    verdict.method = "not judged";
+    verdict.reason = fmt::format("A's TTFT is {}, B's {}: not the same quantity", ttft_form_name(ha.form),
+                                 ttft_form_name(hb.form));
+  }
+  verdict.quantity = ttft_form_label(ha.form);
   if (!one_layer) print_verdict(verdict, out);
   for (const Side* side : {&a, &b}) {
     const std::string notes = format_power_state(side->label, power_state_notes(*side->variant));
@@ -251,7 +253,8 @@ void print_side(const Side& side, std::ostream& out) {
   const bool complete = side.run->complete && side.variant->complete;
   const std::string holds = holds_one_layer(*side.run)
                                 ? std::string("one MLA layer")
-                                : fmt::format("{} TTFT samples", side.variant->ttft_ms.size());
+                                : fmt::format("{} TTFT samples ({})", side.variant->ttft_ms.size(),
+                                              ttft_form_label(ttft_form(*side.run, *side.variant)));
   out << fmt::format("{}: {} [{}]  kind {}, {}{}\n", side.label, side.file, side.variant->name, side.run->kind,
                      holds, complete ? "" : ", INCOMPLETE run");
   if (!side.variant->cuts.empty()) out << fmt::format("   cuts: {}\n", side.variant->cuts);
@@ -393,13 +396,22 @@ void print_ttft_row(const std::string& label, const std::vector<double>& ttft_ms
 }
 
 void print_ttft(const Side& a, const Side& b, std::ostream& out) {
-  if (a.variant->ttft_ms.empty() && b.variant->ttft_ms.empty()) {
+  const HeadlineTtft ha = headline_ttft(*a.run, *a.variant), hb = headline_ttft(*b.run, *b.variant);
+  if (ha.ms.empty() && hb.ms.empty() && a.variant->ttft_ms.empty() && b.variant->ttft_ms.empty()) {
     out << "\nTTFT: not recorded\n";
     return;
   }
-  out << fmt::format("\n  {:<14}  {:>5}  {:>10}  {:>10}  {:>10}\n", "TTFT (ms)", "reps", "min", "median", "max");
-  print_ttft_row(a.label, a.variant->ttft_ms, out);
-  print_ttft_row(b.label, b.variant->ttft_ms, out);
+  const std::string title =
+      ha.form == hb.form ? fmt::format("{} (ms)", ttft_form_label(ha.form))
+                         : fmt::format("TTFT (ms): A {}, B {}", ttft_form_label(ha.form), ttft_form_label(hb.form));
+  out << fmt::format("\n  {:<14}  {:>5}  {:>10}  {:>10}  {:>10}\n", title, "reps", "min", "median", "max");
+  print_ttft_row(a.label, ha.ms, out);
+  print_ttft_row(b.label, hb.ms, out);
+  if (ha.form == TtftForm::projected || hb.form == TtftForm::projected) {
+    out << fmt::format("  {:<14}  (the run's own wall clock: every rank's turns)\n", "serialized wall");
+    print_ttft_row(a.label, a.variant->ttft_ms, out);
+    print_ttft_row(b.label, b.variant->ttft_ms, out);
+  }
 }
 
 // -- the projected gang (projection.h) --
@@ -425,7 +437,7 @@ void print_projections(const Side& a, const Side& b, std::ostream& out) {
 
 void print_verdict(const RegressionVerdict& verdict, std::ostream& out) {
   const char* word = !verdict.judged ? "not judged" : verdict.regressed ? "REGRESSED" : "ok";
-  out << fmt::format("TTFT verdict: {}: {}\n", word, verdict.reason);
+  out << fmt::format("{} verdict: {}: {}\n", verdict.quantity, word, verdict.reason);
 }
 
 // -- outputs --

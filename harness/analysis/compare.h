@@ -110,6 +110,7 @@ struct RegressionVerdict {
   std::string method;              // "exact U test", "U test (normal approximation)",
                                    // "too few reps for the U test", "not judged"
   std::string reason;              // one line for the report
+  std::string quantity = "TTFT";   // what was judged: "TTFT" or "projected gang TTFT" (headline.h)
 };
 
 RegressionVerdict judge_regression(const std::vector<double>& base, const std::vector<double>& cand,

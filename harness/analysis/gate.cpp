@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "check.h"
+#include "headline.h"
 #include "compare_detail.h"
 #include "text.h"
 
@@ -51,7 +52,7 @@ int GateReport::exit_code() const {
 
 bool has_ttft_samples(const RunResult& run) {
   return std::any_of(run.variants.begin(), run.variants.end(),
-                     [](const VariantResult& variant) { return !variant.ttft_ms.empty(); });
+                     [&](const VariantResult& variant) { return !headline_ttft(run, variant).ms.empty(); });
 }
 
 template <typename T>

@@ -25,11 +25,13 @@
 #include "check.h"
 #include "commands.h"
 #include "fabric.h"
+#include "headline.h"
 #include "gang_device.h"
 #include "plan.h"
 #include "plan_match.h"
 #include "profile.h"
 #include "projection.h"
+#include "rep_loop.h"
 #include "run_info.h"
 #include "stats.h"
 #include "superstep.h"
@@ -53,16 +55,6 @@ std::vector<float> bytes_as_floats(const std::string& b) {
   std::vector<float> v(b.size() / sizeof(float));
   std::memcpy(v.data(), b.data(), v.size() * sizeof(float));
   return v;
-}
-
-volatile std::sig_atomic_t g_interrupted = 0;
-void note_interrupt(int) { g_interrupted = 1; }
-
-// The lowest rank that saw Ctrl-C (SIGINT), or -1: the ranks stop together at a rep boundary.
-int interrupted_rank(const Gang& gang) {
-  int mine = g_interrupted ? gang.rank() : INT_MAX, lowest = INT_MAX;
-  MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, gang.comm());
-  return lowest == INT_MAX ? -1 : lowest;
 }
 
 double peak_device_bytes() {
@@ -150,11 +142,9 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
                               s.debug.poison_arena ? &memory.memory() : nullptr);
 
   if (!s.debug.delay_family.empty()) tl.set_delay(s.debug.delay_family, s.debug.delay_us);
-  std::signal(SIGINT, note_interrupt);
 
-  // Rank 0 keeps the result and rewrites the file after every rep (marked
-  // incomplete until the last), so a run cut short leaves the reps it finished.
-  const size_t nv = s.variants.size();
+  // The rep loop (rep_loop.h) rewrites the file after every variant of every
+  // measured rep; a variant's outputs and projections follow its last rep.
   std::vector<RankPlan> plans;  // this rank's launch list per variant, the spans' names and costs
   for (const VariantSpec& spec : s.variants) plans.push_back(plan_rank(s, spec.cuts, me));
   for (const VariantSpec& spec : s.variants) {
@@ -164,113 +154,20 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
     v.complete = false;
     result.variants.push_back(std::move(v));
   }
-  result.complete = false;
-  bool written = false;
-  std::vector<std::vector<uint64_t>> checksums(nv);
-  std::vector<int64_t> token(nv, -1);
-  std::vector<std::vector<float>> samples(nv), logits(nv);
-  int finished_reps = 0;
-  for (int rep = -s.warmup; rep < s.reps; ++rep) {
-    for (size_t vi = 0; vi < nv; ++vi) {
-      const CutSet& cuts = s.variants[vi].cuts;
-      const bool last_rep = rep == s.reps - 1;
-      const FabricStats before = fab ? fab->stats() : FabricStats{};
-      tl.set_nvtx_label("rank " + std::to_string(me) + " " + s.variants[vi].name + " rep " + std::to_string(rep));
-      gang.barrier();
-      const auto t0 = std::chrono::steady_clock::now();
-      const double gpu_t0 = telemetry.now_ms();
-      const bool short_warmup = rep < 0 && s.warmup_layers > 0 && s.warmup_layers < s.model.layers;
-      step.run(cuts, tl, turn, last_rep, short_warmup ? s.warmup_layers : -1);
-      if (fab) fab->drain();
-      std::vector<TimedLaunch> launches = tl.collect();
-      const int64_t first = step.first_token();  // reads the device: the end of TTFT
-      const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (fab) fab->settle_transfers();  // sends still in flight, for the NCCL time
-      const std::vector<TelemetrySample> clocks = telemetry.between(gpu_t0, telemetry.now_ms());
-      const RankPlan& plan = plans[vi];
-      if (short_warmup) {
-        launches.clear();  // a warm-up of the first layers: nothing of it is kept, nor is it plan's list
-      } else if (const std::string diff = launch_list_difference(launches, plan.launches); !diff.empty()) {
-        gang.fail("run: the superstep's launches differ from plan's: " + diff);
-      }
-      if (last_rep) {
-        checksums[vi] = step.layer_checksums();
-        token[vi] = first;
-        samples[vi] = step.hidden_samples(kSampleRows, kSampleCols);
-        logits[vi] = step.last_logits();
-      }
-      std::vector<Span> spans;
-      std::vector<BellOp> bells;
-      RankRep rr;
-      rr.rep = rep;
-      rr.rank = me;
-      rr.wall_us = wall_ms * 1e3;
-      rr.peak_mem_bytes = peak_bytes;
-      summarize_clocks(clocks, rr);
-      for (size_t i = 0; i < launches.size(); ++i) {
-        const TimedLaunch& l = launches[i];
-        const Launch& p = plan.launches[i];
-        spans.push_back(
-            {rep, me, l.layer, l.family, l.kernel, l.ms * 1e3, p.cost.bytes, p.cost.flops, l.stream, l.start_ms * 1e3});
-        for (const BellNote& b : l.bells)
-          bells.push_back({rep, me, int64_t(i), b.ring ? BellOpKind::ring : BellOpKind::wait, b.peer, b.flag,
-                           doorbell_kind(cp, b.flag), b.value});
-        if (l.kernel.rfind("fabric.wait", 0) == 0) rr.wait_us += l.ms * 1e3;
-      }
-      if (WallSplit split; split_wall(spans, rr.wall_us, split)) {
-        rr.launch_gap_us = split.launch_gap_us;
-        rr.host_us = split.host_us;
-      }
-      if (fab) add_fabric_stats(rr, before, fab->stats());
-      // Every rank's spans and wall to rank 0; TTFT is the last rank's wall.
-      const std::vector<std::string> span_parts = gang.gather(rep >= 0 ? pack_spans(spans) : std::string());
-      const std::vector<std::string> bell_parts = gang.gather(rep >= 0 ? pack_bells(bells) : std::string());
-      const std::vector<std::string> rep_parts = gang.gather(pack_rank_reps({rr}));
-      if (!gang.is_root()) continue;
-      const double ttft = unpack_rank_reps(rep_parts.back()).at(0).wall_us / 1e3;
-      const std::string note = !short_warmup ? (rep < 0 ? " (warm-up)" : "")
-                                             : " (warm-up, layers 0-" + std::to_string(s.warmup_layers - 1) + ")";
-      std::printf("rep %d/%d %-12s TTFT %.1f ms%s\n", rep + 1, s.reps, s.variants[vi].name.c_str(), ttft, note.c_str());
-      std::fflush(stdout);
-      if (rep < 0) continue;
-      VariantResult& v = result.variants[vi];
-      v.ttft_ms.push_back(ttft);
-      for (size_t r = 0; r < span_parts.size(); ++r)
-        append_spans(v, unpack_spans(span_parts[r]), unpack_bells(bell_parts[r]));
-      for (const auto& part : rep_parts)
-        for (const RankRep& r : unpack_rank_reps(part)) v.rank_reps.push_back(r);
-    }
-    if (rep >= 0) ++finished_reps;
-    if (gang.is_root() && rep >= 0 && rep < s.reps - 1) {
-      write_results(path, result, args.overwrite || written);
-      written = true;
-    }
-    if (const int interrupted = interrupted_rank(gang); interrupted >= 0) {
-      if (gang.is_root()) {
-        write_results(path, result, args.overwrite || written);
-        std::fprintf(stderr,
-                     "prefill-bench run: interrupted (SIGINT on rank %d) after %d rep(s); %s holds them, marked "
-                     "incomplete\n",
-                     interrupted, finished_reps, path.c_str());
-      }
-      return 130;
-    }
-  }
-
-  record_telemetry(gang, device, telemetry, result);
-
-  // Outputs of the last rep, the summary tables, the complete file.
+  const TtftForm headline = ttft_form_of_run(s.serialize_ranks, cp);
+  result.text["ttft_headline"] = ttft_form_name(headline);
+  const char* wall_label = headline == TtftForm::projected ? "serialized wall" : "TTFT";
   const GpuProfile profile = gpu_profile(s.gpu_profile);
-  for (size_t vi = 0; vi < nv; ++vi) {
+  // The outputs of the variant's last rep to rank 0, its tables and its projected gang.
+  const auto finish_variant = [&](size_t vi) {
     std::string sums;
-    for (uint64_t c : checksums[vi]) sums += std::to_string(c) + " ";
+    for (uint64_t c : step.layer_checksums()) sums += std::to_string(c) + " ";
     const std::vector<std::string> sum_parts = gang.gather(sums);
-    const std::vector<std::string> token_parts = gang.gather(std::to_string(token[vi]));
-    const std::vector<std::string> sample_parts = gang.gather(floats_as_bytes(samples[vi]));
-    const std::vector<std::string> logit_parts = gang.gather(floats_as_bytes(logits[vi]));
-    if (!gang.is_root()) continue;
+    const std::vector<std::string> token_parts = gang.gather(std::to_string(step.first_token()));
+    const std::vector<std::string> sample_parts = gang.gather(floats_as_bytes(step.hidden_samples(kSampleRows, kSampleCols)));
+    const std::vector<std::string> logit_parts = gang.gather(floats_as_bytes(step.last_logits()));
+    if (!gang.is_root()) return;
     VariantResult& v = result.variants[vi];
-    v.complete = true;
     v.outputs.ranks = cp;
     v.outputs.layers = int32_t(s.model.layers);
     for (const auto& part : sum_parts) {
@@ -301,11 +198,11 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
                                             timed)
                               .c_str());
     if (fabric.any_nccl()) std::printf("%s", format_fabric_by_transport(v.rank_reps, s.reps - 1, cp).c_str());
-    std::printf("variant %s: TTFT min %.1f / median %.1f / max %.1f ms over %zu reps, first token %lld, "
+    std::printf("variant %s: %s min %.1f / median %.1f / max %.1f ms over %zu reps, first token %lld, "
                 "device memory in use %.1f GB (rank 0's GPU)\n",
-                v.name.c_str(), t.min, t.median, t.max, v.ttft_ms.size(), (long long)v.outputs.first_token,
-                peak_bytes / 1e9);
-    std::printf("%s", format_wall_split(v, s.serialize_ranks && cp > 1).c_str());
+                v.name.c_str(), wall_label, t.min, t.median, t.max, v.ttft_ms.size(),
+                (long long)v.outputs.first_token, peak_bytes / 1e9);
+    std::printf("%s", format_wall_split(v, headline == TtftForm::projected).c_str());
     // Each rank's spans were timed alone (serialized, or one rank): replay the gang as if each had its GPU.
     if ((s.serialize_ranks || cp == 1) && can_project(v)) {
       try {
@@ -317,16 +214,87 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
         std::printf("variant %s: no projected gang: %s\n", v.name.c_str(), e.what());
       }
     }
-  }
-  if (gang.is_root()) {
-    result.complete = true;
-    write_results(path, result, args.overwrite || written);
-    std::printf("wrote %s\n", path.c_str());
-  }
+    if (headline == TtftForm::projected) {
+      const Summary g = summarize(headline_ttft(result, v).ms);
+      std::printf("variant %s: TTFT (the projected gang's, link measured) min %.1f / median %.1f / max %.1f ms\n",
+                  v.name.c_str(), g.min, g.median, g.max);
+    }
+  };
+  const auto measure = [&](int rep, size_t vi) {
+    const CutSet& cuts = s.variants[vi].cuts;
+    const bool last_rep = rep == s.reps - 1;
+    const FabricStats before = fab ? fab->stats() : FabricStats{};
+    tl.set_nvtx_label("rank " + std::to_string(me) + " " + s.variants[vi].name + " rep " + std::to_string(rep));
+    gang.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    const double gpu_t0 = telemetry.now_ms();
+    const bool short_warmup = rep < 0 && s.warmup_layers > 0 && s.warmup_layers < s.model.layers;
+    step.run(cuts, tl, turn, last_rep, short_warmup ? s.warmup_layers : -1);
+    if (fab) fab->drain();
+    std::vector<TimedLaunch> launches = tl.collect();
+    step.first_token();  // reads the device: the end of TTFT
+    const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (fab) fab->settle_transfers();  // sends still in flight, for the NCCL time
+    const std::vector<TelemetrySample> clocks = telemetry.between(gpu_t0, telemetry.now_ms());
+    const RankPlan& plan = plans[vi];
+    if (short_warmup) {
+      launches.clear();  // a warm-up of the first layers: nothing of it is kept, nor is it plan's list
+    } else if (const std::string diff = launch_list_difference(launches, plan.launches); !diff.empty()) {
+      gang.fail("run: the superstep's launches differ from plan's: " + diff);
+    }
+    std::vector<Span> spans;
+    std::vector<BellOp> bells;
+    RankRep rr;
+    rr.rep = rep;
+    rr.rank = me;
+    rr.wall_us = wall_ms * 1e3;
+    rr.peak_mem_bytes = peak_bytes;
+    summarize_clocks(clocks, rr);
+    for (size_t i = 0; i < launches.size(); ++i) {
+      const TimedLaunch& l = launches[i];
+      const Launch& p = plan.launches[i];
+      spans.push_back(
+          {rep, me, l.layer, l.family, l.kernel, l.ms * 1e3, p.cost.bytes, p.cost.flops, l.stream, l.start_ms * 1e3});
+      for (const BellNote& b : l.bells)
+        bells.push_back({rep, me, int64_t(i), b.ring ? BellOpKind::ring : BellOpKind::wait, b.peer, b.flag,
+                         doorbell_kind(cp, b.flag), b.value});
+      if (l.kernel.rfind("fabric.wait", 0) == 0) rr.wait_us += l.ms * 1e3;
+    }
+    if (WallSplit split; split_wall(spans, rr.wall_us, split)) {
+      rr.launch_gap_us = split.launch_gap_us;
+      rr.host_us = split.host_us;
+    }
+    if (fab) add_fabric_stats(rr, before, fab->stats());
+    // Every rank's spans and wall to rank 0; TTFT is the last rank's wall.
+    const std::vector<std::string> span_parts = gang.gather(rep >= 0 ? pack_spans(spans) : std::string());
+    const std::vector<std::string> bell_parts = gang.gather(rep >= 0 ? pack_bells(bells) : std::string());
+    const std::vector<std::string> rep_parts = gang.gather(pack_rank_reps({rr}));
+    if (gang.is_root()) {
+      const double ttft = unpack_rank_reps(rep_parts.back()).at(0).wall_us / 1e3;
+      const std::string which = rep_label(rep, s.warmup, s.reps);
+      const std::string note =
+          short_warmup ? " (layers 0-" + std::to_string(s.warmup_layers - 1) + ")" : std::string();
+      std::printf("%-18s %-12s %s %.1f ms%s\n", which.c_str(), s.variants[vi].name.c_str(), wall_label, ttft,
+                  note.c_str());
+      std::fflush(stdout);
+      if (rep >= 0) {
+        VariantResult& v = result.variants[vi];
+        v.ttft_ms.push_back(ttft);
+        for (size_t r = 0; r < span_parts.size(); ++r)
+          append_spans(v, unpack_spans(span_parts[r]), unpack_bells(bell_parts[r]));
+        for (const auto& part : rep_parts)
+          for (const RankRep& r : unpack_rank_reps(part)) v.rank_reps.push_back(r);
+      }
+    }
+  };
+
+  const RepLoop loop{gang, s.warmup, s.reps, path, args.overwrite};
+  const int code = loop.run(result, measure, finish_variant,
+                            [&] { record_telemetry(gang, device, telemetry, result); });
   gang.barrier();
   fab.reset();
   PB_CUDA(cudaStreamDestroy(stream));
-  return 0;
+  return code;
 }
 
 }  // namespace pb

@@ -2,16 +2,20 @@
 # kill_rank.sh <describe_results> <signal> <rank> <deadline s> <results file> <mpirun command...>
 #
 # A rank lost mid-run, on purpose. Starts the MPI command (one that rewrites
-# <results file> after every rep, as `prefill-bench run` does), waits for the
-# first rep's file, sends <signal> (KILL or INT) to the process of MPI rank
+# <results file> after every variant, as `prefill-bench run` does), waits for
+# the first file, sends <signal> (KILL or INT) to the process of MPI rank
 # <rank>, and passes (exit 0) when:
 #   - the job ends within <deadline> seconds of the signal;
 #   - its output names the rank: for KILL, the MPI launcher's report of the lost
 #     process ("process rank <rank> ... exited on signal 9", Open MPI; "RANK <rank>"
 #     and "KILLED", MPICH); for INT, the command's own "interrupted (SIGINT on rank <rank>)";
-#   - the results file reads back (describe_results), marked incomplete, every
-#     variant with the same number of reps, at least one (for INT: the number
-#     the message gives).
+#   - the results file reads back (describe_results), marked incomplete, with
+#     every variant and rep that finished: reps in variant order never rise and
+#     differ by at most one, the first variant holds at least one (for INT:
+#     the variants up to the one the message names hold one rep more than the
+#     message's 0-based rep, the others that rep);
+#   - with <want> set (KILL_RANK_WANT, e.g. "baseline 1*, v1 0, v2 0"), the
+#     file's reps are exactly that (* marks a variant complete).
 # Exit 77 (CTest: skipped) when the command stops before its first rep because
 # it finds no GPU ("no CUDA device is visible").
 set -uo pipefail
@@ -57,7 +61,7 @@ rm -f "$results" "$results.tmp"
 "$@" >"$log" 2>&1 &
 job=$!
 
-# The first rep's file, then a moment so that the signal lands mid-run.
+# The first file, then a moment (KILL_RANK_DELAY s, default 0.5) so that the signal lands mid-run.
 for ((i = 0; i < 600; ++i)); do
   [[ -e $results ]] && break
   if ! kill -0 "$job" 2>/dev/null; then
@@ -69,7 +73,7 @@ for ((i = 0; i < 600; ++i)); do
   sleep 0.2
 done
 [[ -e $results ]] || { kill -KILL "$job"; fail "no results file after 120 s"; }
-sleep 0.5
+sleep "${KILL_RANK_DELAY:-0.5}"
 target=$(rank_pid "$job") || { kill -KILL "$job"; fail "no process of MPI rank $rank under the launcher (pid $job)"; }
 kill -"$signal" "$target" || fail "could not send SIG$signal to rank $rank (pid $target)"
 sent_ms=$(($(date +%s%N) / 1000000))
@@ -93,17 +97,34 @@ if [[ $signal == KILL ]]; then
   grep -qE "process rank $rank .*(signal 9|Killed)|RANK $rank .*KILLED" "$log" ||
     fail "the output does not name the lost rank $rank"
 else
-  grep -qE "interrupted \(SIGINT on rank $rank\) after [0-9]+ rep" "$log" ||
+  grep -qE "interrupted \(SIGINT on rank $rank\) at (rep|warm-up) " "$log" ||
     fail "the output does not say that rank $rank was interrupted"
 fi
 
 summary=$("$describe" "$results" 2>&1) || fail "the results file does not read back: $summary"
 echo "$summary"
 [[ $summary =~ complete\ no,\ reps\ (.*)$ ]] || fail "the results file is not marked incomplete"
-counts=$(tr ',' '\n' <<<"${BASH_REMATCH[1]}" | awk '{print $NF}' | sort -u)
-[[ $counts =~ ^[1-9][0-9]*$ ]] || fail "the variants hold different or no reps: ${BASH_REMATCH[1]}"
-if [[ $signal == INT ]]; then
-  said=$(grep -oE "after [0-9]+ rep" "$log" | grep -oE "[0-9]+")
-  ((said == counts)) || fail "the message says $said rep(s), the file holds $counts"
+held=${BASH_REMATCH[1]}
+if [[ -n ${KILL_RANK_WANT:-} ]]; then
+  [[ $held == "$KILL_RANK_WANT" ]] || fail "the file holds '$held', want '$KILL_RANK_WANT'"
 fi
-echo "kill_rank.sh: passed: the job stopped in $took s naming rank $rank; $results holds $counts finished rep(s), marked incomplete"
+mapfile -t names < <(tr ',' '\n' <<<"$held" | awk '{print $1}')
+mapfile -t counts < <(tr ',' '\n' <<<"$held" | awk '{gsub(/\*/, "", $NF); print $NF}')
+((counts[0] >= 1)) || fail "the first variant holds no rep: $held"
+for ((i = 1; i < ${#counts[@]}; ++i)); do
+  ((counts[i] <= counts[i - 1] && counts[i] >= counts[0] - 1)) ||
+    fail "reps in variant order must never rise and differ by at most one: $held"
+done
+if [[ $signal == INT ]]; then
+  at=$(grep -oE "SIGINT on rank $rank\) at rep [0-9]+ \([^)]*\), variant '[^']+'" "$log") ||
+    fail "the message names no rep and variant"
+  said_rep=$(sed -E 's/.* at rep ([0-9]+) .*/\1/' <<<"$at")
+  said_variant=$(sed -E "s/.*variant '([^']+)'.*/\1/" <<<"$at")
+  past=0
+  for ((i = 0; i < ${#names[@]}; ++i)); do
+    want=$((past ? said_rep : said_rep + 1))
+    ((counts[i] == want)) || fail "variant ${names[i]} holds ${counts[i]} rep(s); the message (rep $said_rep, variant $said_variant) means $want"
+    [[ ${names[i]} == "$said_variant" ]] && past=1
+  done
+fi
+echo "kill_rank.sh: passed: the job stopped in $took s naming rank $rank; $results holds $held, marked incomplete"

@@ -125,6 +125,10 @@ def ab_one_file(out):
     expect((d["a"]["variant"], d["b"]["variant"]) == ("baseline", "all"), "variants plotted")
     same_numbers(d["a"]["ms"], family_sums_ms(path, "baseline"), "A")
     same_numbers(d["b"]["ms"], family_sums_ms(path, "all"), "B")
+    walls = h5py.File(path, "r")["variants"]
+    for side, v in (("a", "baseline"), ("b", "all")):
+        want = {"ms": float(np.median(walls[v]["ttft_ms"][()])), "label": "TTFT"}
+        expect(d["ttft"][side] == want, "{} TTFT {} (want {})".format(side, d["ttft"][side], want))
 
 
 @case
@@ -146,6 +150,17 @@ def ab_two_files_one_name(out):
     d = plot(out, "plot_ab.py", [pa, "--variants", "all", pb], [], "ab-one-name")  # flags between files
     expect((d["a"]["variant"], d["b"]["variant"]) == ("all", "all"), "one name for both")
     same_numbers(d["b"]["ms"], family_sums_ms(pb, "all"), "B = all of " + pb)
+
+
+@case
+def ab_projected(out):
+    """Serialized ranks: A/B of the projected gang's TTFT, not the serialized wall."""
+    pa, pb = committed("cp4-64k.h5"), committed("cp4-64k-each-cut.h5")
+    d = plot(out, "plot_ab.py", [pa, pb], ["--variants", "baseline,all"], "ab-projected")
+    for side, path, v in (("a", pa, "baseline"), ("b", pb, "all")):
+        reps = h5py.File(path, "r")["variants"][v]["projection"]["measured"]["reps"][()]
+        want = {"ms": float(np.median(reps["ttft_ms"])), "label": "projected gang TTFT"}
+        expect(d["ttft"][side] == want, "{} TTFT {} (want {})".format(side, d["ttft"][side], want))
 
 
 @case
@@ -226,6 +241,20 @@ def bench_run(out):
     expect(d["variants"] == ["baseline", "land"], "run variants: {}".format(d["variants"]))
     ttft = float(np.median(h5py.File(path, "r")["variants"]["land"]["ttft_ms"][()]))
     expect(abs(d["ttft_ms"]["land"] - ttft) < 1e-9, "TTFT of land")
+    expect(d["headline"]["land"] == "measured" and d["unit"] == "TTFT ms", "{} {}".format(d["headline"], d["unit"]))
+
+
+@case
+def bench_run_projected(out):
+    """Serialized ranks: the projected gang's TTFT, not the serialized wall."""
+    path = committed("cp4-64k.h5")
+    d = plot(out, "plot_bench.py", [path], [], "bench-run-projected")
+    expect(d["unit"] == "projected gang TTFT ms", "unit: " + d["unit"])
+    f = h5py.File(path, "r")
+    for v in ("baseline", "all"):
+        ttft = float(np.median(f["variants"][v]["projection"]["measured"]["reps"][()]["ttft_ms"]))
+        expect(d["headline"][v] == "projected" and abs(d["ttft_ms"][v] - ttft) < 1e-9, "{}: {} ms (want {})".format(
+            v, d["ttft_ms"][v], ttft))
 
 
 @case

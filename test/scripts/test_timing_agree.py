@@ -55,7 +55,11 @@ def main():
         if not os.path.exists(path):
             print("{}: missing (its run was skipped?)".format(path))
             return 77
-    fa, fb = pr.open_results(args.a), pr.open_results(args.b)
+    try:
+        fa, fb = pr.open_results(args.a), pr.open_results(args.b)
+    except pr.ResultsError as e:
+        print("test_timing_agree: error: {}".format(e), file=sys.stderr)
+        return 2
     if args.expect:
         want = args.expect.split(",")
         got = [timing(fa), timing(fb)]

@@ -1,0 +1,38 @@
+// The file's headline TTFT: the one number every tool calls "TTFT"
+// (docs/results.md, "The headline TTFT").
+//   - projected: the gang replayed over the measured links, one per rep
+//     (the variant's "measured" projection), for a run whose ranks shared a
+//     GPU and took turns: its wall clock is the sum of the ranks;
+//   - measured: VariantResult::ttft_ms, for every other run.
+// `run` records the form in text["ttft_headline"]; a file without it is read
+// as projected when numbers["memory_ranks_per_gpu"] > 1 and the variant holds
+// a "measured" projection.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "results.h"
+
+namespace pb {
+
+enum class TtftForm { measured, projected };
+
+// "measured" | "projected": the text of text["ttft_headline"].
+const char* ttft_form_name(TtftForm form);
+// "TTFT" | "projected gang TTFT": how tables and verdicts name it.
+const char* ttft_form_label(TtftForm form);
+// What `run` records: projected for a serialized gang of several ranks.
+TtftForm ttft_form_of_run(bool serialized, int cp);
+
+// The form of the variant's headline. Throws pb::Error naming the key for a
+// ttft_headline text that is neither form.
+TtftForm ttft_form(const RunResult& run, const VariantResult& variant);
+
+struct HeadlineTtft {
+  TtftForm form = TtftForm::measured;
+  std::vector<double> ms;  // one per rep; empty when none was recorded
+};
+HeadlineTtft headline_ttft(const RunResult& run, const VariantResult& variant);
+
+}  // namespace pb
