@@ -213,6 +213,10 @@ if(PB_PYTHON)
   add_test(NAME cpu.docs_plan_commands COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_readme.py
            ${CMAKE_SOURCE_DIR}/docs/plan.md ${CMAKE_BINARY_DIR})
   set_tests_properties(cpu.docs_plan_commands PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}")
+  # compare --format markdown|csv|json on the committed files (test_compare_formats.py).
+  add_test(NAME cpu.compare_formats COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_compare_formats.py
+           $<TARGET_FILE:prefill-bench>)
+  set_tests_properties(cpu.compare_formats PROPERTIES LABELS cpu TIMEOUT 300)
   # One test per case of test_plots.py (cpu.plots.*) and of test_pbresults.py
   # (cpu.pbresults.*: the headline TTFT, README's headline table, errors).
   foreach(suite plots pbresults)

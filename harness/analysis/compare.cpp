@@ -20,6 +20,7 @@
 #include "model.h"
 #include "power_state.h"
 #include "projection.h"
+#include "report.h"
 #include "scenario.h"
 #include "stats.h"
 #include "text.h"
@@ -27,6 +28,7 @@
 
 namespace pb {
 
+using compare_detail::pair_variants;
 using compare_detail::print_comparison;
 using compare_detail::recorded_scenario;
 using compare_detail::require_variant;
@@ -44,8 +46,7 @@ std::string timed_scope(const RunResult& run) { return holds_one_layer(run) ? "M
 void compare_files(const CompareOptions& options, std::ostream& out);
 void compare_within_file(const CompareOptions& options, std::ostream& out);
 
-VariantPairs pair_variants(const RunResult& a, const RunResult& b, const CompareOptions& options);
-
+std::string variant_names(const RunResult& run);
 void print_heading(const Side& a, const Side& b, std::ostream& out);
 void print_family_tables(const Side& a, const Side& b, std::ostream& out);
 void print_wait_tables(const Side& a, const Side& b, std::ostream& out);
@@ -63,7 +64,16 @@ int run_compare(const CompareOptions& options, std::ostream& out) {
   PB_CHECK(options.only.empty() || !options.baseline_file.empty(),
            "--only names the variants a regression check (--baseline) judges; to compare two variants give "
            "--variants A,B");
-  if (!options.baseline_file.empty()) return compare_detail::check_regressions(options, out);
+  const ReportFormat format = parse_report_format(options.format);
+  if (!options.baseline_file.empty()) {
+    PB_CHECK(format == ReportFormat::text, "--format markdown, csv and json report comparisons; the regression gate "
+                                           "(--baseline) prints text");
+    return compare_detail::check_regressions(options, out);
+  }
+  if (format != ReportFormat::text) {
+    write_report(options, format, out);
+    return 0;
+  }
   if (options.file_b.empty())
     compare_within_file(options, out);
   else
@@ -88,8 +98,8 @@ void compare_files(const CompareOptions& options, std::ostream& out) {
 // other variant's saving against it (the each-cut A/B), TTFT medians and the
 // span total of the superstep (a lane file: of its MLA layer, no TTFT) on the
 // deepest rank.
-void print_savings(const RunResult& run, const std::string& file, std::ostream& out) {
-  const VariantResult& base = require_variant(run, file, "baseline");
+void print_savings(const RunResult& run, const std::string& file, const std::string& reference, std::ostream& out) {
+  const VariantResult& base = require_variant(run, file, reference);
   const auto deep_total_ms = [](const VariantResult& v) {
     std::map<int32_t, std::map<int32_t, double>> per_rank_rep;  // rank -> rep -> us
     for (const Span& s : v.spans) per_rank_rep[s.rank][s.rep] += s.time_us;
@@ -108,8 +118,8 @@ void print_savings(const RunResult& run, const std::string& file, std::ostream& 
   const auto wall_median = [](const VariantResult& v) { return v.ttft_ms.empty() ? std::nan("") : median(v.ttft_ms); };
   const double base_ttft = ttft_median(base), base_deep = deep_total_ms(base);
   if (holds_one_layer(run)) {
-    out << fmt::format("savings against 'baseline' in {} (per MLA layer: the deep rank's spans, median over reps)\n",
-                       file);
+    out << fmt::format("savings against '{}' in {} (per MLA layer: the deep rank's spans, median over reps)\n",
+                       reference, file);
     out << fmt::format("  {:<14} {:>12} {:>12} {:>8}\n", "variant", "layer ms", "saving ms", "%");
     for (const VariantResult& v : run.variants) {
       const double d = deep_total_ms(v);
@@ -120,9 +130,9 @@ void print_savings(const RunResult& run, const std::string& file, std::ostream& 
   }
   const auto percent = [](double base, double x) { return base > 0 ? 100.0 * (base - x) / base : 0.0; };
   const bool projected = ttft_form(run, base) == TtftForm::projected;
-  out << fmt::format("savings against 'baseline' in {} (TTFT: {}, median over reps; spans: the deep rank's "
+  out << fmt::format("savings against '{}' in {} (TTFT: {}, median over reps; spans: the deep rank's "
                      "superstep{})\n",
-                     file,
+                     reference, file,
                      projected ? "the projected gang, replayed from the spans over the links as measured, as if "
                                  "each rank had its GPU"
                                : "measured",
@@ -141,10 +151,12 @@ void print_savings(const RunResult& run, const std::string& file, std::ostream& 
 void compare_within_file(const CompareOptions& options, std::ostream& out) {
   if (options.variant_a.empty() && options.variant_b.empty()) {
     const RunResult run = read_results(options.file_a);
-    PB_CHECK(run.find_variant("baseline") && run.variants.size() >= 2,
-             "comparing inside one file needs two variant names (--variants A,B), or a file with a 'baseline' "
-             "variant and others (then each one's saving is printed)");
-    print_savings(run, options.file_a, out);
+    PB_CHECK(run.find_variant(options.reference) && run.variants.size() >= 2,
+             fmt::format("comparing inside one file needs two variant names (--variants A,B), or a file with the "
+                         "reference variant '{}' (--reference) and others (then each one's saving is printed); '{}' "
+                         "has: {}",
+                         options.reference, options.file_a, variant_names(run)));
+    print_savings(run, options.file_a, options.reference, out);
     return;
   }
   PB_CHECK(!options.variant_a.empty() && !options.variant_b.empty(),
@@ -162,8 +174,10 @@ std::string variant_names(const RunResult& run) {
 }
 
 
-// Named variants when given; else the names both files share; else the
-// first variant of each.
+}  // namespace
+
+namespace compare_detail {
+
 VariantPairs pair_variants(const RunResult& a, const RunResult& b, const CompareOptions& options) {
   if (!options.variant_a.empty() || !options.variant_b.empty()) {
     const std::string& name_a = options.variant_a.empty() ? options.variant_b : options.variant_a;
@@ -178,10 +192,6 @@ VariantPairs pair_variants(const RunResult& a, const RunResult& b, const Compare
   PB_CHECK(!b.variants.empty(), fmt::format("'{}' has no variants to compare", options.file_b));
   return {{a.variants.front().name, b.variants.front().name}};
 }
-
-}  // namespace
-
-namespace compare_detail {
 
 // The scenario a file recorded, with its overrides; false, with the problem,
 // when it has none or it no longer parses.

@@ -82,6 +82,8 @@ struct CompareOptions {
   std::vector<std::string> only;   // regression mode: the variants to judge; empty: every baseline variant
   double max_regression = 0.03;    // allowed TTFT slowdown, as a fraction
   double alpha = 0.05;             // significance level of the U test
+  std::string reference = "baseline";  // one file, no variant names: savings against this variant
+  std::string format = "text";     // text | markdown | csv | json (report.h)
 };
 
 // run_compare's exit codes.

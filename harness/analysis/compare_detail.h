@@ -3,7 +3,10 @@
 #pragma once
 
 #include <ostream>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "compare.h"
 #include "results.h"
@@ -27,6 +30,12 @@ const VariantResult& require_variant(const RunResult& run, const std::string& fi
 // The scenario a file recorded, with its overrides; false, with the problem,
 // when it has none or it no longer parses.
 bool recorded_scenario(const RunResult& run, const std::string& file, Scenario* scenario, std::string* problem);
+// The variants two files compare, A's name then B's: the names given; else
+// every name both files hold; else the first variant of each.
+std::vector<std::pair<std::string, std::string>> pair_variants(const RunResult& a, const RunResult& b,
+                                                               const CompareOptions& options);
+// The names of the cuts that are on, from VariantResult::cuts ("land=on conv=off ...").
+std::set<std::string> cuts_on(const std::string& described);
 // The regression gate (compare --baseline): exit 0 pass, 1 regressed, 2 cannot judge.
 int check_regressions(const CompareOptions& options, std::ostream& out);
 

@@ -130,21 +130,6 @@ std::vector<std::string> variants_to_judge(const RunResult& base, const RunResul
   return names;
 }
 
-// The names of the cuts that are on, from VariantResult::cuts ("land=on conv=off ...").
-std::set<std::string> cuts_on(const std::string& described) {
-  std::set<std::string> on;
-  size_t begin = 0;
-  while (begin < described.size()) {
-    size_t end = described.find(' ', begin);
-    if (end == std::string::npos) end = described.size();
-    const std::string item = described.substr(begin, end - begin);
-    const size_t equals = item.find('=');
-    if (equals != std::string::npos && item.substr(equals + 1) == "on") on.insert(item.substr(0, equals));
-    begin = end + 1;
-  }
-  return on;
-}
-
 // "" when both sides ran the same cuts (a cut one side does not name is off).
 std::string cuts_difference(const VariantResult& base, const VariantResult& cand) {
   if (cuts_on(base.cuts) == cuts_on(cand.cuts)) return "";
@@ -189,6 +174,20 @@ void print_gate_summary(const GateReport& report, const CompareOptions& options,
 }
 
 }  // namespace
+
+std::set<std::string> cuts_on(const std::string& described) {
+  std::set<std::string> on;
+  size_t begin = 0;
+  while (begin < described.size()) {
+    size_t end = described.find(' ', begin);
+    if (end == std::string::npos) end = described.size();
+    const std::string item = described.substr(begin, end - begin);
+    const size_t equals = item.find('=');
+    if (equals != std::string::npos && item.substr(equals + 1) == "on") on.insert(item.substr(0, equals));
+    begin = end + 1;
+  }
+  return on;
+}
 
 // The files' problems, else each variant to judge, candidate
 // against baseline; then what was judged and what was not (compare.h).

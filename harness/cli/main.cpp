@@ -115,6 +115,10 @@ int main(int argc, char** argv) {
   add_list(compare, "--variants", variants, "A,B: compare two variants (inside one file, or A of file A with B of B)")
       ->allow_extra_args(false);
   compare->add_option("--alpha", cmp.alpha, "significance level of the noise test (default 0.05)");
+  compare->add_option("--reference", cmp.reference,
+                      "one file, no --variants: the variant savings are computed against (default baseline)");
+  compare->add_option("--format", cmp.format, "text (default), markdown (a pull request's table), csv, json")
+      ->check(CLI::IsMember({"text", "markdown", "csv", "json"}));
   compare->footer("With --baseline, exit 0: every judged variant within the allowance; 1: a variant regressed;\n"
                   "2: cannot judge (files of different kinds or scenarios, incomplete, no TTFT samples,\n"
                   "a baseline variant missing from the candidate without --only) or an error.");

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""`prefill-bench compare --format markdown|csv|json` on the committed results:
+markdown is well-formed tables, CSV parses with one row per variant, rank and
+family, JSON parses; every form carries the headline TTFT that pbresults.ttft
+reads from the same file, and the same savings.
+
+    test_compare_formats.py PREFILL_BENCH   (under a python with h5py)
+"""
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import pbresults as pr  # noqa: E402
+
+RESULTS = os.path.join(ROOT, "results", "h200")
+
+
+class Failed(Exception):
+    pass
+
+
+def expect(cond, what):
+    if not cond:
+        raise Failed(what)
+
+
+def compare(exe, *args):
+    p = subprocess.run([exe, "compare", *args], capture_output=True, text=True, timeout=120)
+    expect(p.returncode == 0, "compare {} exited {}: {}".format(" ".join(args), p.returncode, p.stderr.strip()))
+    return p.stdout
+
+
+def markdown_tables(text):
+    """The tables of a markdown text, each a list of rows of cells; checks
+    that every row has the header's column count and a separator follows it."""
+    tables, cur = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            expect(line.endswith("|"), "a table row does not end with '|': " + line)
+            cur.append([c.strip() for c in line.strip("|").split("|")])
+        elif cur:
+            tables.append(cur)
+            cur = []
+    for t in tables:
+        expect(len(t) >= 3, "a table without rows")
+        expect(all(set(c) <= set("-:") and c for c in t[1]), "no separator under the header: {}".format(t[1]))
+        expect(all(len(r) == len(t[0]) for r in t), "rows of different widths in a table headed {}".format(t[0]))
+    return tables
+
+
+def main():
+    exe = sys.argv[1]
+    each = os.path.join(RESULTS, "cp4-64k-each-cut.h5")
+    f = pr.open_results(each)
+    want = {v: pr.ttft(f, v) for v in pr.variant_names(f)}
+
+    md = compare(exe, each, "--format", "markdown")
+    tables = markdown_tables(md)
+    expect(len(tables) == 2, "markdown: {} tables, want 2 (TTFT, families)".format(len(tables)))
+    head = tables[0][0]
+    expect("projected gang TTFT ms (median)" in head, "markdown: the TTFT column is not the projected gang's: {}".format(head))
+    rows = {r[0]: r for r in tables[0][2:]}
+    expect(set(rows) == set(want), "markdown: variants {} want {}".format(sorted(rows), sorted(want)))
+    for name, ms in want.items():
+        expect(rows[name][2] == "{:.1f}".format(ms), "markdown {}: TTFT {} want {:.1f}".format(name, rows[name][2], ms))
+    expect(rows["all"][5] == "{:+.1f}%".format(100 * (want["all"] / want["baseline"] - 1)), "markdown: all's change")
+    expect("commit" in md and "NVIDIA H200" in md, "markdown: no commit or device")
+
+    text = compare(exe, each, "--format", "csv")
+    table = list(csv.DictReader(io.StringIO(text)))
+    expect(table, "csv: no rows")
+    keys = {(r["variant"], r["rank"], r["family"]) for r in table}
+    expect(len(keys) == len(table), "csv: a (variant, rank, family) appears twice")
+    for r in table:
+        expect(abs(float(r["ttft_ms"]) - want[r["variant"]]) < 1e-3, "csv: {} TTFT {}".format(r["variant"], r["ttft_ms"]))
+        expect(r["ttft_form"] == "projected", "csv: form " + r["ttft_form"])
+    expect({r["rank"] for r in table} == {"0", "1", "2", "3"}, "csv: ranks {}".format({r["rank"] for r in table}))
+
+    doc = json.loads(compare(exe, os.path.join(RESULTS, "cp1-16k.h5"), os.path.join(RESULTS, "cp1-16k-fp8.h5"),
+                             "--format", "json"))
+    expect(doc["mode"] == "files" and len(doc["files"]) == 2, "json: mode/files")
+    got = {(v["file"].endswith("fp8.h5"), v["variant"]): v for v in doc["variants"]}
+    expect(len(got) == 4, "json: {} variants, want 4 (baseline and all of each file)".format(len(got)))
+    for fp8, name in got:
+        path = os.path.join(RESULTS, "cp1-16k-fp8.h5" if fp8 else "cp1-16k.h5")
+        ms = pr.ttft(pr.open_results(path), name)
+        expect(abs(got[(fp8, name)]["ttft_ms"] - ms) < 1e-6, "json: {} {} TTFT".format(path, name))
+        expect(got[(fp8, name)]["ttft_form"] == "measured", "json: cp1 is measured")
+    expect(got[(True, "all")]["reference"]["variant"] == "all", "json: B's reference is A's same-named variant")
+
+    p = subprocess.run([exe, "compare", each, "--format", "xml"], capture_output=True, text=True)
+    expect(p.returncode == 2 and "xml" in p.stderr, "--format xml: exit {} ({})".format(p.returncode, p.stderr.strip()))
+    p = subprocess.run([exe, "compare", each, "--reference", "nope"], capture_output=True, text=True)
+    expect(p.returncode == 2 and "'nope'" in p.stderr, "--reference nope: exit {}".format(p.returncode))
+    print("compare --format: markdown, csv and json agree with pbresults.ttft on {} and cp1-16k".format(each))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Failed as e:
+        print("test_compare_formats: FAILED: {}".format(e), file=sys.stderr)
+        sys.exit(1)
