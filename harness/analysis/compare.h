@@ -2,7 +2,8 @@
 //
 // Regression decision rule (README "Regression check" quotes this block)
 // ---------------------------------------------------------------------
-// A = the baseline's TTFT samples (one per rep), B = the candidate's.
+// A = the baseline's TTFT samples (one per rep; the file's headline TTFT,
+// headline.h: the projected gang's for serialized ranks), B = the candidate's.
 //   delta   = median(B) / median(A) - 1
 //   A'      = A * (1 + max_regression)      the slowest baseline still allowed
 // The candidate REGRESSED iff both hold:

@@ -14,9 +14,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <climits>
 #include <cmath>
-#include <csignal>
 #include <cstring>
 #include <sstream>
 #include <cstdio>
