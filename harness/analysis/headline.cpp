@@ -15,6 +15,17 @@ TtftForm ttft_form_of_run(bool serialized, int cp) {
   return serialized && cp > 1 ? TtftForm::projected : TtftForm::measured;
 }
 
+namespace {
+
+// The variant's projection over the links as measured; null when it has none
+// (VariantResult::projection falls back to another link).
+const Projection* measured_gang(const VariantResult& variant) {
+  const Projection* gang = variant.projection(kMeasuredLink);
+  return gang && gang->link == kMeasuredLink ? gang : nullptr;
+}
+
+}  // namespace
+
 TtftForm ttft_form(const RunResult& run, const VariantResult& variant) {
   const auto key = run.text.find("ttft_headline");
   if (key != run.text.end()) {
@@ -24,8 +35,7 @@ TtftForm ttft_form(const RunResult& run, const VariantResult& variant) {
   }
   const auto ranks = run.numbers.find("memory_ranks_per_gpu");
   const bool shared = ranks != run.numbers.end() && ranks->second > 1;
-  const Projection* gang = variant.projection(kMeasuredLink);
-  return shared && gang && gang->link == kMeasuredLink ? TtftForm::projected : TtftForm::measured;
+  return shared && measured_gang(variant) ? TtftForm::projected : TtftForm::measured;
 }
 
 HeadlineTtft headline_ttft(const RunResult& run, const VariantResult& variant) {
@@ -35,8 +45,7 @@ HeadlineTtft headline_ttft(const RunResult& run, const VariantResult& variant) {
     h.ms = variant.ttft_ms;
     return h;
   }
-  const Projection* gang = variant.projection(kMeasuredLink);
-  if (gang && gang->link == kMeasuredLink)
+  if (const Projection* gang = measured_gang(variant))
     for (const ProjectedRep& rep : gang->reps) h.ms.push_back(rep.ttft_ms);
   return h;
 }

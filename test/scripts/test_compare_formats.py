@@ -13,20 +13,9 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from casebook import RESULTS, Failed, expect  # (sets sys.path for pbresults)
+
 import pbresults as pr  # noqa: E402
-
-RESULTS = os.path.join(ROOT, "results", "h200")
-
-
-class Failed(Exception):
-    pass
-
-
-def expect(cond, what):
-    if not cond:
-        raise Failed(what)
 
 
 def compare(exe, *args):

@@ -13,17 +13,14 @@ import re
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPTS = os.path.join(ROOT, "scripts")
-RESULTS = os.path.join(ROOT, "results", "h200")
-sys.path.insert(0, SCRIPTS)
+from casebook import ROOT, SCRIPTS, Casebook, Failed, committed, expect  # (sets sys.path for the scripts)
 
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 
 import pbresults as pr  # noqa: E402
 
-CASES = {}
+book = Casebook("test_pbresults.py")
 
 # README headline cells whose run is not <scenario>[-fp8].h5's baseline and
 # all: (scenario, precision, side) -> (file, variant).
@@ -31,24 +28,6 @@ ELSEWHERE = {
     ("cp4-64k", "bf16", "all"): ("cp4-64k-each-cut.h5", "all"),
     ("cp8-128k", "bf16", "all"): ("cp8-128k-next-round.h5", "all"),
 }
-
-
-class Failed(Exception):
-    pass
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
-
-
-def expect(cond, what):
-    if not cond:
-        raise Failed(what)
-
-
-def committed(name):
-    return os.path.join(RESULTS, name)
 
 
 def raises(fn, *args):
@@ -76,7 +55,7 @@ def write_run(path, attrs, ttft_ms, projected_ms=None):
 
 # --- the rule ---------------------------------------------------------------
 
-@case
+@book.case
 def headline_committed(out):
     for name, want in (("cp1-16k", "measured"), ("cp1-16k-fp8", "measured"), ("cp4-64k", "projected"),
                        ("cp4-64k-fp8", "projected"), ("cp8-128k", "projected"), ("cp8-128k-fp8", "projected")):
@@ -88,7 +67,7 @@ def headline_committed(out):
             expect(label == ("projected gang TTFT" if want == "projected" else "TTFT"), "label " + label)
 
 
-@case
+@book.case
 def headline_rule(out):
     both = ([9.0, 10.0, 11.0], [3.0, 2.0, 4.0])
     for attrs, data, want, samples in (
@@ -107,7 +86,7 @@ def headline_rule(out):
         f.close()
 
 
-@case
+@book.case
 def wall_is_not_ttft(out):
     path = committed("cp4-64k.h5")
     f = pr.open_results(path)
@@ -118,7 +97,7 @@ def wall_is_not_ttft(out):
     expect(pr.ttft(f, "all") == pr.wall_ttft_ms(f, "all"), "cp1-16k.h5: a measured TTFT is the wall")
 
 
-@case
+@book.case
 def readme_headline(out):
     """Every bf16 and fp8 cell 'A → B ms (±x.y%)' of README.md's "## Headline"
     table is round(ttft()) of baseline and all, and its change."""
@@ -150,7 +129,7 @@ def readme_headline(out):
 
 # --- errors -----------------------------------------------------------------
 
-@case
+@book.case
 def errors_name_the_file(out):
     missing = os.path.join(out, "no-such.h5")
     msg = raises(pr.open_results, missing)
@@ -180,14 +159,14 @@ def errors_name_the_file(out):
     expect(bad.filename in msg and "'wall'" in msg, msg)
 
 
-@case
+@book.case
 def library_never_exits(out):
     with open(os.path.join(SCRIPTS, "pbresults.py")) as f:
         source = f.read()
     expect("exit(" not in source and "import sys" not in source, "pbresults.py exits")
 
 
-@case
+@book.case
 def scripts_exit_2(out):
     """Each plot script, given a missing variant: exit 2, one line on stderr."""
     path = committed("cp1-16k.h5")
@@ -206,25 +185,5 @@ def scripts_exit_2(out):
         expect(not os.path.exists(png), "a refusal wrote " + png)
 
 
-def main():
-    if sys.argv[1:] == ["--list"]:
-        print("\n".join(CASES))
-        return
-    if len(sys.argv) != 3 or sys.argv[1] not in list(CASES) + ["all"]:
-        sys.exit("usage: test_pbresults.py CASE|all OUT_DIR; cases: " + ", ".join(CASES))
-    names = list(CASES) if sys.argv[1] == "all" else [sys.argv[1]]
-    out = sys.argv[2]
-    os.makedirs(out, exist_ok=True)
-    failed = 0
-    for name in names:
-        try:
-            CASES[name](out)
-            print("passed: " + name)
-        except Failed as e:
-            print("FAILED {}: {}".format(name, e))
-            failed += 1
-    sys.exit(1 if failed else 0)
-
-
 if __name__ == "__main__":
-    main()
+    book.main()

@@ -4,7 +4,7 @@ writes a PNG with no text outside it, plots what it was asked to (read back
 through --dump and checked against the file), and refuses bad requests with
 a message and a non-zero exit.
 
-    test_plots.py CASE OUT_DIR     (run under a python with h5py + matplotlib)
+    test_plots.py CASE|all OUT_DIR     (run under a python with h5py + matplotlib)
     test_plots.py --list
 """
 import json
@@ -12,35 +12,14 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPTS = os.path.join(ROOT, "scripts")
-RESULTS = os.path.join(ROOT, "results", "h200")
-sys.path.insert(0, SCRIPTS)
+from casebook import SCRIPTS, Casebook, Failed, committed, expect  # (sets sys.path for the scripts)
 
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 
 import pbplot  # noqa: E402
 
-CASES = {}
-
-
-class Failed(Exception):
-    pass
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
-
-
-def expect(cond, what):
-    if not cond:
-        raise Failed(what)
-
-
-def committed(name):
-    return os.path.join(RESULTS, name)
+book = Casebook("test_plots.py")
 
 
 def run(args, python=None, ok=True):
@@ -98,7 +77,7 @@ def same_numbers(got, want, what):
 
 # --- anatomy ----------------------------------------------------------------
 
-@case
+@book.case
 def anatomy_run(out):
     path = committed("cp1-16k.h5")
     d = plot(out, "plot_anatomy.py", [path], [], "anatomy-run")
@@ -108,7 +87,7 @@ def anatomy_run(out):
         expect(abs(d["totals"][v]["0"] - sum(d["ms"][v]["0"].values())) < 1e-6, "total of " + v)
 
 
-@case
+@book.case
 def anatomy_lane(out):
     d = plot(out, "plot_anatomy.py", [committed("lane-cp8-128k.h5")], ["--variants", "all"], "anatomy-lane")
     expect(d["unit"] == "ms per MLA layer (measured)", "lane unit: " + d["unit"])
@@ -118,7 +97,7 @@ def anatomy_lane(out):
 
 # --- A/B --------------------------------------------------------------------
 
-@case
+@book.case
 def ab_one_file(out):
     path = committed("cp1-16k.h5")
     d = plot(out, "plot_ab.py", [path], ["--variants", "baseline,all"], "ab-one-file")
@@ -131,7 +110,7 @@ def ab_one_file(out):
         expect(d["ttft"][side] == want, "{} TTFT {} (want {})".format(side, d["ttft"][side], want))
 
 
-@case
+@book.case
 def ab_two_files(out):
     pa, pb = committed("cp1-16k.h5"), committed("cp1-16k-each-cut.h5")
     d = plot(out, "plot_ab.py", [pa, pb], ["--variants", "baseline,land"], "ab-two-files")
@@ -144,7 +123,7 @@ def ab_two_files(out):
            "the summary lines:\n" + d["stdout"])
 
 
-@case
+@book.case
 def ab_two_files_one_name(out):
     pa, pb = committed("cp1-16k.h5"), committed("cp1-16k-each-cut.h5")
     d = plot(out, "plot_ab.py", [pa, "--variants", "all", pb], [], "ab-one-name")  # flags between files
@@ -152,7 +131,7 @@ def ab_two_files_one_name(out):
     same_numbers(d["b"]["ms"], family_sums_ms(pb, "all"), "B = all of " + pb)
 
 
-@case
+@book.case
 def ab_projected(out):
     """Serialized ranks: A/B of the projected gang's TTFT, not the serialized wall."""
     pa, pb = committed("cp4-64k.h5"), committed("cp4-64k-each-cut.h5")
@@ -163,7 +142,7 @@ def ab_projected(out):
         expect(d["ttft"][side] == want, "{} TTFT {} (want {})".format(side, d["ttft"][side], want))
 
 
-@case
+@book.case
 def ab_refusals(out):
     pa, pb = committed("cp1-16k.h5"), committed("cp1-16k-each-cut.h5")
     refused(out, "plot_ab.py", [pa, pb, "--variants", "baseline,nosuch"],
@@ -200,22 +179,22 @@ def bench_case(out, name, reference):
     return d
 
 
-@case
+@book.case
 def bench_kernels(out):
     bench_case(out, "kernels", "baseline")
 
 
-@case
+@book.case
 def bench_fmha(out):
     bench_case(out, "fmha", "native")
 
 
-@case
+@book.case
 def bench_kda(out):
     bench_case(out, "kda", "native")
 
 
-@case
+@book.case
 def bench_moe(out):
     d = bench_case(out, "moe", "loop")
     blocks = [s["section"] for s in d["sections"]]
@@ -223,7 +202,7 @@ def bench_moe(out):
            "moe blocks: {}".format(blocks))
 
 
-@case
+@book.case
 def bench_lane(out):
     path = committed("lane-cp8-128k.h5")
     d = plot(out, "plot_bench.py", [path], [], "bench-lane")
@@ -234,7 +213,7 @@ def bench_lane(out):
     expect(abs(d["ms"]["all"]["7"] - want) < 1e-9, "lane rank 7 wall {} != {}".format(d["ms"]["all"]["7"], want))
 
 
-@case
+@book.case
 def bench_run(out):
     path = committed("cp1-16k-each-cut.h5")
     d = plot(out, "plot_bench.py", [path], ["--variants", "baseline,land"], "bench-run")
@@ -244,7 +223,7 @@ def bench_run(out):
     expect(d["headline"]["land"] == "measured" and d["unit"] == "TTFT ms", "{} {}".format(d["headline"], d["unit"]))
 
 
-@case
+@book.case
 def bench_run_projected(out):
     """Serialized ranks: the projected gang's TTFT, not the serialized wall."""
     path = committed("cp4-64k.h5")
@@ -257,7 +236,7 @@ def bench_run_projected(out):
             v, d["ttft_ms"][v], ttft))
 
 
-@case
+@book.case
 def bench_refusals(out):
     refused(out, "plot_bench.py", [committed("kernels.h5"), "--variants", "baseline,nosuch"],
             "no variant 'nosuch'; its variants: baseline, cut")
@@ -270,7 +249,7 @@ def bench_refusals(out):
 
 # --- timeline ---------------------------------------------------------------
 
-@case
+@book.case
 def timeline_layers(out):
     path = committed("cp8-128k.h5")
     d = plot(out, "plot_timeline.py", [path], ["--variant", "all", "--layers", "2-3"], "timeline-layers")
@@ -294,7 +273,7 @@ def candidates_with_modules():
     return [p for p in pbplot.default_candidates() if pbplot._has_plotting_modules(p)]
 
 
-@case
+@book.case
 def python_reexec(out):
     """Under a python that cannot import them (-I -S hides site-packages), a
     script re-executes under one that can, or says how to get one."""
@@ -307,7 +286,7 @@ def python_reexec(out):
         expect(rc != 0 and pbplot.INSTALL_HINT in text, "no hint:\n" + text)
 
 
-@case
+@book.case
 def python_missing(out):
     code = ("import sys; sys.path.insert(0, {!r}); import pbplot; "
             "pbplot.require_plotting_python(candidates=['/nonexistent/python3'])").format(SCRIPTS)
@@ -316,20 +295,5 @@ def python_missing(out):
     expect(pbplot.INSTALL_HINT in text, "no hint:\n" + text)
 
 
-def main():
-    if sys.argv[1:] == ["--list"]:
-        print("\n".join(CASES))
-        return
-    if len(sys.argv) != 3 or sys.argv[1] not in CASES:
-        sys.exit("usage: test_plots.py CASE OUT_DIR; cases: " + ", ".join(CASES))
-    name, out = sys.argv[1], sys.argv[2]
-    os.makedirs(out, exist_ok=True)
-    try:
-        CASES[name](out)
-    except Failed as e:
-        sys.exit("FAILED {}: {}".format(name, e))
-    print("passed: " + name)
-
-
 if __name__ == "__main__":
-    main()
+    book.main()
