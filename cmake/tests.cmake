@@ -534,6 +534,18 @@ pb_gate_test(missing_variant 2 "all +missing from the candidate.*result: cannot 
 pb_gate_test(only 0 "baseline +ok.*result: pass \\(exit 0\\)" no-all.h5 --only baseline)
 pb_gate_test(only_missing 2 "nope +named by --only, in neither file" same.h5 --only baseline,nope)
 pb_gate_test(other_cuts 2 "all +the cuts differ" other-cuts.h5)
+# The machine: printed side by side; a slower one fails raw and passes normalized.
+pb_gate_test(slower_machine_raw 1
+  "bf16 GEMM sustained, TFLOP/s +665.0 \\| 633.3 +\\(-4.8%\\).*machines differ by more than the allowance.*result: REGRESSED"
+  slower-machine.h5)
+pb_gate_test(slower_machine_normalized 0
+  "baseline +ok +TTFT, normalized to the baseline's sustained GEMM ceiling \\(B x 0.9524\\).*result: pass \\(exit 0\\)"
+  slower-machine.h5 --normalize sustained)
+pb_gate_test(normalize_no_ceiling 2
+  "--normalize sustained: the candidate '[^']*no-ceiling.h5' records no sustained GEMM ceiling.*result: cannot judge"
+  no-ceiling.h5 --normalize sustained)
+# Quiet by default: one line per variant; --verbose prints each whole comparison.
+pb_gate_test(quiet 0 "judged: 2.*--verbose: each judged variant's whole comparison" same.h5)
 # The committed files: a candidate with 2 of the baseline's 8 variants cannot pass.
 pb_cli_test(gate_committed_missing 2 "land +missing from the candidate.*result: cannot judge \\(exit 2\\)"
             compare --baseline ${CMAKE_SOURCE_DIR}/results/h200/cp1-16k-each-cut.h5

@@ -64,6 +64,8 @@ int run_compare(const CompareOptions& options, std::ostream& out) {
   PB_CHECK(options.only.empty() || !options.baseline_file.empty(),
            "--only names the variants a regression check (--baseline) judges; to compare two variants give "
            "--variants A,B");
+  PB_CHECK(options.normalize == "none" || !options.baseline_file.empty(),
+           "--normalize judges a candidate against a baseline's machine; give --baseline");
   const ReportFormat format = parse_report_format(options.format);
   if (!options.baseline_file.empty()) {
     PB_CHECK(format == ReportFormat::text, "--format markdown, csv and json report comparisons; the regression gate "
@@ -228,7 +230,9 @@ RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOp
   else
     print_ttft(a, b, out);
   print_projections(a, b, out);
-  const HeadlineTtft ha = headline_ttft(*a.run, *a.variant), hb = headline_ttft(*b.run, *b.variant);
+  HeadlineTtft ha = headline_ttft(*a.run, *a.variant), hb = headline_ttft(*b.run, *b.variant);
+  for (auto [headline, side] : {std::pair{&ha, &a}, {&hb, &b}})
+    for (double& ms : headline->ms) ms *= side->ttft_scale;
   RegressionVerdict verdict = judge_regression(ha.ms, hb.ms, options.max_regression, options.alpha);
   if (ha.form != hb.form) {
     verdict = RegressionVerdict{};
@@ -237,6 +241,8 @@ RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOp
                                  ttft_form_name(hb.form));
   }
   verdict.quantity = ttft_form_label(ha.form);
+  for (const Side* side : {&a, &b})
+    if (!side->scale_note.empty()) verdict.quantity += ", " + side->scale_note;
   if (!one_layer) print_verdict(verdict, out);
   for (const Side* side : {&a, &b}) {
     const std::string notes = format_power_state(side->label, power_state_notes(*side->variant));

@@ -62,7 +62,22 @@
 // not judged, with why, and do not change the exit code.
 // Exit code: 1 when any judged variant regressed; else 2 when anything
 // above could not be judged; else 0. The report lists each judged variant
-// with its verdict and each variant not judged with the reason.
+// with its verdict and each variant not judged with the reason (one line
+// each; `verbose` adds every judged variant's whole comparison).
+//
+// The gate sees the machine
+// -------------------------
+// Both files record their bf16 GEMM ceilings (burst and sustained,
+// gemm_ceiling.h) and the sustained window's SM clock. The gate prints the two
+// machines side by side and says when the sustained ceilings differ by more
+// than max_regression: then the machine alone can move TTFT past the allowance.
+// normalize = "sustained" judges the candidate's TTFT samples times
+//   S_candidate / S_baseline      (S: gemm_tflops_sustained)
+// i.e. the candidate as if it had run on the baseline's machine; the verdict
+// line names the factor. A file without a sustained ceiling cannot be
+// normalized (exit 2). It corrects compute-bound time only: memory-bound
+// families (the HBM clock does not follow the SM clock) and the fabric do
+// not scale with the GEMM ceiling, so normalizing over-corrects them.
 #pragma once
 
 #include <cstdint>
@@ -85,6 +100,8 @@ struct CompareOptions {
   double alpha = 0.05;             // significance level of the U test
   std::string reference = "baseline";  // one file, no variant names: savings against this variant
   std::string format = "text";     // text | markdown | csv | json (report.h)
+  bool verbose = false;            // the gate: each judged variant's whole report, not one line
+  std::string normalize = "none";  // the gate: none | sustained (below)
 };
 
 // run_compare's exit codes.

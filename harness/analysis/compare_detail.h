@@ -16,10 +16,18 @@ namespace pb::compare_detail {
 
 // One side of a comparison: a variant of a run read from a file.
 struct Side {
+  Side(std::string label_, std::string file_, const RunResult* run_, const VariantResult* variant_,
+       double ttft_scale_ = 1, std::string scale_note_ = "")
+      : label(std::move(label_)), file(std::move(file_)), run(run_), variant(variant_), ttft_scale(ttft_scale_),
+        scale_note(std::move(scale_note_)) {}
   std::string label;  // "A", "B (candidate)", ...
   std::string file;
   const RunResult* run;
   const VariantResult* variant;
+  // The gate's machine normalization (compare.h): the factor this side's
+  // TTFT samples are judged at, and the words the verdict line names it by.
+  double ttft_scale;
+  std::string scale_note;
 };
 
 // The report of one comparison (heading, family and wait tables, TTFT,

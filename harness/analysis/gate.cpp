@@ -3,6 +3,7 @@
 // each judged by the report's comparison (compare.cpp), and the summary with
 // the exit code.
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <sstream>
 
@@ -33,6 +34,91 @@ struct GateReport {
   bool any_blocking() const;
   int exit_code() const;
 };
+
+// ---- the machines -----------------------------------------------------------
+
+// What a file records of its machine (gemm_ceiling.h; NaN: not recorded).
+struct Machine {
+  std::string gpu;  // rank 0's GPU name
+  double burst = kNoValue, sustained = kNoValue, sustained_mhz = kNoValue, sustained_w = kNoValue;
+};
+
+double number_of(const RunResult& run, const std::string& key) {
+  const auto found = run.numbers.find(key);
+  return found == run.numbers.end() || !(found->second > 0) ? kNoValue : found->second;
+}
+
+// "rank 0: NVIDIA H200 GPU-a688… bus 0000:00:06.0 on vm" -> "NVIDIA H200".
+std::string gpu_name(const RunResult& run) {
+  const auto found = run.text.find("gpus");
+  if (found == run.text.end()) return "";
+  std::string line = found->second.substr(0, found->second.find('\n'));
+  const size_t colon = line.find(": ");
+  if (colon != std::string::npos) line = line.substr(colon + 2);
+  const size_t uuid = line.find(" GPU-");
+  return uuid == std::string::npos ? line : line.substr(0, uuid);
+}
+
+Machine machine_of(const RunResult& run) {
+  return Machine{gpu_name(run), number_of(run, "gemm_tflops"), number_of(run, "gemm_tflops_sustained"),
+                 number_of(run, "gemm_sustained_sm_mhz"), number_of(run, "gemm_sustained_power_w")};
+}
+
+std::string value_text(double value, const char* format_spec) {
+  return std::isnan(value) ? std::string("-") : fmt::format(fmt::runtime(format_spec), value);
+}
+
+// "-2.8%" of candidate against baseline; "" when either is missing.
+std::string change_text(double base, double cand) {
+  return std::isnan(base) || std::isnan(cand) ? "" : fmt::format("  ({:+.1f}%)", 100 * (cand / base - 1));
+}
+
+// The machines side by side, and whether their sustained ceilings differ by
+// more than the allowance (compare.h, "The gate sees the machine").
+void print_machines(const Machine& base, const Machine& cand, const CompareOptions& options, std::ostream& out) {
+  out << "machines (baseline | candidate):\n";
+  const auto row = [&](const char* what, const std::string& b, const std::string& c, const std::string& change) {
+    std::string line = fmt::format("  {:<31} {:>12} | {:<12}{}", what, b, c, change);
+    line.erase(line.find_last_not_of(' ') + 1);
+    out << line << "\n";
+  };
+  row("GPU", base.gpu.empty() ? "-" : base.gpu, cand.gpu.empty() ? "-" : cand.gpu, "");
+  row("bf16 GEMM burst, TFLOP/s", value_text(base.burst, "{:.1f}"), value_text(cand.burst, "{:.1f}"),
+      change_text(base.burst, cand.burst));
+  row("bf16 GEMM sustained, TFLOP/s", value_text(base.sustained, "{:.1f}"), value_text(cand.sustained, "{:.1f}"),
+      change_text(base.sustained, cand.sustained));
+  row("  at SM clock, MHz", value_text(base.sustained_mhz, "{:.0f}"), value_text(cand.sustained_mhz, "{:.0f}"),
+      change_text(base.sustained_mhz, cand.sustained_mhz));
+  row("  at power, W", value_text(base.sustained_w, "{:.0f}"), value_text(cand.sustained_w, "{:.0f}"), "");
+  if (std::isnan(base.sustained) || std::isnan(cand.sustained)) {
+    out << fmt::format("  the {} records no sustained GEMM ceiling: the gate cannot see a change of machine\n",
+                       std::isnan(base.sustained) ? "baseline" : "candidate");
+    return;
+  }
+  const double change = cand.sustained / base.sustained - 1;
+  if (std::abs(change) > options.max_regression)
+    out << fmt::format("  the machines differ by more than the allowance: the sustained ceilings differ by {:+.1f}% "
+                       "(allowed {:.1f}%){}\n",
+                       100 * change, 100 * options.max_regression,
+                       options.normalize == "sustained" ? "" : "; --normalize sustained judges TTFT as if on the "
+                                                               "baseline's machine");
+  else
+    out << fmt::format("  the sustained ceilings differ by {:+.1f}%, within the allowance\n", 100 * change);
+}
+
+// The factor the candidate's TTFT is judged at (1 without --normalize), or
+// a problem when it cannot be normalized.
+double candidate_scale(const Machine& base, const Machine& cand, const CompareOptions& options,
+                       std::vector<std::string>* problems) {
+  if (options.normalize == "none") return 1;
+  for (const auto& [machine, file, role] :
+       {std::tuple{&base, &options.baseline_file, "baseline"}, {&cand, &options.file_a, "candidate"}})
+    if (std::isnan(machine->sustained))
+      problems->push_back(fmt::format("--normalize sustained: the {} '{}' records no sustained GEMM ceiling (root "
+                                      "number gemm_tflops_sustained)",
+                                      role, *file));
+  return problems->empty() ? cand.sustained / base.sustained : 1;
+}
 
 // ---- what can be judged ---------------------------------------------------
 
@@ -136,9 +222,11 @@ std::string cuts_difference(const VariantResult& base, const VariantResult& cand
   return fmt::format("the cuts differ: baseline '{}', candidate '{}'", base.cuts, cand.cuts);
 }
 
-void print_gate_summary(const GateReport& report, const CompareOptions& options, std::ostream& out) {
+void print_gate_summary(const GateReport& report, const Machine& base, const Machine& cand,
+                        const CompareOptions& options, std::ostream& out) {
   out << fmt::format("\nregression check: candidate '{}' against baseline '{}' (allowed +{:.1f}%, alpha {})\n",
                      options.file_a, options.baseline_file, 100 * options.max_regression, options.alpha);
+  print_machines(base, cand, options, out);
   if (!report.file_problems.empty()) {
     out << "  cannot judge the files against each other:\n";
     for (const std::string& problem : report.file_problems) out << "    " << problem << "\n";
@@ -151,7 +239,8 @@ void print_gate_summary(const GateReport& report, const CompareOptions& options,
   out << fmt::format("  judged: {}\n", report.judged.size());
   std::vector<std::string> regressed;
   for (const auto& [name, verdict] : report.judged) {
-    out << fmt::format("    {:<{}}  {:<9}  {}\n", name, width, verdict.regressed ? "REGRESSED" : "ok", verdict.reason);
+    out << fmt::format("    {:<{}}  {:<9}  {}: {}\n", name, width, verdict.regressed ? "REGRESSED" : "ok",
+                       verdict.quantity, verdict.reason);
     if (verdict.regressed) regressed.push_back(name);
   }
   out << fmt::format("  not judged: {}\n", report.not_judged.size());
@@ -160,6 +249,8 @@ void print_gate_summary(const GateReport& report, const CompareOptions& options,
     out << fmt::format("    {:<{}}  {}\n", entry.variant, width, entry.why);
     if (entry.blocks) blocking.push_back(entry.variant);
   }
+  if (!options.verbose && !report.judged.empty())
+    out << "  (--verbose: each judged variant's whole comparison: families, waits, projections, outputs)\n";
   const std::string counts = fmt::format("{} of {} judged variants regressed", regressed.size(), report.judged.size());
   const std::string unjudged =
       fmt::format("{} variant(s) to judge could not be judged: {}{}", blocking.size(), join(blocking),
@@ -197,8 +288,14 @@ int check_regressions(const CompareOptions& options, std::ostream& out) {
            "a regression check names the variants to judge with --only a,b (each in both files), not --variants");
   const RunResult base = read_results(options.baseline_file);
   const RunResult cand = read_results(options.file_a);
+  PB_CHECK(options.normalize == "none" || options.normalize == "sustained",
+           fmt::format("--normalize '{}': give none or sustained", options.normalize));
   GateReport report;
   report.file_problems = file_problems(base, cand, options);
+  const Machine base_machine = machine_of(base), cand_machine = machine_of(cand);
+  const double scale = candidate_scale(base_machine, cand_machine, options, &report.file_problems);
+  const std::string scale_note =
+      scale == 1 ? "" : fmt::format("normalized to the baseline's sustained GEMM ceiling (B x {:.4f})", scale);
   if (report.file_problems.empty()) {
     for (const std::string& name : variants_to_judge(base, cand, options, &report)) {
       const VariantResult& a = require_variant(base, options.baseline_file, name);
@@ -208,15 +305,18 @@ int check_regressions(const CompareOptions& options, std::ostream& out) {
         report.not_judged.push_back({name, cuts});
         continue;
       }
-      const RegressionVerdict verdict = print_comparison(Side{"A (baseline)", options.baseline_file, &base, &a},
-                                                         Side{"B (candidate)", options.file_a, &cand, &b}, options, out);
+      std::ostringstream detail;  // printed with --verbose only
+      const RegressionVerdict verdict =
+          print_comparison(Side{"A (baseline)", options.baseline_file, &base, &a},
+                           Side{"B (candidate)", options.file_a, &cand, &b, scale, scale_note}, options,
+                           options.verbose ? out : detail);
       if (verdict.judged)
         report.judged.emplace_back(name, verdict);
       else
         report.not_judged.push_back({name, verdict.reason});
     }
   }
-  print_gate_summary(report, options, out);
+  print_gate_summary(report, base_machine, cand_machine, options, out);
   return report.exit_code();
 }
 

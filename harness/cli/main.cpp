@@ -119,6 +119,13 @@ int main(int argc, char** argv) {
                       "one file, no --variants: the variant savings are computed against (default baseline)");
   compare->add_option("--format", cmp.format, "text (default), markdown (a pull request's table), csv, json")
       ->check(CLI::IsMember({"text", "markdown", "csv", "json"}));
+  compare->add_flag("--verbose", cmp.verbose,
+                   "with --baseline: each judged variant's whole comparison, not one line (families, waits, "
+                   "projections, outputs)");
+  compare->add_option("--normalize", cmp.normalize,
+                      "with --baseline: none (default), or sustained: judge the candidate's TTFT times the ratio of "
+                      "the two files' sustained GEMM ceilings (compute-bound time only)")
+      ->check(CLI::IsMember({"none", "sustained"}));
   compare->footer("With --baseline, exit 0: every judged variant within the allowance; 1: a variant regressed;\n"
                   "2: cannot judge (files of different kinds or scenarios, incomplete, no TTFT samples,\n"
                   "a baseline variant missing from the candidate without --only) or an error.");

@@ -246,6 +246,13 @@ TEST_CASE("run_compare: regression mode flags a slower candidate with exit code 
   pb::CompareOptions options;
   options.baseline_file = dir.file("base.h5");
   options.file_a = dir.file("slow.h5");
+  std::ostringstream quiet;  // by default one line per variant
+  CHECK(pb::run_compare(options, quiet) == 1);
+  CHECK_FALSE(contains(quiet.str(), "time per superstep"));
+  CHECK(contains(quiet.str(), "    all       REGRESSED  TTFT: median +10.00% > allowed +3.00%"));
+  CHECK(contains(quiet.str(), "(--verbose: each judged variant's whole comparison"));
+
+  options.verbose = true;
   std::ostringstream report;
   CHECK(pb::run_compare(options, report) == 1);
   const std::string text = report.str();
@@ -276,6 +283,58 @@ TEST_CASE("run_compare: regression mode flags a slower candidate with exit code 
   options.variant_a = "all";  // --variants is not the gate's
   std::ostringstream variants;
   CHECK_THROWS_AS(pb::run_compare(options, variants), pb::Error);
+}
+
+TEST_CASE("gate: the machines side by side, and --normalize sustained") {
+  TempDir dir;
+  pb::write_results(dir.file("base.h5"), synthetic_run(1.0), false);
+  pb::RunResult slower = synthetic_run(1.05);  // the same work on a machine 5% slower
+  pb::test::set_machine(&slower, 665 / 1.05, 1455);
+  pb::write_results(dir.file("slower.h5"), slower, false);
+  pb::RunResult bare = synthetic_run(1.0);
+  bare.numbers.clear();
+  pb::write_results(dir.file("bare.h5"), bare, false);
+
+  pb::CompareOptions options;
+  options.baseline_file = dir.file("base.h5");
+  options.file_a = dir.file("slower.h5");
+  std::ostringstream raw;
+  CHECK(pb::run_compare(options, raw) == 1);
+  CHECK(contains(raw.str(), "machines (baseline | candidate):\n  GPU"));
+  CHECK(contains(raw.str(), "NVIDIA H200 | NVIDIA H200"));
+  CHECK(contains(raw.str(), "    at SM clock, MHz                      1605 | 1455          (-9.3%)"));
+  CHECK(contains(raw.str(), "the machines differ by more than the allowance: the sustained ceilings differ by -4.8% "
+                            "(allowed 3.0%); --normalize sustained"));
+
+  options.normalize = "sustained";
+  std::ostringstream normalized;
+  CHECK(pb::run_compare(options, normalized) == 0);
+  CHECK(contains(normalized.str(), "    all       ok         TTFT, normalized to the baseline's sustained GEMM ceiling "
+                                   "(B x 0.9524): median "));
+  CHECK(contains(normalized.str(), "result: pass (exit 0): 0 of 2 judged variants regressed"));
+
+  options.verbose = true;  // the verdict line of the whole report names the form too
+  std::ostringstream verbose;
+  CHECK(pb::run_compare(options, verbose) == 0);
+  CHECK(contains(verbose.str(), "TTFT, normalized to the baseline's sustained GEMM ceiling (B x 0.9524) verdict: ok"));
+
+  options.file_a = dir.file("base.h5");  // the same machine: within the allowance, the factor 1
+  std::ostringstream same;
+  CHECK(pb::run_compare(options, same) == 0);
+  CHECK(contains(same.str(), "the sustained ceilings differ by +0.0%, within the allowance"));
+
+  options.file_a = dir.file("bare.h5");  // no ceiling recorded: cannot normalize
+  std::ostringstream bare_report;
+  CHECK(pb::run_compare(options, bare_report) == 2);
+  CHECK(contains(bare_report.str(), "the candidate records no sustained GEMM ceiling: the gate cannot see"));
+  CHECK(contains(bare_report.str(), "records no sustained GEMM ceiling (root number gemm_tflops_sustained)"));
+
+  options.normalize = "clock";
+  std::ostringstream bad;
+  CHECK_THROWS_WITH_AS(pb::run_compare(options, bad), "--normalize 'clock': give none or sustained", pb::Error);
+  options.normalize = "sustained";
+  options.baseline_file.clear();
+  CHECK_THROWS_AS(pb::run_compare(options, bad), pb::Error);  // only the gate normalizes
 }
 
 TEST_CASE("run_compare: two files pair same-named variants; one file compares two variants") {
@@ -387,7 +446,7 @@ TEST_CASE("gate: pass, regressed, and overrides outside the identity") {
   CHECK(contains(text, "result: pass (exit 0)"));
 
   CHECK(files.judge("slow.h5", &text) == pb::kCompareRegressed);
-  CHECK(contains(text, "REGRESSED  median +10.00% > allowed +3.00%"));
+  CHECK(contains(text, "REGRESSED  TTFT: median +10.00% > allowed +3.00%"));
 
   CHECK(files.judge("fewer-reps.h5", &text) == pb::kComparePass);  // reps, warmup: not the scenario's identity
 }

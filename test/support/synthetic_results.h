@@ -63,10 +63,22 @@ inline VariantResult synthetic_variant(const std::string& name, double scale) {
   return variant;
 }
 
-// A measured run of the synthetic scenario: "baseline" and "all" (10% faster).
+// The machine a synthetic run records (the gate prints it; compare.h): bf16
+// GEMM ceilings, burst and sustained, and the sustained window's clock and power.
+inline void set_machine(RunResult* run, double sustained_tflops, double sm_mhz) {
+  run->text["gpus"] = "rank 0: NVIDIA H200 GPU-00000000-0000-0000-0000-000000000000 bus 0000:00:06.0 on test";
+  run->numbers["gemm_tflops"] = 760;
+  run->numbers["gemm_tflops_sustained"] = sustained_tflops;
+  run->numbers["gemm_sustained_sm_mhz"] = sm_mhz;
+  run->numbers["gemm_sustained_power_w"] = 700;
+}
+
+// A measured run of the synthetic scenario: "baseline" and "all" (10% faster),
+// on a machine with a sustained ceiling of 665 TFLOP/s at 1605 MHz.
 inline RunResult synthetic_run(double scale) {
   RunResult run;
   run.kind = "run";
+  set_machine(&run, 665, 1605);
   run.text["git_sha"] = "abc";
   run.text["scenario_yaml"] = synthetic_scenario_yaml();
   run.text["scenario_overrides"] = "";
@@ -109,6 +121,14 @@ inline std::vector<std::pair<std::string, RunResult>> gate_files() {
   RunResult no_all = synthetic_run(1.0);
   no_all.variants.pop_back();
   files.emplace_back("no-all.h5", no_all);
+  // The same work on a machine whose sustained ceiling is 5% lower: TTFT 5%
+  // slower, regressed raw, within the allowance with --normalize sustained.
+  RunResult slower_machine = synthetic_run(1.05);
+  set_machine(&slower_machine, 665 / 1.05, 1455);
+  files.emplace_back("slower-machine.h5", slower_machine);
+  RunResult no_ceiling = synthetic_run(1.0);  // a file without the machine's ceilings
+  no_ceiling.numbers.clear();
+  files.emplace_back("no-ceiling.h5", no_ceiling);
   RunResult other_cuts = synthetic_run(1.0);
   other_cuts.variants[1].cuts = "land=on conv=on";
   files.emplace_back("other-cuts.h5", other_cuts);
