@@ -442,8 +442,7 @@ void print_projection_of(const Side& side, std::ostream& out) {
   } catch (const Error& error) {
     out << fmt::format("\n{}: no projected gang: {}\n", side.label, error.what());
   }
-  for (const Projection& projection : projections)
-    out << fmt::format("\n{}: {}", side.label, format_projection(variant.name, projection));
+  out << format_projections(variant.name, projections, "\n" + side.label + ": ");
 }
 
 void print_projections(const Side& a, const Side& b, std::ostream& out) {

@@ -653,6 +653,40 @@ std::string format_projection(const std::string& variant_name, const Projection&
   return out;
 }
 
+namespace {
+
+bool same_outcome(const Projection& a, const Projection& b) {
+  if (a.reps.size() != b.reps.size() || a.ranks.size() != b.ranks.size() || a.ttft_ms != b.ttft_ms) return false;
+  for (size_t i = 0; i < a.reps.size(); ++i)
+    if (a.reps[i].rep != b.reps[i].rep || a.reps[i].ttft_ms != b.reps[i].ttft_ms) return false;
+  for (size_t i = 0; i < a.ranks.size(); ++i) {
+    const RankProjection &x = a.ranks[i], &y = b.ranks[i];
+    if (x.rank != y.rank || x.end_us != y.end_us || x.busy_us != y.busy_us || x.wait_us != y.wait_us ||
+        x.idle_us != y.idle_us)
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string format_projections(const std::string& variant_name, const std::vector<Projection>& projections,
+                               const std::string& prefix) {
+  std::string out;
+  for (size_t i = 0; i < projections.size(); ++i) {
+    const Projection& p = projections[i];
+    const auto same = std::find_if(projections.begin(), projections.begin() + long(i),
+                                   [&](const Projection& earlier) { return same_outcome(earlier, p); });
+    if (same == projections.begin() + long(i))
+      out += prefix + format_projection(variant_name, p);
+    else
+      out += fmt::format("{}projected gang, variant {}, link {} ({}): TTFT {:.2f} ms, the same as link {} (no span's "
+                         "time depends on the link)\n",
+                         prefix, variant_name, p.link, p.link_source, p.ttft_ms, same->link);
+  }
+  return out;
+}
+
 // ---- the check against a real gang -------------------------------------------------------------
 
 namespace {

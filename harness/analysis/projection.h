@@ -66,6 +66,11 @@ Projection project_variant(const VariantResult& variant, const std::string& link
 
 // Compact: the TTFT line, then one line per rank (the rank ending last marked *).
 std::string format_projection(const std::string& variant_name, const Projection& projection);
+// Each projection in order, `prefix` before each; one whose every rep's TTFT
+// and every rank's row equal an earlier one's (no span moved by the link, as
+// at cp 1) is one line naming that link instead of its table.
+std::string format_projections(const std::string& variant_name, const std::vector<Projection>& projections,
+                               const std::string& prefix = "");
 
 // ---- the check against a real gang (one GPU per rank) ----
 

@@ -204,10 +204,8 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
     // Each rank's spans were timed alone (serialized, or one rank): replay the gang as if each had its GPU.
     if ((s.serialize_ranks || cp == 1) && can_project(v)) {
       try {
-        for (const char* link : {kMeasuredLink, "nvlink4"}) {
-          v.projections.push_back(project_variant(v, link));
-          std::printf("%s", format_projection(v.name, v.projections.back()).c_str());
-        }
+        for (const char* link : {kMeasuredLink, "nvlink4"}) v.projections.push_back(project_variant(v, link));
+        std::printf("%s", format_projections(v.name, v.projections).c_str());
       } catch (const Error& e) {
         std::printf("variant %s: no projected gang: %s\n", v.name.c_str(), e.what());
       }

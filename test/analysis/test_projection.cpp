@@ -352,6 +352,25 @@ TEST_CASE("projection: fabric copies keep their measured time or take the link's
   CHECK(g.project().ttft_ms * 1e3 == doctest::Approx(10 + 7 + 0.5 + 3));
 }
 
+TEST_CASE("projection: projections with the same outcome print once") {
+  Gang g(2);
+  g.span(0, "gemm.wfu", 10);
+  const int64_t copy = g.span(0, "fabric.publish_halo", 7.0, 0, 0, 3 * 7168 * 2);
+  g.ring(copy, 1, Bell::halo, doorbell_value(0, 0));
+  const int64_t w = g.span(1, "fabric.wait_halo", 0.5, 0, 0, 0);
+  g.wait(w, 0, Bell::halo, doorbell_value(0, 0));
+  g.span(1, "gemm.halo_qkv", 3);
+  // the same replay twice: the second is one line naming the first's link
+  const std::string same = format_projections("v", {g.project("nvlink4"), g.project("nvlink4")}, "> ");
+  CHECK(std::count(same.begin(), same.end(), '\n') == 5);  // heading, rank header, 2 ranks; one line
+  CHECK(contains(same, "> projected gang, variant v, link nvlink4 (datasheet"));
+  CHECK(contains(same, "TTFT 0.02 ms, the same as link nvlink4 (no span's time depends on the link)\n"));
+  // a link that moves the copy: both tables
+  const std::string differ = format_projections("v", {g.project(), g.project("ib400")});
+  CHECK(std::count(differ.begin(), differ.end(), '\n') == 8);
+  CHECK_FALSE(contains(differ, "the same as"));
+}
+
 TEST_CASE("projection: a rank's streams run side by side") {
   // Rank 0: stream 0 computes 20 us; stream 1 copies 8 us, then rings rank 1.
   // Rank 1 waits for it, then works 5 us.
