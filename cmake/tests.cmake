@@ -109,7 +109,7 @@ endforeach()
 foreach(src results/test_results config/test_scenario analytic/test_plan analytic/test_schedule
             analytic/test_slab_layout analytic/test_doorbell_protocol analysis/test_compare
             analysis/test_projection analysis/test_trace analysis/test_power_state analysis/test_wall_split
-            analysis/test_gemm_ceiling analysis/test_activity_spans)
+            analysis/test_gemm_ceiling analysis/test_activity_spans analysis/test_headline)
   pb_cpu_test(test/${src}.cpp)
 endforeach()
 # The cut table against its consumers (the kernels benchmark's families among them).
@@ -550,6 +550,10 @@ pb_gate_test(quiet 0 "judged: 2.*--verbose: each judged variant's whole comparis
 pb_cli_test(gate_committed_missing 2 "land +missing from the candidate.*result: cannot judge \\(exit 2\\)"
             compare --baseline ${CMAKE_SOURCE_DIR}/results/h200/cp1-16k-each-cut.h5
             ${CMAKE_SOURCE_DIR}/results/h200/cp1-16k.h5)
+# A cold reference (the committed each-cut file ran its baseline first, warmup 0) is warned of.
+pb_cli_test(compare_cold_reference 0
+  "baseline +10940.6 .* cold\n.*warning: the reference 'baseline' in [^ ]*cp4-64k-each-cut.h5 may hold a cold start: it ran first with no warm-up rep \\(warmup: 0\\)"
+  compare ${CMAKE_SOURCE_DIR}/results/h200/cp4-64k-each-cut.h5)
 # A file made the README's way (--set variants=each-cut --variants a,b) re-parses
 # its recorded scenario: the gate judges it against itself.
 pb_cli_test(gate_committed_variants_itself 0 "result: pass \\(exit 0\\)"

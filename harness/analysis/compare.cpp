@@ -28,6 +28,7 @@
 
 namespace pb {
 
+using compare_detail::cold_start_of;
 using compare_detail::pair_variants;
 using compare_detail::print_comparison;
 using compare_detail::recorded_scenario;
@@ -96,6 +97,16 @@ void compare_files(const CompareOptions& options, std::ostream& out) {
                      Side{"B", options.file_b, &b, &require_variant(b, options.file_b, name_b)}, options, out);
 }
 
+// The warning beside savings computed against a reference that ran cold.
+void print_cold_reference(const RunResult& run, const std::string& file, const VariantResult& reference,
+                          std::ostream& out) {
+  const std::string why = cold_start_of(run, file, reference);
+  if (why.empty()) return;
+  out << fmt::format("warning: the reference '{}' in {} may hold a cold start: it {}; savings against it include "
+                     "that (a warm reference: warmup >= 1 or warmup_layers, or another file's baseline)\n",
+                     reference.name, file, why);
+}
+
 // (b) One file, no variant names, a "baseline" variant among several: each
 // other variant's saving against it (the each-cut A/B), TTFT medians and the
 // span total of the superstep (a lane file: of its MLA layer, no TTFT) on the
@@ -143,10 +154,12 @@ void print_savings(const RunResult& run, const std::string& file, const std::str
                      "spans ms", "saving ms", projected ? fmt::format(" {:>17}", "serialized wall") : "");
   for (const VariantResult& v : run.variants) {
     const double t = ttft_median(v), d = deep_total_ms(v);
-    out << fmt::format("  {:<14} {:>12.1f} {:>12.1f} {:>7.1f}% {:>12.1f} {:>12.1f}{}\n", v.name, t, base_ttft - t,
+    out << fmt::format("  {:<14} {:>12.1f} {:>12.1f} {:>7.1f}% {:>12.1f} {:>12.1f}{}{}\n", v.name, t, base_ttft - t,
                        percent(base_ttft, t), d, base_deep - d,
-                       projected ? fmt::format(" {:>17.1f}", wall_median(v)) : "");
+                       projected ? fmt::format(" {:>17.1f}", wall_median(v)) : "",
+                       cold_start_of(run, file, v).empty() ? "" : "  cold");
   }
+  print_cold_reference(run, file, base, out);
 }
 
 // (b) Two variants of one file.
@@ -212,6 +225,20 @@ bool recorded_scenario(const RunResult& run, const std::string& file, Scenario* 
     return false;
   }
   return true;
+}
+
+std::string cold_start_of(const RunResult& run, const std::string& file, const VariantResult& variant) {
+  const auto recorded = run.text.find("cold_start");
+  if (recorded != run.text.end()) {
+    const std::map<std::string, std::string> reasons = parse_cold_starts(recorded->second);
+    const auto found = reasons.find(variant.name);
+    return found == reasons.end() ? "" : found->second;
+  }
+  Scenario scenario;
+  std::string problem;
+  const int warmup = recorded_scenario(run, file, &scenario, &problem) ? scenario.warmup : -1;
+  const bool ran_first = !run.variants.empty() && run.variants.front().name == variant.name;
+  return cold_start_reason(ran_first, warmup, headline_ttft(run, variant).ms);
 }
 
 const VariantResult& require_variant(const RunResult& run, const std::string& file, const std::string& name) {
@@ -428,6 +455,7 @@ void print_ttft(const Side& a, const Side& b, std::ostream& out) {
     print_ttft_row(a.label, a.variant->ttft_ms, out);
     print_ttft_row(b.label, b.variant->ttft_ms, out);
   }
+  print_cold_reference(*a.run, a.file, *a.variant, out);
 }
 
 // -- the projected gang (projection.h) --

@@ -33,6 +33,10 @@ struct Side {
 // The report of one comparison (heading, family and wait tables, TTFT,
 // projections, verdict, power state, outputs); returns the TTFT verdict.
 RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOptions& options, std::ostream& out);
+// Why the variant's TTFT samples may hold a cold start (headline.h), "" when
+// none is seen: the file's root text "cold_start", else the rule over the
+// recorded scenario's warmup (a file without one: its samples only).
+std::string cold_start_of(const RunResult& run, const std::string& file, const VariantResult& variant);
 // The named variant of a file, or a pb::Error naming the file's variants.
 const VariantResult& require_variant(const RunResult& run, const std::string& file, const std::string& name);
 // The scenario a file recorded, with its overrides; false, with the problem,

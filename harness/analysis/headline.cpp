@@ -4,6 +4,7 @@
 
 #include "check.h"
 #include "projection.h"
+#include "stats.h"
 
 namespace pb {
 
@@ -48,6 +49,37 @@ HeadlineTtft headline_ttft(const RunResult& run, const VariantResult& variant) {
   if (const Projection* gang = measured_gang(variant))
     for (const ProjectedRep& rep : gang->reps) h.ms.push_back(rep.ttft_ms);
   return h;
+}
+
+std::string cold_start_reason(bool ran_first, int warmup, const std::vector<double>& headline_ms) {
+  if (ran_first && warmup == 0) return "ran first with no warm-up rep (warmup: 0)";
+  if (headline_ms.size() < 2) return "";
+  const double others = median(std::vector<double>(headline_ms.begin() + 1, headline_ms.end()));
+  if (!(headline_ms.front() > others * (1 + kColdStartExcess))) return "";
+  return fmt::format("ran its first rep {:.1f}% slower than the median of its other reps ({:.1f} vs {:.1f} ms)",
+                     100 * (headline_ms.front() / others - 1), headline_ms.front(), others);
+}
+
+std::string format_cold_starts(const std::map<std::string, std::string>& reasons) {
+  std::string text;
+  for (const auto& [variant, why] : reasons) text += (text.empty() ? "" : "\n") + variant + ": " + why;
+  return text;
+}
+
+std::map<std::string, std::string> parse_cold_starts(const std::string& text) {
+  std::map<std::string, std::string> reasons;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(begin, end - begin);
+    const size_t colon = line.find(": ");
+    PB_CHECK(colon != std::string::npos && colon > 0,
+             fmt::format("root text 'cold_start': line '{}' is not '<variant>: <why>'", line));
+    reasons[line.substr(0, colon)] = line.substr(colon + 2);
+    begin = end + 1;
+  }
+  return reasons;
 }
 
 }  // namespace pb

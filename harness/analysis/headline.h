@@ -9,6 +9,7 @@
 // a "measured" projection.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,5 +35,22 @@ struct HeadlineTtft {
   std::vector<double> ms;  // one per rep; empty when none was recorded
 };
 HeadlineTtft headline_ttft(const RunResult& run, const VariantResult& variant);
+
+// ---- cold starts (docs/results.md, "Cold starts") ----
+// A variant's samples may hold a cold start (cuDNN building its plans, caches
+// warming, while timed) when
+//   - it ran first in a run with no warm-up rep (scenario warmup: 0): every
+//     variant's rep r runs after the first variant's rep r; or
+//   - its first rep's headline TTFT exceeds the median of its other reps by
+//     more than kColdStartExcess.
+// A saving computed against such a variant includes its cold start. `run`
+// records the cold variants in the root text "cold_start", one line
+// "<variant>: <why>" each; for a file without it the reader applies the rule.
+constexpr double kColdStartExcess = 0.03;
+// Why, or "" when neither holds.
+std::string cold_start_reason(bool ran_first, int warmup, const std::vector<double>& headline_ms);
+// The root text's lines, and back; parse throws pb::Error naming the line that is not "<variant>: <why>".
+std::string format_cold_starts(const std::map<std::string, std::string>& reasons);
+std::map<std::string, std::string> parse_cold_starts(const std::string& text);
 
 }  // namespace pb

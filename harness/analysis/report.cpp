@@ -33,6 +33,7 @@ struct Row {
   double median_ms = std::nan("");
   double saving_ms = std::nan(""), saving_pct = std::nan("");
   std::string outputs = "-";  // against the reference
+  std::string cold_start;     // compare_detail.h: why it may hold a cold start, "" none seen
   std::map<int32_t, std::map<std::string, double>> family_ms;  // rank -> family -> ms
 };
 
@@ -54,6 +55,7 @@ Row make_row(const Source& source, const VariantResult& variant, const Source* r
   row.reference = reference;
   row.ttft = headline_ttft(source.run, variant);
   row.median_ms = median_or_nan(row.ttft.ms);
+  row.cold_start = compare_detail::cold_start_of(source.run, source.path, variant);
   std::set<int32_t> ranks;
   for (const Span& span : variant.spans) ranks.insert(span.rank);
   for (int32_t rank : ranks)
@@ -161,10 +163,17 @@ void write_markdown(const Report& report, std::ostream& out) {
   out << fmt::format("| variant | cuts | {} ms (median) | reps | saving ms | change | outputs |\n",
                      ttft_form_label(form));
   out << "|---|---|---:|---:|---:|---:|---|\n";
-  for (const Row& row : report.rows)
-    out << fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", row_label(report, row),
-                       cuts_on_text(row.variant->cuts), ms_text(row.median_ms),
-                       row.ttft.ms.size(), ms_text(row.saving_ms), pct_text(row.saving_pct), row.outputs);
+  std::string cold_notes;
+  for (const Row& row : report.rows) {
+    out << fmt::format("| {}{} | {} | {} | {} | {} | {} | {} |\n", row_label(report, row),
+                       row.cold_start.empty() ? "" : " (cold)", cuts_on_text(row.variant->cuts),
+                       ms_text(row.median_ms), row.ttft.ms.size(), ms_text(row.saving_ms), pct_text(row.saving_pct),
+                       row.outputs);
+    if (!row.cold_start.empty())
+      cold_notes += fmt::format("\n(cold) `{}` may hold a cold start: it {}; savings against it include that.\n",
+                                row.variant->name, row.cold_start);
+  }
+  out << cold_notes;
   if (report.rows.empty()) return;
   // Families of the deep rank of the first row, ms per superstep, one column per row.
   const int32_t rank = deep_rank(report.rows.front());
@@ -237,7 +246,8 @@ void write_json(const Report& report, std::ostream& out) {
               {"ttft_samples_ms", row.ttft.ms},
               {"saving_ms", number(row.saving_ms)},
               {"saving_pct", number(row.saving_pct)},
-              {"outputs", row.outputs}};
+              {"outputs", row.outputs},
+              {"cold_start", row.cold_start.empty() ? json(nullptr) : json(row.cold_start)}};
     v["reference"] = row.reference ? json{{"file", row.ref_source->path}, {"variant", row.reference->name}}
                                    : json(nullptr);
     v["families"] = json::array();

@@ -156,7 +156,8 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   result.text["ttft_headline"] = ttft_form_name(headline);
   const char* wall_label = headline == TtftForm::projected ? "serialized wall" : "TTFT";
   const GpuProfile profile = gpu_profile(s.gpu_profile);
-  // The outputs of the variant's last rep to rank 0, its tables and its projected gang.
+  std::map<std::string, std::string> cold_starts;  // headline.h
+  // The outputs of the variant's last rep to rank 0, its tables, its projected gang and whether it ran cold.
   const auto finish_variant = [&](size_t vi) {
     std::string sums;
     for (uint64_t c : step.layer_checksums()) sums += std::to_string(c) + " ";
@@ -214,6 +215,12 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       const Summary g = summarize(headline_ttft(result, v).ms);
       std::printf("variant %s: TTFT (the projected gang's, link measured) min %.1f / median %.1f / max %.1f ms\n",
                   v.name.c_str(), g.min, g.median, g.max);
+    }
+    const std::string cold = cold_start_reason(vi == 0, s.warmup, headline_ttft(result, v).ms);
+    if (!cold.empty()) {
+      cold_starts[v.name] = cold;
+      result.text["cold_start"] = format_cold_starts(cold_starts);
+      std::printf("variant %s may hold a cold start: it %s\n", v.name.c_str(), cold.c_str());
     }
   };
   const auto measure = [&](int rep, size_t vi) {

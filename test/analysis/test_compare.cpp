@@ -337,6 +337,52 @@ TEST_CASE("gate: the machines side by side, and --normalize sustained") {
   CHECK_THROWS_AS(pb::run_compare(options, bad), pb::Error);  // only the gate normalizes
 }
 
+TEST_CASE("compare: savings against a reference that may hold a cold start are warned of") {
+  TempDir dir;
+  pb::write_results(dir.file("warm.h5"), synthetic_run(1.0), false);  // warmup 1, the first rep the fastest
+  pb::RunResult cold = synthetic_run(1.0);
+  cold.text["scenario_overrides"] = "--set warmup=0";  // the baseline ran first, cold
+  pb::write_results(dir.file("cold.h5"), cold, false);
+  pb::RunResult slow_first = synthetic_run(1.0);
+  slow_first.variants[1].ttft_ms[0] = 120;  // "all": its first rep 33% over its others' median
+  pb::write_results(dir.file("slow-first.h5"), slow_first, false);
+
+  pb::CompareOptions options;
+  options.file_a = dir.file("warm.h5");
+  std::ostringstream warm;
+  CHECK(pb::run_compare(options, warm) == 0);
+  CHECK(contains(warm.str(), "savings against 'baseline'"));
+  CHECK_FALSE(contains(warm.str(), "cold"));
+
+  options.file_a = dir.file("cold.h5");
+  std::ostringstream savings;
+  CHECK(pb::run_compare(options, savings) == 0);
+  CHECK(contains(savings.str(), "cold\n"));
+  CHECK(contains(savings.str(), "warning: the reference 'baseline' in " + dir.file("cold.h5") +
+                                    " may hold a cold start: it ran first with no warm-up rep (warmup: 0)"));
+  options.variant_a = "baseline";  // the A/B of two variants warns of a cold A too
+  options.variant_b = "all";
+  std::ostringstream ab;
+  CHECK(pb::run_compare(options, ab) == 0);
+  CHECK(contains(ab.str(), "warning: the reference 'baseline'"));
+
+  options = pb::CompareOptions{};
+  options.file_a = dir.file("slow-first.h5");
+  options.reference = "all";
+  std::ostringstream slow;
+  CHECK(pb::run_compare(options, slow) == 0);
+  CHECK(contains(slow.str(), "warning: the reference 'all' in " + dir.file("slow-first.h5") +
+                                 " may hold a cold start: it ran its first rep"));
+
+  cold.text["cold_start"] = "all: recorded by the run";  // a recorded flag is the file's word
+  pb::write_results(dir.file("recorded.h5"), cold, false);
+  options.file_a = dir.file("recorded.h5");
+  std::ostringstream recorded;
+  CHECK(pb::run_compare(options, recorded) == 0);
+  CHECK(contains(recorded.str(), "the reference 'all' in " + dir.file("recorded.h5") +
+                                     " may hold a cold start: it recorded by the run"));
+}
+
 TEST_CASE("run_compare: two files pair same-named variants; one file compares two variants") {
   TempDir dir;
   pb::write_results(dir.file("a.h5"), synthetic_run(1.0), false);

@@ -53,8 +53,13 @@ def main():
     expect(len(tables) == 2, "markdown: {} tables, want 2 (TTFT, families)".format(len(tables)))
     head = tables[0][0]
     expect("projected gang TTFT ms (median)" in head, "markdown: the TTFT column is not the projected gang's: {}".format(head))
-    rows = {r[0]: r for r in tables[0][2:]}
+    rows = {r[0].replace(" (cold)", ""): r for r in tables[0][2:]}
     expect(set(rows) == set(want), "markdown: variants {} want {}".format(sorted(rows), sorted(want)))
+    # the baseline ran first with warmup 0 (its recorded overrides): marked, and the note says why
+    cold = {r[0].replace(" (cold)", "") for r in tables[0][2:] if r[0].endswith(" (cold)")}
+    expect(cold == {"baseline"}, "markdown: cold variants {}, want the baseline".format(sorted(cold)))
+    expect("`baseline` may hold a cold start: it ran first with no warm-up rep (warmup: 0)" in md,
+           "markdown: no note on the cold baseline")
     for name, ms in want.items():
         expect(rows[name][2] == "{:.1f}".format(ms), "markdown {}: TTFT {} want {:.1f}".format(name, rows[name][2], ms))
     expect(rows["all"][5] == "{:+.1f}%".format(100 * (want["all"] / want["baseline"] - 1)), "markdown: all's change")
@@ -80,6 +85,8 @@ def main():
         ms = pr.ttft(pr.open_results(path), name)
         expect(abs(got[(fp8, name)]["ttft_ms"] - ms) < 1e-6, "json: {} {} TTFT".format(path, name))
         expect(got[(fp8, name)]["ttft_form"] == "measured", "json: cp1 is measured")
+        expect(got[(fp8, name)]["cold_start"] is None, "json: {} {} flagged cold: {}".format(
+            path, name, got[(fp8, name)]["cold_start"]))
     expect(got[(True, "all")]["reference"]["variant"] == "all", "json: B's reference is A's same-named variant")
 
     p = subprocess.run([exe, "compare", each, "--format", "xml"], capture_output=True, text=True)
