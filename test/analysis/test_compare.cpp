@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -13,6 +15,7 @@
 #include "check.h"
 #include "compare.h"
 #include "results.h"
+#include "scenario.h"
 #include "stats.h"
 #include "synthetic_results.h"
 #include "temp_dir.h"
@@ -631,4 +634,108 @@ TEST_CASE("lane files: times per MLA layer, no TTFT") {
   CHECK(contains(savings.str(), "layer ms"));
   CHECK_FALSE(contains(savings.str(), "TTFT"));
   CHECK_FALSE(contains(savings.str(), "superstep"));
+}
+
+// ---- the gate reads every file the README makes ----
+
+namespace {
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The override forms of the README, docs and committed files' command lines.
+std::vector<pb::ScenarioOverrides> override_forms() {
+  std::vector<pb::ScenarioOverrides> forms;
+  forms.push_back({});
+  forms.push_back({{"variants=each-cut"}, "", {}});
+  forms.push_back({{"variants=each-cut", "warmup_layers=4"}, "", {"baseline", "land", "conv"}});
+  forms.push_back({{"serialize_ranks=true", "turn_settle_ms=0", "warmup=0", "reps=1"}, "", {}});
+  forms.push_back({{"serialize_ranks=true", "turn_settle_ms=0", "warmup_layers=4", "reps=1", "variants=each-cut"},
+                   "",
+                   {"stripe", "balance"}});
+  forms.push_back({{}, "seed", {}});
+  forms.push_back({{}, "land,conv", {}});
+  forms.push_back({{}, "{land: on, stripe: on}", {}});
+  forms.push_back({{"model.layers=8"}, "[land, conv]", {}});
+  forms.push_back({{"fabric=auto", "emulate_hosts=2"}, "", {}});
+  forms.push_back({{"precision=fp8", "reps=2"}, "", {}});
+  forms.push_back({{"precision={gemm: fp8, experts: bf16, fmha: bf16}"}, "", {}});
+  forms.push_back({{"name=x y", "debug.delay_family=gemm", "debug.delay_us=5"}, "", {}});
+  return forms;
+}
+
+}  // namespace
+
+TEST_CASE("gate: every scenario and override form round-trips through the recorded text and judges itself") {
+  TempDir dir;
+  int judged = 0, refused = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(PB_SOURCE_DIR) + "/scenarios")) {
+    if (entry.path().extension() != ".yaml") continue;
+    const std::string yaml = read_text(entry.path());
+    for (const pb::ScenarioOverrides& form : override_forms()) {
+      pb::Scenario scenario;
+      try {
+        scenario = pb::parse_scenario(yaml, entry.path().string(), form);
+      } catch (const pb::Error&) {
+        ++refused;  // a form this scenario refuses (run would too): nothing recorded
+        continue;
+      }
+      CAPTURE(entry.path().filename().string());
+      CAPTURE(scenario.overrides);
+      // the recorded text parses back to the same scenario
+      const pb::Scenario again =
+          pb::parse_scenario(yaml, entry.path().string(), pb::overrides_from_text(scenario.overrides));
+      CHECK(again.overrides == scenario.overrides);
+      REQUIRE(again.variants.size() == scenario.variants.size());
+      for (size_t i = 0; i < again.variants.size(); ++i) {
+        CHECK(again.variants[i].name == scenario.variants[i].name);
+        CHECK(again.variants[i].cuts.describe() == scenario.variants[i].cuts.describe());
+      }
+      CHECK(again.cp == scenario.cp);
+      CHECK(again.context == scenario.context);
+      CHECK(again.model.layers == scenario.model.layers);
+      // a run file recording it: the gate judges it against itself
+      pb::RunResult run = synthetic_run(1.0);
+      run.text["scenario_yaml"] = yaml;
+      run.text["scenario_overrides"] = scenario.overrides;
+      run.variants.clear();
+      for (const pb::VariantSpec& spec : scenario.variants) {
+        run.variants.push_back(pb::test::synthetic_variant(spec.name, 1.0));
+        run.variants.back().cuts = spec.cuts.describe();
+      }
+      const std::string file = dir.file("round-trip.h5");
+      pb::write_results(file, run, /*overwrite=*/true);
+      pb::CompareOptions options;
+      options.baseline_file = file;
+      options.file_a = file;
+      std::ostringstream report;
+      CHECK(pb::run_compare(options, report) == pb::kComparePass);
+      ++judged;
+    }
+  }
+  MESSAGE(judged << " scenario x override forms judged themselves; " << refused << " refused by their scenario");
+  CHECK(judged >= 60);
+}
+
+TEST_CASE("gate: every committed run file judges itself") {
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(PB_SOURCE_DIR) + "/results/h200")) {
+    if (entry.path().extension() != ".h5") continue;
+    const pb::RunResult run = pb::read_results(entry.path().string());
+    if (run.kind != "run" || !run.complete) continue;
+    CAPTURE(entry.path().filename().string());
+    pb::CompareOptions options;
+    options.baseline_file = entry.path().string();
+    options.file_a = entry.path().string();
+    std::ostringstream report;
+    CHECK(pb::run_compare(options, report) == pb::kComparePass);
+    if (report.str().find("result: pass") == std::string::npos) MESSAGE(report.str());
+    ++files;
+  }
+  MESSAGE(files << " committed run files judged themselves");
+  CHECK(files >= 15);
 }
