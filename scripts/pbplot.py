@@ -204,6 +204,65 @@ def set_title(fig, text, fontsize=10):
     fig.suptitle(wrap(text, fig.get_figwidth() - 0.3, fontsize), fontsize=fontsize)
 
 
+def _drawn_texts(fig):
+    """fig's visible, non-empty texts, each once; of the tick labels only those
+    drawn (their axes shown, their tick inside the view)."""
+    all_ticks, drawn_ticks = set(), set()
+    for ax in fig.get_axes():
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            eps = 1e-9 * max(1.0, abs(hi - lo))
+            shown = ax.axison and axis.get_visible()
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                labels = (tick.label1, tick.label2)
+                all_ticks.update(id(t) for t in labels)
+                loc = tick.get_loc()
+                if shown and tick.get_visible() and loc is not None and lo - eps <= loc <= hi + eps:
+                    drawn_ticks.update(id(t) for t in labels)
+    from matplotlib.text import Text  # (not an offsetbox.TextArea: a box around a Text)
+    seen, out = set(), []
+    for t in fig.findobj(Text):
+        if id(t) in seen or (id(t) in all_ticks and id(t) not in drawn_ticks):
+            continue
+        seen.add(id(t))
+        if t.get_visible() and t.get_text().strip():
+            out.append(t)
+    return out
+
+
+def overlapping_texts(fig):
+    """Pairs of fig's drawn texts (tick labels, annotations, titles, legend
+    entries) that overlap by more than a pixel each way (should be none):
+    [[text, text], ...]."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = []
+    for t in _drawn_texts(fig):
+        e = t.get_window_extent(renderer)
+        if e.width > 0 and e.height > 0:
+            boxes.append((t.get_text(), e.x0 + 1, e.y0 + 1, e.x1 - 1, e.y1 - 1))
+    boxes.sort(key=lambda b: b[1])
+    out = []
+    for i, (ta, ax0, ay0, ax1, ay1) in enumerate(boxes):
+        for tb, bx0, by0, bx1, by1 in boxes[i + 1:]:
+            if bx0 >= ax1:
+                break
+            if by0 < ay1 and ay0 < by1:
+                out.append([ta, tb])
+    return out
+
+
+def legend_labels(fig):
+    """Every legend's entries, in the order fig holds its legends."""
+    from matplotlib.legend import Legend
+    seen, out = set(), []
+    for lg in fig.findobj(Legend):  # an axes' legend, and any it keeps beside it (add_artist)
+        if id(lg) not in seen:
+            seen.add(id(lg))
+            out += [t.get_text() for t in lg.get_texts()]
+    return out
+
+
 def clipped_texts(fig):
     """What of fig's drawn text reaches outside it (should be nothing): the
     texts by their content, an axis's tick labels as 'x axis: <axes title>'."""
@@ -233,6 +292,9 @@ def clipped_texts(fig):
 
 # --- command line and output ------------------------------------------------
 
+DPI = 150        # every PNG's resolution
+PAGE_IN = 16.0   # a page: a default plot's longest side, inches (2400 px at DPI); larger plots wrap or page
+
 def add_output_args(ap, default):
     ap.add_argument("-o", "--output", default=default, help="PNG to write (default: %(default)s)")
     ap.add_argument("--overwrite", action="store_true", help="replace an existing output")
@@ -242,19 +304,32 @@ def add_output_args(ap, default):
 def parse(ap):
     """Flags in any position, files anywhere among them."""
     a = ap.parse_intermixed_args() if hasattr(ap, "parse_intermixed_args") else ap.parse_args()
-    if os.path.exists(a.output) and not a.overwrite:
-        sys.exit("{} exists; pass --overwrite or choose another -o".format(a.output))
+    check_output(a.output, a.overwrite)
     return a
 
 
+def check_output(path, overwrite):
+    """Refuses (exit 2, a user error) when path exists and overwrite is not given."""
+    if os.path.exists(path) and not overwrite:
+        sys.stderr.write("{}: error: {} exists; pass --overwrite or choose another -o\n".format(
+            os.path.basename(sys.argv[0]), path))
+        sys.exit(2)
+
+
 def run_main(main):
-    """Calls main(); a pbresults.ResultsError ends the script with one line,
-    '<script>: error: <message>', on stderr and exit 2 (a user error)."""
+    """Calls main(); a pbresults.ResultsError, or a refusal by sys.exit("why"),
+    ends the script with one line, '<script>: error: <message>', on stderr and
+    exit 2 (a user error: the README's exit-code table)."""
     import pbresults
     try:
         main()
     except pbresults.ResultsError as e:
         sys.stderr.write("{}: error: {}\n".format(os.path.basename(sys.argv[0]), e))
+        sys.exit(2)
+    except SystemExit as e:
+        if not isinstance(e.code, str):
+            raise
+        sys.stderr.write("{}: error: {}\n".format(os.path.basename(sys.argv[0]), e.code))
         sys.exit(2)
 
 
@@ -262,11 +337,33 @@ def split_list(text):
     return [x.strip() for x in text.split(",") if x.strip()] if text else []
 
 
+def page_paths(output, pages):
+    """The files of a plot of pages pages: output alone for one; else output
+    for page 1 and <stem>-p<k><ext> for page k (moe.png, moe-p2.png, ...)."""
+    stem, ext = os.path.splitext(output)
+    return [output] + ["{}-p{}{}".format(stem, k, ext or ".png") for k in range(2, pages + 1)]
+
+
 def save(fig, a, plotted):
-    """Writes the PNG and, with --dump, plotted + the clipped texts as JSON."""
-    fig.savefig(a.output, dpi=150)
+    """Writes the PNG (fig: a figure, or a list of them, one per page:
+    page_paths) and, with --dump, plotted + what every page shows that it
+    should not (clipped and overlapping texts), its legends' entries, its
+    titles (the figure's, each panel's) and the files written, as JSON."""
+    figs = list(fig) if isinstance(fig, (list, tuple)) else [fig]
+    paths = page_paths(a.output, len(figs))
+    for path in paths[1:]:  # (parse checked the first)
+        check_output(path, a.overwrite)
+    for f, path in zip(figs, paths):
+        f.savefig(path, dpi=DPI)
     if a.dump:
-        plotted = dict(plotted, output=a.output, clipped=clipped_texts(fig))
+        plotted = dict(plotted, output=a.output, outputs=paths,
+                       clipped=[t for f in figs for t in clipped_texts(f)],
+                       overlaps=[pair for f in figs for pair in overlapping_texts(f)],
+                       legend=[t for f in figs for t in legend_labels(f)],
+                       titles=[getattr(f, "_suptitle", None) and f._suptitle.get_text() for f in figs],
+                       panel_titles=[t for f in figs for ax in f.get_axes() for t in
+                                     (ax.get_title(loc) for loc in ("left", "center", "right")) if t])
         with open(a.dump, "w") as out:
             json.dump(plotted, out, indent=1, sort_keys=True)
-    print("wrote {}".format(a.output))
+    for path in paths:
+        print("wrote {}".format(path))

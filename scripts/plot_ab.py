@@ -9,6 +9,13 @@ One file: --variants names two of its variants, A then B. Two files:
 --variants a,b takes variant a from the first file and b from the second; one
 name takes that variant from both; without --variants each file must hold
 exactly one variant. An unknown variant is refused with the file's variants.
+Two files of different precisions (the root text `precision`; a file without
+it predates fp8: bf16), e.g. bf16 against fp8:
+
+    scripts/plot_ab.py results/h200/cp1-16k.h5 results/h200/cp1-16k-fp8.h5 --variants all
+
+name each side by its precision and variant, in the legend, under each bar
+and in the title's TTFT.
 The rank is the deepest of A (largest total) unless --rank says which. Files
 of different units (per superstep, per MLA layer) are not compared; a plan
 (roofline) against a run (measured) is. Two runs are headed by their TTFT
@@ -62,9 +69,29 @@ def check_comparable(sides):
             pa, pr.kind(fa), pr.unit(fa), pb, pr.kind(fb), pr.unit(fb)))
 
 
-def side_label(letter, path, f, variant, same_file):
+def precision(f):
+    """The file's precision (the root text `precision`: bf16, fp8, or per
+    part); a file without it was written before the key, which came before
+    fp8: bf16."""
+    return pr.text(f.attrs["precision"]) if "precision" in f.attrs else "bf16"
+
+
+def by_precision(sides):
+    """Whether the two sides differ in precision (then they are named by it)."""
+    return len({precision(f) for _, f, _ in sides}) > 1
+
+
+def short_name(f, variant, with_precision):
+    """'fp8 · all' (with_precision), else the variant."""
+    return "{} · {}".format(precision(f), variant) if with_precision else variant
+
+
+def side_label(letter, path, f, variant, same_file, with_precision=False):
     where = "" if same_file else os.path.basename(path) + " "
-    return "{}: {}[{}] ({})".format(letter, where, pr.variant_label(f, variant), pr.kind(f))
+    what = pr.variant_label(f, variant)
+    if with_precision:
+        what = "{}, {}".format(precision(f), what)
+    return "{}: {}[{}] ({})".format(letter, where, what, pr.kind(f))
 
 
 def headline(sides):
@@ -75,17 +102,21 @@ def headline(sides):
     return {letter: {"ms": pr.ttft(f, v), "label": pr.ttft_label(f, v)} for letter, (_, f, v) in zip("ab", sides)}
 
 
-def headline_text(ttft):
-    """'TTFT: A 7846 ms → B 6514 ms (−1332 ms, −17.0%)'."""
+def headline_text(ttft, names=("", "")):
+    """'TTFT: A 7846 ms → B 6514 ms (−1332 ms, −17.0%)'; with names, 'TTFT:
+    A (bf16 · all) 6514 ms → B (fp8 · all) 4966 ms (...)'."""
     a, b = ttft["a"], ttft["b"]
+    na, nb = (letter + (" ({})".format(name) if name else "") for letter, name in zip("AB", names))
     change = "({}, {})".format(pbplot.fmt_delta_ms(b["ms"], a["ms"]), pbplot.fmt_delta_pct(b["ms"], a["ms"]))
     if a["label"] == b["label"]:
-        return "{}: A {} ms → B {} ms {}".format(a["label"], pbplot.fmt_ms(a["ms"]), pbplot.fmt_ms(b["ms"]), change)
-    return "A {} {} ms → B {} {} ms {}".format(a["label"], pbplot.fmt_ms(a["ms"]), b["label"], pbplot.fmt_ms(b["ms"]),
-                                               change)
+        return "{}: {} {} ms → {} {} ms {}".format(a["label"], na, pbplot.fmt_ms(a["ms"]), nb, pbplot.fmt_ms(b["ms"]),
+                                                   change)
+    return "{} {} {} ms → {} {} {} ms {}".format(na, a["label"], pbplot.fmt_ms(a["ms"]), nb, b["label"],
+                                                 pbplot.fmt_ms(b["ms"]), change)
 
 
-def draw(ax, fams, A, B, labels):
+def draw(ax, fams, A, B, labels, bar_names=None):
+    """bar_names: (A's, B's) short names, written under each bar."""
     x = np.arange(len(fams))
     w = 0.4
     colours = [pbplot.family_colour(k) for k in fams]
@@ -98,8 +129,16 @@ def draw(ax, fams, A, B, labels):
         text = "{}\n{}".format(pbplot.fmt_delta_ms(b, a), pbplot.fmt_delta_pct(b, a)) if a else "new"
         ax.annotate(text, (x[i], top), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom",
                     fontsize=7, color=pbplot.delta_colour(b, a))
-    ax.set_xticks(x)
-    ax.set_xticklabels(fams, rotation=35 if len(fams) > 8 else 0, ha="right" if len(fams) > 8 else "center")
+    if bar_names:
+        ax.set_xticks([p for xi in x for p in (xi - w / 2, xi + w / 2)], minor=True)
+        ax.set_xticklabels(list(bar_names) * len(fams), minor=True)
+        ax.tick_params(axis="x", which="minor", length=2, labelsize=6.5, labelrotation=90)
+        ax.set_xticks(x)
+        ax.set_xticklabels(fams, rotation=35 if len(fams) > 8 else 0, ha="right" if len(fams) > 8 else "center")
+        ax.tick_params(axis="x", which="major", length=0, pad=6 + 3.6 * max(len(n) for n in bar_names))
+    else:
+        ax.set_xticks(x)
+        ax.set_xticklabels(fams, rotation=35 if len(fams) > 8 else 0, ha="right" if len(fams) > 8 else "center")
     grey = "#8A8A8A"
     from matplotlib.patches import Patch
     ax.legend([Patch(facecolor=pbplot.lighter(grey, 0.55), hatch="///", edgecolor="white"),
@@ -138,10 +177,13 @@ def main():
             if A.get(k, 0.0) > 0 or B.get(k, 0.0) > 0]
     ta, tb = sum(A.values()), sum(B.values())
     same_file = len(a.files) == 1
-    labels = [side_label("A", pa, fa, va, same_file), side_label("B", pb, fb, vb, same_file)]
+    named = by_precision(sides)
+    labels = [side_label("A", pa, fa, va, same_file, named), side_label("B", pb, fb, vb, same_file, named)]
+    names = (short_name(fa, va, named), short_name(fb, vb, named)) if named else ("", "")
     ttft = headline(sides)
     for letter, path, v, f, total in (("A", pa, va, fa, ta), ("B", pb, vb, fb, tb)):
-        line = "{}: {} [{}] rank {}: {} {}".format(letter, path, v, rank, pbplot.fmt_ms(total), pr.unit(f))
+        line = "{}: {} [{}{}] rank {}: {} {}".format(letter, path, precision(f) + ", " if named else "", v, rank,
+                                                    pbplot.fmt_ms(total), pr.unit(f))
         if ttft:
             side = ttft[letter.lower()]
             line += "; {} {} ms".format(side["label"], pbplot.fmt_ms(side["ms"]))
@@ -149,7 +191,7 @@ def main():
 
     plt = pbplot.pyplot()
     fig, ax = plt.subplots(figsize=(max(8.0, 0.75 * len(fams) + 3.0), 5.6), constrained_layout=True)
-    draw(ax, fams, A, B, labels)
+    draw(ax, fams, A, B, labels, names if named else None)
     top = max(max(A.values()), max(B.values()))
     if a.log:
         ax.set_yscale("log")
@@ -162,11 +204,14 @@ def main():
                                                                             pr.describe_file(pb, fb))
     per_rank = "per family, rank {}, the sum of its spans: A {} ms → B {} ms ({}, {})".format(
         rank, pbplot.fmt_ms(ta), pbplot.fmt_ms(tb), pbplot.fmt_delta_ms(tb, ta), pbplot.fmt_delta_pct(tb, ta))
-    heading = "A/B, {}\n{}".format(headline_text(ttft), per_rank) if ttft else "A/B " + per_rank
+    heading = "A/B, {}\n{}".format(headline_text(ttft, names), per_rank) if ttft else "A/B " + per_rank
     pbplot.set_title(fig, heading + "\n" + files)
     pbplot.save(fig, a, {"rank": rank, "unit": pr.unit(fa), "families": fams, "ttft": ttft,
-                         "a": {"file": pa, "variant": va, "kind": pr.kind(fa), "ms": A, "total": ta},
-                         "b": {"file": pb, "variant": vb, "kind": pr.kind(fb), "ms": B, "total": tb}})
+                         "by_precision": named, "bar_names": list(names) if named else None,
+                         "a": {"file": pa, "variant": va, "kind": pr.kind(fa), "precision": precision(fa), "ms": A,
+                               "total": ta},
+                         "b": {"file": pb, "variant": vb, "kind": pr.kind(fb), "precision": precision(fb), "ms": B,
+                               "total": tb}})
 
 
 if __name__ == "__main__":

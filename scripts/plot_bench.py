@@ -9,6 +9,10 @@ kernels, fmha, kda, moe (the /bench table): per case, the fraction of the
   --variants; by default the variant every speedup in the file is against).
   One panel per family, or per block where the variants are named
   <block>.<variant> (the moe benchmark's blocks), with the block's total.
+  Page-sized: panels that do not fit one page (--page-height, 16 in, 2400 px)
+  continue on further pages, written beside the output as <stem>-p2.png,
+  <stem>-p3.png, ... (the moe file: four pages); a panel taller than a page is
+  split by its cases.
 lane: per rank, the median wall of one MLA layer per variant.
 run: the median TTFT per variant (min to max over reps as the whisker): the
   file's headline TTFT (docs/results.md), the projected gang's for serialized
@@ -34,6 +38,8 @@ GAP_IN = 0.12   # between two cases, inches
 TITLE_IN = 0.3  # a panel's title row, inches
 AXIS_IN = 0.45  # a panel's x axis, inches
 GREY = "#8A8A8A"
+WIDTH_IN = 15.0  # a /bench figure's width
+TOP_IN = 1.0     # its title
 
 
 # --- the /bench table -------------------------------------------------------
@@ -189,7 +195,10 @@ def section_heading(fig, title_ax, text):
                   va="bottom", fontsize=9, fontweight="bold")
 
 
-def draw_section(fig, title_ax, ax_f, ax_t, sec, sides, cases, show_legend):
+def draw_section(fig, title_ax, ax_f, ax_t, part, show_legend):
+    """One section (or part of one: paginate) in its heading row and its two
+    panels."""
+    sides, cases = part["sides"], part["cases"]
     shapes = {k[1] for k, _ in cases if not is_total(k[0])}
     shared_shape = shapes.pop() if len(shapes) == 1 else None
     n = len(sides)
@@ -207,8 +216,8 @@ def draw_section(fig, title_ax, ax_f, ax_t, sec, sides, cases, show_legend):
                [r["fraction"] for r in rows], [r["median_us"] for r in rows], named)
     if show_legend:
         variant_legend(ax_t, sides, shades)
-    title = section_title(sec, sides, cases)
-    section_heading(fig, title_ax, title + (" · shape " + shared_shape if shared_shape else ""))
+    section_heading(fig, title_ax, part["title"] + (" · shape " + shared_shape if shared_shape else "")
+                    + (" · " + part["part"] if part["part"] else ""))
 
 
 def ceiling_line(f):
@@ -222,6 +231,45 @@ def ceiling_line(f):
     if "gemm_tflops_sustained" in f.attrs and pr.text(f.attrs.get("gemm_ceiling", "burst")) == "burst":
         parts.append("{:.3g} TFLOP/s GEMM sustained".format(float(f.attrs["gemm_tflops_sustained"])))
     return "; ".join(parts)
+
+
+def paginate(sections, budget):
+    """The sections in order on pages of at most budget inches of panels:
+    [[{section, sides, cases, title, part}]]. A section taller than a page is
+    split by its cases (part "cases 1-11 of 22"), its heading on each part."""
+    pages, used = [[]], 0.0
+    for sec, sides, cases in sections:
+        fixed, per_case = TITLE_IN + AXIS_IN, len(sides) * BAR_IN + GAP_IN
+        most = max(1, int((budget - fixed) / per_case) if budget != float("inf") else len(cases))
+        chunks = [cases[i:i + most] for i in range(0, len(cases), most)]
+        title = section_title(sec, sides, cases)
+        for k, chunk in enumerate(chunks):
+            height = fixed + len(chunk) * per_case
+            if pages[-1] and used + height > budget:
+                pages.append([])
+                used = 0.0
+            first = k * most + 1
+            part = "" if len(chunks) == 1 else "cases {}-{} of {}".format(first, first + len(chunk) - 1, len(cases))
+            pages[-1].append({"section": sec, "sides": sides, "cases": chunk, "title": title, "part": part,
+                              "height": height})
+            used += height
+    return pages
+
+
+def draw_page(plt, page, title):
+    heights = []
+    for part in page:
+        heights += [TITLE_IN, part["height"] - TITLE_IN]
+    fig = plt.figure(figsize=(WIDTH_IN, sum(heights) + TOP_IN), constrained_layout=True)
+    gs = fig.add_gridspec(len(heights), 2, height_ratios=heights, width_ratios=[1, 1.25])
+    previous = None
+    for i, part in enumerate(page):
+        ax_f = fig.add_subplot(gs[2 * i + 1, 0])
+        ax_t = fig.add_subplot(gs[2 * i + 1, 1], sharey=ax_f)
+        draw_section(fig, fig.add_subplot(gs[2 * i, :]), ax_f, ax_t, part, show_legend=part["sides"] != previous)
+        previous = part["sides"]
+    pbplot.set_title(fig, title, fontsize=11)
+    return fig
 
 
 def plot_bench(f, a, plt):
@@ -243,27 +291,18 @@ def plot_bench(f, a, plt):
         if unknown:
             sys.exit("{}: no variant '{}'; its variants: {}".format(a.results, unknown[0], ", ".join(known)))
     sections = build_sections(rows, wanted)
-    heights = []
-    for _, sides, cases in sections:
-        heights += [TITLE_IN, AXIS_IN + len(cases) * (len(sides) * BAR_IN + GAP_IN)]
-    fig = plt.figure(figsize=(15, sum(heights) + 1.0), constrained_layout=True)
-    gs = fig.add_gridspec(len(heights), 2, height_ratios=heights, width_ratios=[1, 1.25])
-    previous = None
-    for i, (sec, sides, cases) in enumerate(sections):
-        ax_f = fig.add_subplot(gs[2 * i + 1, 0])
-        ax_t = fig.add_subplot(gs[2 * i + 1, 1], sharey=ax_f)
-        draw_section(fig, fig.add_subplot(gs[2 * i, :]), ax_f, ax_t, sec, sides, cases,
-                     show_legend=sides != previous)
-        previous = sides
-    pbplot.set_title(fig, "{} benchmark: {}\n{}".format(pr.kind(f), pr.describe_file(a.results, f), ceiling_line(f)),
-                     fontsize=11)
+    pages = paginate(sections, a.page_height - TOP_IN if a.page_height > 0 else float("inf"))
+    title = "{} benchmark: {}\n{}".format(pr.kind(f), pr.describe_file(a.results, f), ceiling_line(f))
+    figs = [draw_page(plt, page, title + ("" if len(pages) == 1 else " · page {} of {}".format(k + 1, len(pages))))
+            for k, page in enumerate(pages)]
     dump = {"kind": pr.kind(f), "sections": [
         {"section": sec, "variants": sides, "cases": [
             {"kernel": k[0], "shape": k[1],
              "rows": {s: {"family": r["family"], "variant": r["variant"], "fraction": r["fraction"],
                           "median_us": r["median_us"]}
-                      for s, r in c.items()}} for k, c in cases]} for sec, sides, cases in sections]}
-    return fig, dump
+                      for s, r in c.items()}} for k, c in cases]} for sec, sides, cases in sections],
+        "pages": [[part["section"] for part in page] for page in pages]}
+    return figs, dump
 
 
 # --- run, lane and plan files -------------------------------------------------
@@ -331,6 +370,10 @@ def main():
     ap.add_argument("--variants", "--variant", help="comma-separated variants, the reference first "
                     "(default: all; for /bench files the file's reference first)")
     ap.add_argument("--family", help="/bench files: only these families or blocks (comma-separated)")
+    ap.add_argument("--page-height", type=float, default=pbplot.PAGE_IN, metavar="INCHES",
+                    help="/bench files: the most inches a page is tall (default %(default)s: {} px); a taller "
+                         "plot continues on pages <output>-p2.png, -p3.png, ...; 0: one figure however tall"
+                    .format(int(pbplot.PAGE_IN * pbplot.DPI)))
     pbplot.add_output_args(ap, "bench.png")
     a = pbplot.parse(ap)
     f = pr.open_results(a.results)

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks of the plot scripts on the committed results (results/h200): each
-writes a PNG with no text outside it, plots what it was asked to (read back
+writes page-sized PNGs (at most PAGE_PX on the long side) with no text outside
+them and no two texts on each other, plots what it was asked to (read back
 through --dump and checked against the file), and refuses bad requests with
 a message and a non-zero exit.
 
@@ -21,6 +22,20 @@ import pbplot  # noqa: E402
 
 book = Casebook("test_plots.py")
 
+PAGE_PX = 2400  # a page: the most pixels a default plot is wide or tall
+
+
+def png_size(path):
+    """(width, height) from the PNG's header (Failed when it is not a PNG)."""
+    with open(path, "rb") as f:
+        head = f.read(24)
+    expect(head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", path + " is not a PNG")
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def one_line(text):
+    return " ".join((text or "").split())
+
 
 def run(args, python=None, ok=True):
     """Runs a plot script; returns (rc, stdout + stderr)."""
@@ -31,18 +46,27 @@ def run(args, python=None, ok=True):
     return p.returncode, p.stdout
 
 
-def plot(out, script, files, extra, name):
-    """Runs script with -o/--dump under out; checks the PNG; returns the dump."""
+def plot(out, script, files, extra, name, page_px=PAGE_PX):
+    """Runs script with -o/--dump under out; checks every PNG it wrote (each
+    page) and that each is page-sized (page_px None: any size); returns the
+    dump, with "sizes": each page's (width, height)."""
     png, dump = os.path.join(out, name + ".png"), os.path.join(out, name + ".json")
     _, text = run([os.path.join(SCRIPTS, script)] + files + extra + ["-o", png, "--overwrite", "--dump", dump])
     expect("wrote " + png in text, "no 'wrote {}' in:\n{}".format(png, text))
-    with open(png, "rb") as f:
-        head = f.read(8)
-    expect(head == b"\x89PNG\r\n\x1a\n", png + " is not a PNG")
-    expect(os.path.getsize(png) > 20000, png + " is suspiciously small")
     with open(dump) as f:
         d = json.load(f)
+    pages = d.get("outputs", [png])
+    expect(pages[0] == png, "page 1 is {}, not the output {}".format(pages[0], png))
+    d["sizes"] = []
+    for page in pages:
+        expect("wrote " + page in text, "no 'wrote {}' in:\n{}".format(page, text))
+        size = png_size(page)
+        expect(os.path.getsize(page) > 20000, page + " is suspiciously small")
+        expect(page_px is None or max(size) <= page_px, "{} is {}x{} px: more than a page ({} px)".format(
+            page, size[0], size[1], page_px))
+        d["sizes"].append(size)
     expect(d["clipped"] == [], "text outside the figure: {}".format(d["clipped"]))
+    expect(d.get("overlaps") == [], "texts on each other: {}".format(d.get("overlaps", "(not checked)")))
     d["stdout"] = text
     return d
 
@@ -95,6 +119,23 @@ def anatomy_lane(out):
     expect("TTFT" not in json.dumps(d), "a lane plot mentions TTFT")
 
 
+@book.case
+def anatomy_wrapped(out):
+    """Forty bars (cp4, ten variants a rank) wrap onto rows of panels within a
+    page, every rank's bars in one row, no label on another (plot checks)."""
+    path = committed("cp4-64k-each-cut.h5")
+    d = plot(out, "plot_anatomy.py", [path], [], "anatomy-wrapped")
+    variants = list(h5py.File(path, "r")["variants"].keys())
+    expect(d["variants"] == variants and len(variants) == 10, "variants: {}".format(d["variants"]))
+    rows = d.get("rows", [])
+    expect(len(rows) > 1, "{} row(s) of panels; {} bars want more than one".format(len(rows), 4 * len(variants)))
+    drawn = [(g["rank"], v) for row in rows for g in row for v in g["variants"]]
+    expect(drawn == [(r, v) for r in range(4) for v in variants], "bars drawn: {}".format(drawn))
+    expect(all(g["variants"] == variants for row in rows for g in row), "a rank's bars split across rows")
+    for v in ("baseline", "all"):
+        same_numbers(d["ms"][v]["3"], family_sums_ms(path, v, rank=3), "anatomy rank 3 " + v)
+
+
 # --- A/B --------------------------------------------------------------------
 
 @book.case
@@ -140,6 +181,32 @@ def ab_projected(out):
         reps = h5py.File(path, "r")["variants"][v]["projection"]["measured"]["reps"][()]
         want = {"ms": float(np.median(reps["ttft_ms"])), "label": "projected gang TTFT"}
         expect(d["ttft"][side] == want, "{} TTFT {} (want {})".format(side, d["ttft"][side], want))
+
+
+@book.case
+def ab_precision(out):
+    """bf16 against fp8, two files of one scenario: each side named by its
+    precision and variant (legend, under each bar, the title's TTFT)."""
+    pa, pb = committed("cp1-16k.h5"), committed("cp1-16k-fp8.h5")
+    d = plot(out, "plot_ab.py", [pa, pb], ["--variants", "all"], "ab-precision")
+    expect((d["a"].get("precision"), d["b"].get("precision")) == ("bf16", "fp8"), "precisions: {} / {}".format(
+        d["a"].get("precision"), d["b"].get("precision")))  # cp1-16k.h5 predates the key: bf16
+    expect(d.get("bar_names") == ["bf16 · all", "fp8 · all"], "bar names: {}".format(d.get("bar_names")))
+    expect(d["legend"] == ["A: cp1-16k.h5 [bf16, all] (run)", "B: cp1-16k-fp8.h5 [fp8, all] (run)"],
+           "legend: {}".format(d["legend"]))
+    same_numbers(d["a"]["ms"], family_sums_ms(pa, "all"), "A = all of " + pa)
+    same_numbers(d["b"]["ms"], family_sums_ms(pb, "all"), "B = all of " + pb)
+    expect("quant" in d["b"]["ms"] and "quant" not in d["a"]["ms"], "fp8's quant family")
+    title = one_line(d["titles"][0])
+    for side, path, name in (("a", pa, "A (bf16 · all)"), ("b", pb, "B (fp8 · all)")):
+        want = float(np.median(h5py.File(path, "r")["variants"]["all"]["ttft_ms"][()]))  # both measured (cp 1)
+        expect(d["ttft"][side] == {"ms": want, "label": "TTFT"}, "{} TTFT {}".format(side, d["ttft"][side]))
+        expect("{} {} ms".format(name, pbplot.fmt_ms(want)) in title, "title has no '{} {} ms': {}".format(
+            name, pbplot.fmt_ms(want), title))
+    expect("[bf16, all]" in d["stdout"] and "[fp8, all]" in d["stdout"], "summary lines:\n" + d["stdout"])
+    one = plot(out, "plot_ab.py", [pa], ["--variants", "baseline,all"], "ab-one-precision")
+    expect(one["bar_names"] is None and "bf16" not in json.dumps(one["legend"]), "one precision: {} {}".format(
+        one["bar_names"], one["legend"]))
 
 
 @book.case
@@ -196,10 +263,39 @@ def bench_kda(out):
 
 @book.case
 def bench_moe(out):
+    """Six panels (three of 22 cases) do not fit a page: they continue on
+    pages beside the output, in order, each page-sized (plot checks)."""
     d = bench_case(out, "moe", "loop")
     blocks = [s["section"] for s in d["sections"]]
     expect("moe_block" in blocks and d["sections"][blocks.index("moe_block")]["variants"] == ["none", "all"],
            "moe blocks: {}".format(blocks))
+    expect(len(d["sizes"]) > 1, "one page of {}x{} px".format(*d["sizes"][0]))
+    stem = os.path.join(out, "bench-moe")
+    expect(d["outputs"] == [stem + ".png"] + ["{}-p{}.png".format(stem, k) for k in range(2, len(d["outputs"]) + 1)],
+           "pages: {}".format(d["outputs"]))
+    on_pages = [sec for page in d["pages"] for sec in page]
+    expect(ordered_unique(on_pages) == blocks, "sections on the pages {} != {}".format(d["pages"], blocks))
+    for k, title in enumerate(d["titles"]):
+        expect("page {} of {}".format(k + 1, len(d["titles"])) in one_line(title), "title of page {}: {}".format(
+            k + 1, title))
+    whole = plot(out, "plot_bench.py", [committed("moe.h5")], ["--page-height", "0"], "bench-moe-one-page",
+                 page_px=None)
+    expect(len(whole["sizes"]) == 1 and whole["sizes"][0][1] > PAGE_PX, "--page-height 0: {}".format(whole["sizes"]))
+    page2 = os.path.join(out, "refused-{}-p2.png".format(os.getpid()))  # refused()'s output, page 2
+    with open(page2, "w") as f:
+        f.write("a page 2 already there")
+    try:
+        refused(out, "plot_bench.py", [committed("moe.h5")], page2 + " exists; pass --overwrite")
+    finally:
+        os.remove(page2)
+
+
+def ordered_unique(xs):
+    out = []
+    for x in xs:
+        if x not in out:
+            out.append(x)
+    return out
 
 
 @book.case
@@ -245,6 +341,31 @@ def bench_refusals(out):
             "no variant 'nosuch'; its variants: baseline, all")
 
 
+# --- what every plot is checked for -----------------------------------------
+
+@book.case
+def overlap_detector(out):
+    """pbplot.overlapping_texts, which plot() holds every plot to, finds two
+    labels on each other; not labels apart, nor a label over the tick labels
+    of an axes turned off (not drawn)."""
+    plt = pbplot.pyplot()
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.annotate("−20.5%", (0.5, 0.5))
+    ax.annotate("−11.2%", (0.51, 0.5))
+    ax.annotate("apart", (0.1, 0.1))
+    off = fig.add_axes([0.1, 0.75, 0.8, 0.1])
+    off.set_xticks([0.0, 0.5, 1.0])
+    off.axis("off")
+    fig.text(0.1, 0.75, "heading over the hidden ticks", va="top")
+    got = pbplot.overlapping_texts(fig)
+    expect(sorted(map(sorted, got)) == [["−11.2%", "−20.5%"]], "overlaps found: {}".format(got))
+    off.axis("on")
+    got = pbplot.overlapping_texts(fig)
+    expect(any("heading over the hidden ticks" in pair for pair in got), "ticks shown under the heading: {}".format(
+        got))
+    plt.close(fig)
+
+
 # --- finding a python -------------------------------------------------------
 
 # --- timeline ---------------------------------------------------------------
@@ -265,8 +386,69 @@ def timeline_layers(out):
             fam, d["measured_ms"][fam], ms))
     expect(set(d["projected_ms"]) == set(want), "the projected panel's families: {}".format(d["projected_ms"]))
     refused(out, "plot_timeline.py", [path, "--variant", "all", "--layers", "5-3"], "--layers wants 0 <= a <= b")
-    refused(out, "plot_timeline.py", [committed("cp4-64k-each-cut.h5"), "--variant", "all"],
-            "has no timeline: a slimmed file")
+
+
+def layer_family_ms(path, variant, lo, hi):
+    """The last rep's ms per family in layers lo..hi (None: every span)."""
+    spans = h5py.File(path, "r")["variants"][variant]["spans"][()]
+    sel = spans[spans["rep"] == spans["rep"].max()]
+    if lo is not None:
+        sel = sel[(sel["layer"] >= lo) & (sel["layer"] <= hi)]
+    return {fam.decode(): float(sel["time_us"][sel["family"] == fam].sum()) / 1e3 for fam in set(sel["family"])}
+
+
+def same_rounded(got, want, what):
+    expect(set(got) == set(want), "{}: families {} != {}".format(what, sorted(got), sorted(want)))
+    for fam, ms in want.items():  # the dump rounds to µs
+        expect(abs(got[fam] - ms) <= 1e-3, "{}: {} {} != {}".format(what, fam, got[fam], ms))
+
+
+@book.case
+def timeline_default_window(out):
+    """Without --layers a 93-layer run is drawn in its first four layers (one
+    MLA period), and the title says so; --layers all draws every span; a lane
+    file (one layer) needs no window."""
+    path = committed("cp1-16k.h5")
+    d = plot(out, "plot_timeline.py", [path], ["--variant", "all"], "timeline-default-window")
+    expect(d["layers"] == [0, 3] and d.get("default_window") is True, "layers drawn: {}".format(d["layers"]))
+    same_rounded(d["measured_ms"], layer_family_ms(path, "all", 0, 3), "the default window")
+    expect(any("layers 0-3 of 0-92 (the default window" in t for t in d.get("panel_titles", [])),
+           "the window is not said: {}".format(d.get("panel_titles")))
+    every = plot(out, "plot_timeline.py", [path], ["--variant", "all", "--layers", "all"], "timeline-all-layers")
+    expect(every["layers"] is None, "--layers all: {}".format(every["layers"]))
+    same_rounded(every["measured_ms"], layer_family_ms(path, "all", None, None), "--layers all")
+    lane = plot(out, "plot_timeline.py", [committed("lane-cp4-64k.h5")], ["--variant", "all"], "timeline-lane")
+    expect(lane["layers"] is None, "a lane file's window: {}".format(lane["layers"]))
+
+
+@book.case
+def timeline_marks(out):
+    """Every mark drawn has a legend entry: the hatched doorbell waits and the
+    lines from a ring to the wait it met, beside the families."""
+    path = committed("cp8-128k.h5")
+    d = plot(out, "plot_timeline.py", [path], ["--variant", "all", "--layers", "2-3"], "timeline-marks")
+    legend = d.get("legend", [])
+    for label in ("doorbell wait (hatched)", "ring → the wait it met"):
+        expect(label in legend, "no legend entry '{}': {}".format(label, legend))
+    expect(sorted(set(d["measured_ms"])) == legend[:len(d["measured_ms"])], "the families' entries: {}".format(legend))
+    lone = plot(out, "plot_timeline.py", [committed("cp1-16k.h5")], ["--variant", "all", "--layers", "2-3"],
+                "timeline-no-marks")  # one rank: no doorbells, no entries for them
+    expect(not any("doorbell" in x or "ring" in x for x in lone["legend"]), "cp1 legend: {}".format(lone["legend"]))
+
+
+@book.case
+def timeline_slimmed(out):
+    """A slimmed file (no projected timeline): the measured panel, and one line
+    on stderr (and in the title) that the projected one needs the full file or
+    `prefill-bench trace`."""
+    path = committed("cp4-64k-each-cut.h5")
+    d = plot(out, "plot_timeline.py", [path], ["--variant", "all", "--layers", "2-3"], "timeline-slimmed")
+    same_rounded(d["measured_ms"], layer_family_ms(path, "all", 2, 3), "the measured panel")
+    expect("projected_ms" not in d, "a projected panel from a slimmed file")
+    said = [l for l in d["stdout"].splitlines() if not l.startswith("wrote ")]
+    expect(len(said) == 1 and "slimmed" in said[0] and "prefill-bench trace" in said[0] and "full file" in said[0],
+           "what stderr says of the slimmed file:\n" + d["stdout"])
+    expect("prefill-bench trace" in one_line(d["titles"][0]), "the title does not say it: " + d["titles"][0])
 
 
 def candidates_with_modules():
