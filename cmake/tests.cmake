@@ -217,6 +217,11 @@ if(PB_PYTHON)
   add_test(NAME cpu.compare_formats COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_compare_formats.py
            $<TARGET_FILE:prefill-bench>)
   set_tests_properties(cpu.compare_formats PROPERTIES LABELS cpu TIMEOUT 300)
+  # Every command and script against the README's exit-code table (test_exit_codes.py).
+  add_test(NAME cpu.exit_codes COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_exit_codes.py coverage
+           ${CMAKE_BINARY_DIR}/test-out/exit-codes)
+  set_tests_properties(cpu.exit_codes PROPERTIES LABELS "cpu;mpi" TIMEOUT 600
+    ENVIRONMENT "PB_BUILD=${CMAKE_BINARY_DIR};PB_PYTHON=${PB_PYTHON}")
   # One test per case of test_plots.py (cpu.plots.*) and of test_pbresults.py
   # (cpu.pbresults.*: the headline TTFT, README's headline table, errors).
   foreach(suite plots pbresults)
