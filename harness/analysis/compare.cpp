@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "check.h"
+#include "efficiency.h"
 #include "headline.h"
 #include "model.h"
 #include "power_state.h"
@@ -150,15 +151,18 @@ void print_savings(const RunResult& run, const std::string& file, const std::str
                                  "each rank had its GPU"
                                : "measured",
                      projected ? "; serialized wall: the run's own wall clock, every rank's turns" : "");
-  out << fmt::format("  {:<14} {:>12} {:>12} {:>8} {:>12} {:>12}{}\n", "variant", "TTFT ms", "saving ms", "%",
-                     "spans ms", "saving ms", projected ? fmt::format(" {:>17}", "serialized wall") : "");
+  out << fmt::format("  {:<14} {:>12} {:>12} {:>8} {:>12} {:>12} {:>6}{}\n", "variant", "TTFT ms", "saving ms", "%",
+                     "spans ms", "saving ms", "MFU", projected ? fmt::format(" {:>17}", "serialized wall") : "");
   for (const VariantResult& v : run.variants) {
     const double t = ttft_median(v), d = deep_total_ms(v);
-    out << fmt::format("  {:<14} {:>12.1f} {:>12.1f} {:>7.1f}% {:>12.1f} {:>12.1f}{}{}\n", v.name, t, base_ttft - t,
-                       percent(base_ttft, t), d, base_deep - d,
+    const double mfu = efficiency_of(run, v).mfu_bf16_datasheet;
+    out << fmt::format("  {:<14} {:>12.1f} {:>12.1f} {:>7.1f}% {:>12.1f} {:>12.1f} {:>6}{}{}\n", v.name, t,
+                       base_ttft - t, percent(base_ttft, t), d, base_deep - d,
+                       std::isnan(mfu) ? std::string("-") : fmt::format("{:.1f}%", 100 * mfu),
                        projected ? fmt::format(" {:>17.1f}", wall_median(v)) : "",
                        cold_start_of(run, file, v).empty() ? "" : "  cold");
   }
+  out << "  (MFU: model FLOPs / (TTFT x GPUs x the datasheet's dense bf16 peak); efficiency.h)\n";
   print_cold_reference(run, file, base, out);
 }
 
@@ -455,6 +459,8 @@ void print_ttft(const Side& a, const Side& b, std::ostream& out) {
     print_ttft_row(a.label, a.variant->ttft_ms, out);
     print_ttft_row(b.label, b.variant->ttft_ms, out);
   }
+  for (const Side* side : {&a, &b})
+    out << fmt::format("  {}: {}\n", side->label, describe_efficiency(efficiency_of(*side->run, *side->variant)));
   print_cold_reference(*a.run, a.file, *a.variant, out);
 }
 

@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "compare_detail.h"
+#include "efficiency.h"
 #include "headline.h"
 #include "stats.h"
 
@@ -248,6 +249,11 @@ void write_json(const Report& report, std::ostream& out) {
               {"saving_pct", number(row.saving_pct)},
               {"outputs", row.outputs},
               {"cold_start", row.cold_start.empty() ? json(nullptr) : json(row.cold_start)}};
+    const Efficiency e = efficiency_of(row.source->run, *row.variant);
+    v["model_flops"] = e.model_flops;
+    v["mfu"] = {{"bf16_datasheet", number(e.mfu_bf16_datasheet)}, {"fp8_datasheet", number(e.mfu_fp8_datasheet)},
+                {"burst", number(e.mfu_burst)}, {"sustained", number(e.mfu_sustained)}, {"profile", e.profile},
+                {"gpus", e.gpus}};
     v["reference"] = row.reference ? json{{"file", row.ref_source->path}, {"variant", row.reference->name}}
                                    : json(nullptr);
     v["families"] = json::array();

@@ -11,6 +11,7 @@
 #include "calibration.h"
 #include "check.h"
 #include "commands.h"
+#include "efficiency.h"
 #include "plan.h"
 #include "profile.h"
 #include "run_info.h"
@@ -133,6 +134,9 @@ int cmd_plan(const Gang& gang, const ScenarioArgs& args) {
     const std::string title = "plan " + s.name + ", variant " + v.name + " (" + v.cuts + "), " +
                               schedule_name(sched) + " schedule, layout " + layout_name(s.layout);
     std::printf("%s\n", format_plan_table(v.spans, s.cp, pairs, profile, title, cut_notes(s, variant.cuts)).c_str());
+    const Efficiency planned = efficiency_of(result, v);
+    record_efficiency(planned, v.name, result);
+    std::printf("variant %s, the roofline's %s\n\n", v.name.c_str(), describe_efficiency(planned).c_str());
     if (!args.calibrate.empty()) {
       std::vector<RankCalibration> ranks;
       for (int r = 0; r < s.cp; ++r) ranks.push_back(calibrate_rank(s, variant.cuts, r, calibration, profile, link));

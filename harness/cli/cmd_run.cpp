@@ -23,6 +23,7 @@
 #include "check.h"
 #include "commands.h"
 #include "fabric.h"
+#include "efficiency.h"
 #include "headline.h"
 #include "gang_device.h"
 #include "plan.h"
@@ -216,6 +217,9 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       std::printf("variant %s: TTFT (the projected gang's, link measured) min %.1f / median %.1f / max %.1f ms\n",
                   v.name.c_str(), g.min, g.median, g.max);
     }
+    const Efficiency efficiency = efficiency_of(result, v);
+    record_efficiency(efficiency, v.name, result);
+    std::printf("variant %s: %s\n", v.name.c_str(), describe_efficiency(efficiency).c_str());
     const std::string cold = cold_start_reason(vi == 0, s.warmup, headline_ttft(result, v).ms);
     if (!cold.empty()) {
       cold_starts[v.name] = cold;

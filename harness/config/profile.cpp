@@ -62,6 +62,25 @@ GpuProfile gpu_profile(const std::string& name) {
   throw_error(__FILE__, __LINE__, "unknown gpu_profile '" + name + "'; allowed: " + join(gpu_profile_names()));
 }
 
+DatasheetPeak datasheet_peak(const std::string& profile_name) {
+  static const std::vector<std::pair<std::string, DatasheetPeak>> peaks = {
+      {"h200", {989.0, 1979.0, "datasheet: NVIDIA H200 SXM, 989 TFLOP/s dense BF16, 1979 dense FP8"}},
+      {"h100", {989.0, 1979.0, "datasheet: NVIDIA H100 SXM, 989 TFLOP/s dense BF16, 1979 dense FP8"}},
+      {"gb300", {2500.0, 5000.0, "datasheet: NVIDIA B300, 2.5 PFLOP/s dense BF16, 5 PFLOP/s dense FP8"}},
+  };
+  for (const auto& [name, peak] : peaks)
+    if (name == profile_name) return peak;
+  throw_error(__FILE__, __LINE__,
+              "no datasheet peak for gpu_profile '" + profile_name + "'; allowed: " + join(gpu_profile_names()));
+}
+
+std::string profile_of_device(const std::string& device_name) {
+  if (device_name.find("H200") != std::string::npos) return "h200";
+  if (device_name.find("H100") != std::string::npos) return "h100";
+  if (device_name.find("B300") != std::string::npos) return "gb300";
+  return "";
+}
+
 bool is_datasheet(const std::string& figure_source) { return figure_source.rfind("datasheet", 0) == 0; }
 
 std::string describe_figures(const GpuProfile& p) {

@@ -47,6 +47,19 @@ bool is_datasheet(const std::string& figure_source);
 // line ("  GEMM  659 TFLOP/s   sustained (plan --ceiling sustained), measured: ...").
 std::string describe_figures(const GpuProfile& p);
 
+// The vendor's dense tensor peaks of a profile's GPU, the denominator of the
+// model FLOPs utilization (analysis/efficiency.h); a datasheet's, not measured.
+struct DatasheetPeak {
+  double bf16_tflops = 0;
+  double fp8_tflops = 0;
+  std::string source;
+};
+// Throws pb::Error for an unknown profile name.
+DatasheetPeak datasheet_peak(const std::string& profile_name);
+// The profile of a device by its name ("NVIDIA H200" -> h200, "NVIDIA H100
+// 80GB HBM3" -> h100, "NVIDIA B300" or "GB300" -> gb300); "" when none fits.
+std::string profile_of_device(const std::string& device_name);
+
 // The GEMM ceilings a roofline can use: "burst" (gemm_tflops), "sustained".
 std::vector<std::string> gemm_ceiling_names();
 // The profile with its tensor rates (gemm_tflops and fp8_tflops, with their
