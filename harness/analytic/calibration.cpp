@@ -22,6 +22,7 @@ struct RowState {
   int cut_on = -1;           // 0 off, 1 on, -1 either
   std::string engine;        // the family's engine the row times; empty: any
   std::string block_engine;  // a MoE block's expert-GEMM engine; empty: not a MoE block
+  bool fp8 = false;          // its tensor work ran in e4m3 ("fp8", "<engine>_fp8"); else bf16
 };
 
 bool is_engine_name(const std::string& v) {
@@ -32,6 +33,20 @@ bool is_engine_name(const std::string& v) {
 
 RowState row_state(const std::string& variant) {
   RowState st;
+  if (variant == "bf16" || variant == "fp8") {  // the gemm benchmark: a GEMM in each precision
+    st.usable = true;
+    st.fp8 = variant == "fp8";
+    return st;
+  }
+  const std::string fp8_suffix = "_fp8";  // the moe benchmark's fp8 expert engine: "cutlass_fp8"
+  if (variant.size() > fp8_suffix.size() &&
+      variant.compare(variant.size() - fp8_suffix.size(), fp8_suffix.size(), fp8_suffix) == 0 &&
+      is_engine_name(variant.substr(0, variant.size() - fp8_suffix.size()))) {
+    st.usable = true;
+    st.engine = variant.substr(0, variant.size() - fp8_suffix.size());
+    st.fp8 = true;
+    return st;
+  }
   if (variant == "baseline" || variant == "cut") {
     st.usable = true;
     st.cut_on = variant == "cut";
@@ -123,6 +138,8 @@ class Matcher {
     if (st.cut_on >= 0 && st.cut_on != int(cut_on)) return false;
     if (!st.engine.empty() && st.engine != engine_for(l.family)) return false;
     if (!st.block_engine.empty() && st.block_engine != moe_engine_) return false;
+    // tensor work in the launch's precision; memory-bound and f32 rows in either
+    if ((l.cost.unit == Unit::tensor && st.fp8) || (l.cost.unit == Unit::tensor_fp8 && !st.fp8)) return false;
     return true;
   }
 

@@ -23,7 +23,11 @@
 //     another expert-GEMM engine is skipped;
 //   an engine name ("cudnn", "cutlass", "native"): the scenario's engine for
 //     that family (fmha, moe_gemm; kda: native). "auto" reads as what a build
-//     with cuDNN and CUTLASS picks: cudnn, cutlass.
+//     with cuDNN and CUTLASS picks: cudnn, cutlass;
+//   "bf16" / "fp8" (gemm benchmark), "<engine>_fp8" (the moe benchmark's fp8
+//     experts, "cutlass_fp8"): measured in that precision. A tensor launch
+//     takes rows of its own precision only (cost.h: tensor or tensor_fp8; a
+//     row without a precision mark is bf16); other launches take either.
 //   Other variants (alternative forms such as "cut.ring", "ceiling") are skipped.
 // A launch no row matches keeps its roofline and is reported uncalibrated;
 // fabric launches keep their link time.
