@@ -556,6 +556,14 @@ pb_gate_test(quiet 0 "judged: 2.*--verbose: each judged variant's whole comparis
 pb_cli_test(gate_committed_missing 2 "land +missing from the candidate.*result: cannot judge \\(exit 2\\)"
             compare --baseline ${CMAKE_SOURCE_DIR}/results/h200/cp1-16k-each-cut.h5
             ${CMAKE_SOURCE_DIR}/results/h200/cp1-16k.h5)
+# plan --measured judges the calibrated plan against the run's headline TTFT:
+# for cp8-128k's serialized ranks, the projected gang (13059 ms), not the serialized wall.
+set(pb_calibration_files ${CMAKE_SOURCE_DIR}/results/h200/kernels.h5,${CMAKE_SOURCE_DIR}/results/h200/attnres.h5)
+string(APPEND pb_calibration_files ,${CMAKE_SOURCE_DIR}/results/h200/fmha.h5,${CMAKE_SOURCE_DIR}/results/h200/kda.h5)
+string(APPEND pb_calibration_files ,${CMAKE_SOURCE_DIR}/results/h200/moe.h5)
+pb_cli_test(plan_measured_headline 0 "the projected gang's where its ranks took turns.*\n  baseline +[0-9.]+ +13059\\.4 "
+  plan ${CMAKE_SOURCE_DIR}/scenarios/cp8-128k.yaml --calibrate ${pb_calibration_files}
+  --measured ${CMAKE_SOURCE_DIR}/results/h200/cp8-128k.h5)
 # A cold reference (the committed each-cut file ran its baseline first, warmup 0) is warned of.
 pb_cli_test(compare_cold_reference 0
   "baseline +10940.6 .* cold\n.*warning: the reference 'baseline' in [^ ]*cp4-64k-each-cut.h5 may hold a cold start: it ran first with no warm-up rep \\(warmup: 0\\)"

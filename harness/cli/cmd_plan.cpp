@@ -12,6 +12,8 @@
 #include "check.h"
 #include "commands.h"
 #include "efficiency.h"
+#include "headline.h"
+#include "stats.h"
 #include "plan.h"
 #include "profile.h"
 #include "run_info.h"
@@ -134,9 +136,8 @@ int cmd_plan(const Gang& gang, const ScenarioArgs& args) {
     const std::string title = "plan " + s.name + ", variant " + v.name + " (" + v.cuts + "), " +
                               schedule_name(sched) + " schedule, layout " + layout_name(s.layout);
     std::printf("%s\n", format_plan_table(v.spans, s.cp, pairs, profile, title, cut_notes(s, variant.cuts)).c_str());
-    const Efficiency planned = efficiency_of(result, v);
-    record_efficiency(planned, v.name, result);
-    std::printf("variant %s, the roofline's %s\n\n", v.name.c_str(), describe_efficiency(planned).c_str());
+    const Efficiency roofline = efficiency_of(result, v);
+    std::printf("variant %s, the roofline's %s\n\n", v.name.c_str(), describe_efficiency(roofline).c_str());
     if (!args.calibrate.empty()) {
       std::vector<RankCalibration> ranks;
       for (int r = 0; r < s.cp; ++r) ranks.push_back(calibrate_rank(s, variant.cuts, r, calibration, profile, link));
@@ -148,12 +149,18 @@ int cmd_plan(const Gang& gang, const ScenarioArgs& args) {
       const bool has_measured = !args.measured.empty() && measured_run.find_variant(v.name) != nullptr;
       MeasuredSuperstep m;
       if (has_measured) {
-        m = measured_superstep(measured_run, v.name);
-        result.numbers["measured_ttft_ms." + v.name] = m.ttft_ms;
-        result.numbers["calibration_error." + v.name] = deep.calibrated_ms / m.ttft_ms - 1;
+        try {
+          m = measured_superstep(measured_run, v.name);
+        } catch (const Error& error) {  // the run's variant: name its file
+          throw Error("'" + args.measured + "': " + error.what());
+        }
+        // The measured run's headline TTFT (headline.h): the projected gang's for ranks that took turns.
+        const double measured_ms = median(headline_ttft(measured_run, *measured_run.find_variant(v.name)).ms);
+        result.numbers["measured_ttft_ms." + v.name] = measured_ms;
+        result.numbers["calibration_error." + v.name] = deep.calibrated_ms / measured_ms - 1;
         for (const auto& [family, ms] : m.family_ms) result.numbers["measured_ms." + v.name + "." + family] = ms;
-        summary += fmt::format("  {:<14}{:>12.1f}{:>12.1f}{:>+9.1f}%\n", v.name, deep.calibrated_ms, m.ttft_ms,
-                               100 * (deep.calibrated_ms / m.ttft_ms - 1));
+        summary += fmt::format("  {:<14}{:>12.1f}{:>12.1f}{:>+9.1f}%\n", v.name, deep.calibrated_ms, measured_ms,
+                               100 * (deep.calibrated_ms / measured_ms - 1));
       } else if (!args.measured.empty()) {
         summary += fmt::format("  {:<14}{:>12.1f}{:>12}\n", v.name, deep.calibrated_ms, "not measured");
       }
@@ -161,12 +168,15 @@ int cmd_plan(const Gang& gang, const ScenarioArgs& args) {
                                                                join(calibration.files) + ")",
                                                    has_measured ? &m : nullptr)
                               .c_str());
+      std::printf("variant %s, calibrated: %s\n\n", v.name.c_str(), describe_efficiency(efficiency_of(result, v)).c_str());
     }
+    record_efficiency(efficiency_of(result, v), v.name, result);  // calibrated where it was
     result.variants.push_back(std::move(v));
   }
   if (gang.is_root()) {
     if (!summary.empty())
-      std::printf("calibrated superstep against the measured TTFT (%s):\n  %-14s%12s%12s%10s\n%s\n",
+      std::printf("calibrated superstep against the measured TTFT (%s; its headline: the projected gang's where "
+                  "its ranks took turns):\n  %-14s%12s%12s%10s\n%s\n",
                   args.measured.c_str(), "variant", "calibrated", "measured", "error", summary.c_str());
     Placement placement;
     placement.ranks_per_gpu = args.ranks_per_gpu > 0 ? args.ranks_per_gpu : (s.serialize_ranks ? s.cp : 1);
