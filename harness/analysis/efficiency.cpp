@@ -57,6 +57,8 @@ Efficiency efficiency_of(const RunResult& run, const VariantResult& variant) {
     double deepest = 0;
     for (const auto& [rank, us] : rank_us) deepest = std::max(deepest, us);
     if (deepest > 0) e.ttft_ms = deepest / 1e3;
+    const auto calibrated = run.numbers.find("calibrated_ms." + variant.name);
+    if (calibrated != run.numbers.end() && calibrated->second > 0) e.ttft_ms = calibrated->second;
   } else {
     const HeadlineTtft headline = headline_ttft(run, variant);
     if (!headline.ms.empty()) e.ttft_ms = median(headline.ms);

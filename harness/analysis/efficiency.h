@@ -6,8 +6,9 @@
 //   model_flops  the superstep's FLOPs over every rank: the FLOPs the plan
 //                gives each launch (the spans' `flops`), summed over one rep
 //                of every rank (the first measured rep; a plan's rep -1);
-//   TTFT         the headline TTFT's median (headline.h); a plan: the
-//                rank that ends last, its launches' roofline sum;
+//   TTFT         the headline TTFT's median (headline.h); a plan: its
+//                calibrated superstep (root number calibrated_ms.<variant>),
+//                else the rank that ends last, its launches' roofline sum;
 //   gpus         cp: the gang with a GPU per rank (a serialized run's
 //                headline is that gang's projection);
 //   peak         the datasheet's dense bf16 rate of the file's GPU

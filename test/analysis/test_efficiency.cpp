@@ -59,6 +59,9 @@ TEST_CASE("efficiency: a plan divides by the rank that ends last, at its profile
   CHECK(result.numbers.at("model_flops.baseline") == e.model_flops);
   CHECK(result.numbers.at("mfu_bf16_datasheet.baseline") == e.mfu_bf16_datasheet);
   CHECK(result.numbers.count("mfu_burst.baseline") == 0);
+  plan.numbers["calibrated_ms.baseline"] = 16.8;  // a calibrated plan: its calibrated superstep
+  CHECK(pb::efficiency_of(plan, v).ttft_ms == 16.8);
+  CHECK(pb::efficiency_of(plan, v).mfu_bf16_datasheet == doctest::Approx(e.mfu_bf16_datasheet / 2));
 }
 
 TEST_CASE("efficiency: the datasheet peaks, and a device's profile by its name") {
