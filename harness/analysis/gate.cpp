@@ -268,14 +268,9 @@ void print_gate_summary(const GateReport& report, const Machine& base, const Mac
 
 std::set<std::string> cuts_on(const std::string& described) {
   std::set<std::string> on;
-  size_t begin = 0;
-  while (begin < described.size()) {
-    size_t end = described.find(' ', begin);
-    if (end == std::string::npos) end = described.size();
-    const std::string item = described.substr(begin, end - begin);
+  for (const std::string& item : split(described, ' ')) {
     const size_t equals = item.find('=');
     if (equals != std::string::npos && item.substr(equals + 1) == "on") on.insert(item.substr(0, equals));
-    begin = end + 1;
   }
   return on;
 }

@@ -5,6 +5,7 @@
 #include "check.h"
 #include "projection.h"
 #include "stats.h"
+#include "text.h"
 
 namespace pb {
 
@@ -68,16 +69,11 @@ std::string format_cold_starts(const std::map<std::string, std::string>& reasons
 
 std::map<std::string, std::string> parse_cold_starts(const std::string& text) {
   std::map<std::string, std::string> reasons;
-  size_t begin = 0;
-  while (begin < text.size()) {
-    size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(begin, end - begin);
+  for (const std::string& line : split(text, '\n')) {
     const size_t colon = line.find(": ");
     PB_CHECK(colon != std::string::npos && colon > 0,
              fmt::format("root text 'cold_start': line '{}' is not '<variant>: <why>'", line));
     reasons[line.substr(0, colon)] = line.substr(colon + 2);
-    begin = end + 1;
   }
   return reasons;
 }

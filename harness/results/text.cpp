@@ -8,4 +8,16 @@ std::string join(const std::vector<std::string>& items, const std::string& separ
   return text;
 }
 
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> pieces;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t end = text.find(separator, begin);
+    if (end == std::string::npos) end = text.size();
+    if (end > begin) pieces.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return pieces;
+}
+
 }  // namespace pb
