@@ -106,7 +106,7 @@ foreach(family ${PB_KERNEL_FAMILIES})
 endforeach()
 
 # The host subsystems.
-foreach(src results/test_results config/test_scenario analytic/test_plan analytic/test_schedule
+foreach(src results/test_results results/test_sweep_file config/test_scenario analytic/test_plan analytic/test_schedule
             analytic/test_slab_layout analytic/test_doorbell_protocol analysis/test_compare
             analysis/test_projection analysis/test_trace analysis/test_power_state analysis/test_wall_split
             analysis/test_gemm_ceiling analysis/test_activity_spans analysis/test_headline
@@ -556,6 +556,25 @@ pb_gate_test(quiet 0 "judged: 2.*--verbose: each judged variant's whole comparis
 pb_cli_test(gate_committed_missing 2 "land +missing from the candidate.*result: cannot judge \\(exit 2\\)"
             compare --baseline ${CMAKE_SOURCE_DIR}/results/h200/cp1-16k-each-cut.h5
             ${CMAKE_SOURCE_DIR}/results/h200/cp1-16k.h5)
+# prefill-bench sweep (docs/sweep.md): every point planned, then resumed;
+# without a device every run point fails and is recorded (exit 3); refusals.
+set(PB_SWEEP_OUT ${CMAKE_BINARY_DIR}/test-out)
+pb_cli_test(sweep_plan 0
+  "sweep smoke-sweep: 3 points \\(planned\\).*\\[3/3\\] ctx1024-cp4-bf16: planned: baseline .*wrote [^ ]*sweep-plan.h5: 3 points, 0 failed"
+  sweep ${CMAKE_SOURCE_DIR}/scenarios/smoke-sweep.yaml --plan -o ${PB_SWEEP_OUT}/sweep-plan.h5 --overwrite)
+pb_cli_test(sweep_resume 0 "3 in the file already.*\\[2/3\\] ctx512-cp2-bf16: planned earlier, kept"
+  sweep ${CMAKE_SOURCE_DIR}/scenarios/smoke-sweep.yaml --plan -o ${PB_SWEEP_OUT}/sweep-plan.h5)
+set_tests_properties(cli.sweep_plan PROPERTIES FIXTURES_SETUP sweep_plan)
+set_tests_properties(cli.sweep_resume PROPERTIES FIXTURES_REQUIRED sweep_plan)
+pb_cli_test(sweep_no_device 3
+  "\\[1/3\\] ctx256-cp1-bf16: FAILED, exit 3: prefill-bench run: no CUDA device.*wrote [^ ]*sweep-run.h5: 3 points, 3 failed"
+  sweep ${CMAKE_SOURCE_DIR}/scenarios/smoke-sweep.yaml -o ${PB_SWEEP_OUT}/sweep-run.h5 --overwrite)
+set_tests_properties(cli.sweep_no_device PROPERTIES LABELS "cpu;mpi" ENVIRONMENT "${PB_MPI_ENV};CUDA_VISIBLE_DEVICES=")
+pb_cli_test(sweep_no_sweep 2 "smoke.yaml: the scenario has no sweep"
+  sweep ${CMAKE_SOURCE_DIR}/scenarios/smoke.yaml --plan)
+pb_cli_test(sweep_other_file 2 "base.h5' exists and holds a 'run' file. a sweep resumes only its own file"
+  sweep ${CMAKE_SOURCE_DIR}/scenarios/smoke-sweep.yaml --plan -o ${PB_GATE_DIR}/base.h5)
+set_tests_properties(cli.sweep_other_file PROPERTIES FIXTURES_REQUIRED gate_files)
 # plan --measured judges the calibrated plan against the run's headline TTFT:
 # for cp8-128k's serialized ranks, the projected gang (13059 ms), not the serialized wall.
 set(pb_calibration_files ${CMAKE_SOURCE_DIR}/results/h200/kernels.h5,${CMAKE_SOURCE_DIR}/results/h200/attnres.h5)

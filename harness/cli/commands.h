@@ -36,6 +36,14 @@ struct ScenarioArgs {
   std::string command_line;
 };
 
+// `prefill-bench sweep` (cmd_sweep.cpp): the scenario's options, and
+struct SweepArgs {
+  ScenarioArgs scenario;   // path, --set, --cuts, --variants, -o, --overwrite, --profile, --calibrate
+  bool plan_only = false;  // --plan: plan every point, run none
+  int gpus = 1;            // --gpus: the GPUs a point runs on; a point of more ranks runs serialized
+};
+int cmd_sweep(const Gang& gang, const SweepArgs& args);
+
 // `prefill-bench --version`: the version, the git sha (and whether the tree
 // was dirty), and the build options (cuDNN, CUTLASS, CUDA architectures and
 // toolkit), one per line.

@@ -27,6 +27,7 @@
 #include <exception>
 
 #include "check.h"
+#include "child_process.h"
 #include "commands.h"
 #include "gang.h"
 #include "text.h"
@@ -65,6 +66,7 @@ CLI::Option* add_list(CLI::App* sub, const std::string& name, std::vector<T>& va
 }  // namespace
 
 int main(int argc, char** argv) {
+  pb::remember_environment();  // before MPI_Init: what `sweep` gives its children
   pb::Gang gang(&argc, &argv);
   CLI::App app{"prefill-bench: the K3 CP prefill superstep with switchable cuts"};
   app.require_subcommand(1);
@@ -86,6 +88,17 @@ int main(int argc, char** argv) {
   add_list(plan, "--calibrate", plan_args.calibrate, "benchmark files, a.h5,b.h5: scale by measured fractions");
   plan->add_option("--measured", plan_args.measured, "a run of this scenario to check the calibrated plan against");
   add_output_options(plan, plan_args.output, plan_args.overwrite, "none: the plan is printed, not written");
+  pb::SweepArgs sweep_args;
+  CLI::App* sweep = app.add_subcommand("sweep", "every point of the scenario's sweep: a run each (mpirun -np <cp>), "
+                                                "or a plan; one file");
+  add_scenario_input(sweep, sweep_args.scenario, /*cuts=*/true);
+  sweep->add_flag("--plan", sweep_args.plan_only, "plan every point (no GPU), as `plan` does");
+  sweep->add_option("--gpus", sweep_args.gpus, "GPUs a point runs on (default 1): points of more ranks run serialized")
+      ->check(CLI::PositiveNumber);
+  sweep->add_option("--profile", sweep_args.scenario.profile, "planned points: the GPU profile (plan --profile)");
+  add_list(sweep, "--calibrate", sweep_args.scenario.calibrate, "planned points: benchmark files (plan --calibrate)");
+  add_output_options(sweep, sweep_args.scenario.output, sweep_args.scenario.overwrite,
+                     "runs/<name>-sweep-<time>.h5; an existing file of this sweep resumes");
   CLI::App* run = app.add_subcommand("run", "measured superstep on the GPUs (one rank per GPU)");
   add_scenario_input(run, run_args, /*cuts=*/true);
   add_output_options(run, run_args.output, run_args.overwrite, "runs/<name>-run-<time>.h5");
@@ -237,6 +250,10 @@ int main(int argc, char** argv) {
     if (*gemm) {
       gopt.command_line = command_line;
       return pb::cmd_gemm(gang, gopt);
+    }
+    if (*sweep) {
+      sweep_args.scenario.command_line = command_line;
+      return pb::cmd_sweep(gang, sweep_args);
     }
     if (*trace) return pb::cmd_trace(gang, trace_args);
     if (*slim) return pb::cmd_slim(gang, slim_args);

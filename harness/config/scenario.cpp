@@ -19,7 +19,8 @@ const std::vector<std::string> kTopKeys = {
     "name", "model", "cp", "context", "bucket", "split_k", "fabric", "emulate_hosts", "fmha", "moe_gemm",
     "gpu_profile", "serialize_ranks", "share_memory", "turn_settle_ms", "helped_in_place", "wait_timeout_s", "nvtx",
     "timing", "ceiling_sustained_s", "layout", "precision", "cuts",
-    "variants", "warmup", "warmup_layers", "reps", "seed", "output", "debug"};
+    "variants", "warmup", "warmup_layers", "reps", "seed", "output", "debug", "sweep"};
+const std::vector<std::string> kSweepKeys = {"context", "segment", "cp", "precision"};
 const std::vector<std::string> kDebugKeys = {"delay_family", "delay_us", "poison_arena"};
 const std::vector<std::string> kVariantKeys = {"name", "cuts"};
 
@@ -128,6 +129,38 @@ std::string get_choice(const Locator& at, const YAML::Node& node, const std::str
   if (std::find(allowed.begin(), allowed.end(), v) == allowed.end())
     at.fail(node, path, "'" + v + "' is not allowed; allowed values: " + join(allowed));
   return v;
+}
+
+// One list of the sweep: its items each read by `item` (a scalar, or a one-item list's).
+template <typename T, typename Read>
+std::vector<T> sweep_list(const Locator& at, const YAML::Node& node, const std::string& path, Read item) {
+  std::vector<T> values;
+  if (node.IsScalar()) return {item(node, path)};
+  if (!node.IsSequence() || node.size() == 0) at.fail(node, path, "expected a non-empty list, got " + scalar_text(node));
+  for (size_t i = 0; i < node.size(); ++i) values.push_back(item(node[i], path + "[" + std::to_string(i) + "]"));
+  return values;
+}
+
+Sweep parse_sweep(const Locator& at, const YAML::Node& node) {
+  check_keys(at, node, "sweep", kSweepKeys);
+  Sweep sweep;
+  const auto tokens = [&](const YAML::Node& n, const std::string& path) {
+    return get_int(at, n, path, 1, int64_t(1) << 24);
+  };
+  if (node["context"]) sweep.context = sweep_list<int64_t>(at, node["context"], "sweep.context", tokens);
+  if (node["segment"]) sweep.segment = sweep_list<int64_t>(at, node["segment"], "sweep.segment", tokens);
+  if (node["cp"])
+    sweep.cp = sweep_list<int>(at, node["cp"], "sweep.cp",
+                               [&](const YAML::Node& n, const std::string& path) { return int(get_int(at, n, path, 1, 64)); });
+  if (node["precision"])
+    sweep.precision = sweep_list<std::string>(at, node["precision"], "sweep.precision",
+                                              [&](const YAML::Node& n, const std::string& path) {
+                                                return get_choice(at, n, path, format_names());
+                                              });
+  if (!sweep.context.empty() && !sweep.segment.empty())
+    at.fail(node, "sweep", "give context (tokens in all) or segment (tokens a rank, context = segment x cp), not both");
+  if (sweep.empty()) at.fail(node, "sweep", "no list; allowed keys under sweep: " + join(kSweepKeys));
+  return sweep;
 }
 
 // "1, 2, 4" for cp 4.
@@ -454,6 +487,8 @@ Scenario parse_scenario(const std::string& text, const std::string& source,
     if (root["debug"]["poison_arena"])
       s.debug.poison_arena = get_bool(at, root["debug"]["poison_arena"], "debug.poison_arena");
   }
+
+  if (root["sweep"]) s.sweep = parse_sweep(at, root["sweep"]);
 
   if (root["precision"]) {
     s.precision = parse_precision(at, root["precision"], "precision");

@@ -69,6 +69,19 @@ struct DebugKnobs {
   bool poison_arena = false;  // every turn ends by filling the shared turn-local arena with 0xff (NaN)
 };
 
+// The scenario key `sweep` (prefill-bench sweep, docs/sweep.md): lists whose
+// product is the sweep's points, each point the scenario with its context,
+// cp and precision set. `segment` gives the tokens per rank instead of the
+// context (context = segment x cp: a sweep over cp at a fixed load a rank).
+// An empty list keeps the scenario's own value.
+struct Sweep {
+  std::vector<int64_t> context;
+  std::vector<int64_t> segment;
+  std::vector<int> cp;
+  std::vector<std::string> precision;  // bf16, fp8
+  bool empty() const { return context.empty() && segment.empty() && cp.empty() && precision.empty(); }
+};
+
 struct ScenarioOverrides {
   std::vector<std::string> sets;  // "key=value"
   std::string cuts;               // "land,conv", "all", "none"; empty: no override
@@ -110,6 +123,7 @@ struct Scenario {
   uint64_t seed = 1234;
   std::string output;  // empty: the driver picks runs/<name>-<time>.h5
   DebugKnobs debug;
+  Sweep sweep;  // read by `sweep` alone; run, plan and verify take the scenario as it is
 
   int64_t segment() const { return context / cp; }
   double wait_timeout_or(double command_default) const { return wait_timeout_s > 0 ? wait_timeout_s : command_default; }

@@ -177,7 +177,7 @@ GangMemory::GangMemory(const Gang& gang, int device, bool serialized, ShareMode 
   mpi_ok(MPI_Bcast(&free_bytes, 1, MPI_INT64_T, 0, gpu), "MPI_Bcast(free memory)");
   if (budget_.total() > free_bytes)
     throw_error(__FILE__, __LINE__,
-                "the scenario does not fit on GPU " + std::to_string(device) + " of " + gang.host() + ": " +
+                std::string(kDoesNotFitMessage) + " " + std::to_string(device) + " of " + gang.host() + ": " +
                     std::to_string(gpu_size_) + " rank(s) need " + format_gb(double(budget_.total())) +
                     " (weights " + format_gb(double(budget_.weights)) + ", turn-local arena " +
                     format_gb(double(budget_.arena)) + ", rank buffers " + format_gb(double(budget_.ranks)) +

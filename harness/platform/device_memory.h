@@ -44,6 +44,11 @@
 
 namespace pb {
 
+// How a gang's refusal before allocating begins ("the scenario does not fit
+// on GPU <n> of <host>: ..."); `sweep` plans a point whose run says it.
+constexpr const char* kDoesNotFitMessage = "the scenario does not fit on GPU";
+
+
 class Gang;
 
 enum class Home { weights, rank, trunk, mixer, ffn };

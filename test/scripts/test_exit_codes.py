@@ -122,6 +122,14 @@ def compare(out):
 
 
 @book.case
+def sweep(out):
+    check("sweep", OK, pb("sweep", "scenarios/smoke-sweep.yaml", "--plan", "-o", tmp(out, "sweep.h5")), out)
+    check("sweep", USER_ERROR, pb("sweep", "scenarios/smoke.yaml", "--plan"), out)  # no sweep in it
+    check("sweep", USER_ERROR, pb("sweep", "scenarios/smoke-sweep.yaml", "--gpus", "0"), out)
+    check("sweep", NO_DEVICE, pb("sweep", "scenarios/smoke-sweep.yaml", "-o", tmp(out, "sweep-run.h5")), out, NO_GPU)
+
+
+@book.case
 def trace(out):
     check("trace", OK, pb("trace", "results/h200/shared-memory-cp4-4layers.h5", "-o", tmp(out, "t.json.gz")), out)
     check("trace", USER_ERROR, pb("trace", "/nope.h5"), out)
@@ -162,7 +170,8 @@ def plots(out):
             ("plot_ab.py", ["results/h200/cp1-16k.h5", "--variants", "baseline,all"]),
             ("plot_anatomy.py", ["results/h200/cp1-16k.h5", "--variant", "all"]),
             ("plot_bench.py", ["results/h200/kernels.h5"]),
-            ("plot_timeline.py", ["results/h200/shared-memory-cp4-4layers.h5"])]:
+            ("plot_timeline.py", ["results/h200/shared-memory-cp4-4layers.h5"]),
+            ("plot_sweep.py", ["results/h200/sweep-1m-plan.h5"])]:
         who = "scripts/" + script
         png = tmp(out, script + ".png")
         check(who, OK, [PYTHON, os.path.join("scripts", script)] + ok_args + ["-o", png], out)

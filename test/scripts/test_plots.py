@@ -192,7 +192,7 @@ def ab_precision(out):
     expect((d["a"].get("precision"), d["b"].get("precision")) == ("bf16", "fp8"), "precisions: {} / {}".format(
         d["a"].get("precision"), d["b"].get("precision")))  # cp1-16k.h5 predates the key: bf16
     expect(d.get("bar_names") == ["bf16 · all", "fp8 · all"], "bar names: {}".format(d.get("bar_names")))
-    expect(d["legend"] == ["A: cp1-16k.h5 [bf16, all] (run)", "B: cp1-16k-fp8.h5 [fp8, all] (run)"],
+    expect(d["legend"] == ["A: cp1-16k.h5 [bf16, all (8 cuts)] (run)", "B: cp1-16k-fp8.h5 [fp8, all (9 cuts)] (run)"],
            "legend: {}".format(d["legend"]))
     same_numbers(d["a"]["ms"], family_sums_ms(pa, "all"), "A = all of " + pa)
     same_numbers(d["b"]["ms"], family_sums_ms(pb, "all"), "B = all of " + pb)
@@ -449,6 +449,33 @@ def timeline_slimmed(out):
     expect(len(said) == 1 and "slimmed" in said[0] and "prefill-bench trace" in said[0] and "full file" in said[0],
            "what stderr says of the slimmed file:\n" + d["stdout"])
     expect("prefill-bench trace" in one_line(d["titles"][0]), "the title does not say it: " + d["titles"][0])
+
+
+@book.case
+def sweep_panels(out):
+    """plot_sweep.py on the committed paper sweep (docs/sweep.md): one page,
+    every point of both variants drawn as planned, the context where the FMHA
+    overtakes the weight GEMMs found at every cp, the efficiency of each
+    context starting at 1 at its smallest cp, the seed's points in the legend;
+    a file that is not a sweep is refused."""
+    d = plot(out, "plot_sweep.py", [committed("sweep-1m-plan.h5")], [], "sweep")
+    points = d["points"]
+    with h5py.File(committed("sweep-1m-plan.h5"), "r") as f:
+        in_file = len(f["point_table"])
+    expect(len(points) == 2 * in_file, "{} points drawn, want {} points x 2 variants".format(len(points), in_file))
+    expect({p["status"] for p in points} == {"planned"}, "statuses {}".format({p["status"] for p in points}))
+    expect(all(p["ttft_ms"] > 0 and 0 < p["mfu"] < 1 for p in points), "a point without TTFT or MFU")
+    cps = {p["cp"] for p in points}
+    crossed = {c["cp"] for c in d["crossings"] if c["variant"] == "all"}
+    expect(crossed == cps, "FMHA overtakes the GEMMs at cp {}, want every cp {}".format(sorted(crossed), sorted(cps)))
+    series = {(p["context"], p["precision"], p["variant"]) for p in points}  # each swept over several cp
+    expect(len(d["efficiency"]) == len(series), "efficiency series {}, want {}".format(len(d["efficiency"]),
+                                                                                         len(series)))
+    for e in d["efficiency"]:
+        expect(e["efficiency"][0] == 1.0 and all(0 < x <= 1.05 for x in e["efficiency"]),
+               "efficiency {} at {}".format(e["efficiency"], e["context"]))
+    expect(any("seed: GB300" in label for label in d["legend"]), "no seed points in the legend")
+    refused(out, "plot_sweep.py", [committed("cp1-16k.h5")], "not a sweep")
 
 
 def candidates_with_modules():
