@@ -218,6 +218,10 @@ if(PB_PYTHON)
   add_test(NAME cpu.compare_formats COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_compare_formats.py
            $<TARGET_FILE:prefill-bench>)
   set_tests_properties(cpu.compare_formats PROPERTIES LABELS cpu TIMEOUT 300)
+  # The test of the tests (test_the_tests.py): each checker fails on a broken input.
+  add_test(NAME cpu.the_tests COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_the_tests.py all
+           ${CMAKE_BINARY_DIR}/test-out/the-tests)
+  set_tests_properties(cpu.the_tests PROPERTIES LABELS "cpu;mpi" TIMEOUT 300 ENVIRONMENT "PB_BUILD=${CMAKE_BINARY_DIR}")
   # Every command and script against the README's exit-code table (test_exit_codes.py).
   add_test(NAME cpu.exit_codes COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_exit_codes.py coverage
            ${CMAKE_BINARY_DIR}/test-out/exit-codes)
