@@ -218,6 +218,19 @@ if(PB_PYTHON)
   add_test(NAME cpu.compare_formats COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_compare_formats.py
            $<TARGET_FILE:prefill-bench>)
   set_tests_properties(cpu.compare_formats PROPERTIES LABELS cpu TIMEOUT 300)
+  # Every reader of results files given damaged copies of committed ones
+  # (test_fuzz_readers.py): compare, the gate, trace, slim, plan --calibrate
+  # and pbresults.py end in a result or one named error, never a crash or a
+  # hang; and the same through results_reader_probe, under the sanitizers.
+  add_test(NAME cpu.fuzz_readers COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_fuzz_readers.py
+           $<TARGET_FILE:prefill-bench> ${CMAKE_BINARY_DIR}/test-out/fuzz)
+  add_test(NAME cpu.fuzz_readers_probe COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_fuzz_readers.py
+           $<TARGET_FILE:results_reader_probe> ${CMAKE_BINARY_DIR}/test-out/fuzz-probe --no-pbresults)
+  set_tests_properties(cpu.fuzz_readers cpu.fuzz_readers_probe PROPERTIES LABELS cpu TIMEOUT 600
+    ENVIRONMENT "${PB_MPI_ENV}")
+  pb_sanitized_test(results_reader_probe cpu.fuzz_readers_probe)
+  set_property(TEST cpu.fuzz_readers_probe APPEND PROPERTY ENVIRONMENT
+               "LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/test/support/lsan-hdf5-damaged.supp:print_suppressions=0")
   # The test of the tests (test_the_tests.py): each checker fails on a broken input.
   add_test(NAME cpu.the_tests COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_the_tests.py all
            ${CMAKE_BINARY_DIR}/test-out/the-tests)
@@ -666,6 +679,10 @@ pb_cpu_test(test/results/test_write_faults.cpp)
 add_executable(describe_results test/cli/describe_results.cpp)
 target_link_libraries(describe_results PRIVATE ${PB_HOST_LIBS})
 add_dependencies(pb_sanitized describe_results)
+# results_reader_probe compare|trace|slim|plan ...: those commands' reading of
+# results files from the host libraries alone, for the fuzz test under the sanitizers.
+add_executable(results_reader_probe test/cli/results_reader_probe.cpp)
+target_link_libraries(results_reader_probe PRIVATE ${PB_HOST_LIBS})
 # A rank killed (SIGKILL) mid-run, without a GPU: a gang that rewrites its
 # results after every rep (gang_fault_probe) on 3 ranks loses rank 1, then
 # rank 0 (the writer, perhaps mid-write): the job ends within 30 s naming the

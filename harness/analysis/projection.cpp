@@ -132,6 +132,9 @@ void add_nodes(const VariantResult& v, Replay& r, std::map<int64_t, int>* node_o
   for (size_t i = 0; i < v.spans.size(); ++i) {
     const Span& span = v.spans[i];
     if (span.rep != r.rep) continue;
+    // A negative or non-finite time would let a span end before the rep starts (a file's damage).
+    PB_CHECK(std::isfinite(span.time_us) && span.time_us >= 0,
+             fmt::format("{}: span row {} ({}) lasts {} us", r.context(), i, span.kernel, span.time_us));
     const auto [it, added] = queue_of.try_emplace({span.rank, span.stream}, int(r.queues.size()));
     if (added) r.queues.emplace_back();
     Node node;
@@ -143,14 +146,14 @@ void add_nodes(const VariantResult& v, Replay& r, std::map<int64_t, int>* node_o
     queue.push_back(int(r.nodes.size()));
     (*node_of_row)[node.row] = int(r.nodes.size());
     r.nodes.push_back(node);
-    r.cp = std::max(r.cp, span.rank + 1);
   }
   PB_CHECK(!r.nodes.empty(), fmt::format("{}: the variant has no spans of that rep", r.context()));
   std::set<int32_t> ranks;
   for (const Node& node : r.nodes) ranks.insert(node.span->rank);
-  PB_CHECK(int(ranks.size()) == r.cp && *ranks.begin() == 0,
-           fmt::format("{}: spans of {} ranks, but rank numbers up to {}: a rank is missing", r.context(),
-                       ranks.size(), r.cp - 1));
+  PB_CHECK(*ranks.begin() == 0 && size_t(*ranks.rbegin()) + 1 == ranks.size(),
+           fmt::format("{}: spans of {} ranks, but rank numbers {} to {}: a rank is missing", r.context(),
+                       ranks.size(), *ranks.begin(), *ranks.rbegin()));
+  r.cp = *ranks.rbegin() + 1;
 }
 
 // A doorbell kind of slab_layout.h must sit at doorbell_index(cp, sender, kind).
@@ -643,9 +646,10 @@ std::string format_projection(const std::string& variant_name, const Projection&
                                 variant_name, p.link, p.link_source, p.ttft_ms, p.rep, reps_text(p));
   out += fmt::format("  {:>6}  {:>10}  {:>10}  {:>10}  {:>10}  {}\n", "rank", "end ms", "busy ms", "wait ms",
                      "idle ms", "critical path ms (own spans, then the doorbell most of the rest came through)");
-  const double deep_end = std::max_element(p.ranks.begin(), p.ranks.end(), [](const auto& a, const auto& b) {
-                            return a.end_us < b.end_us;
-                          })->end_us;
+  const double deep_end = p.ranks.empty() ? 0.0  // (a damaged file's projection may hold no ranks)
+                          : std::max_element(p.ranks.begin(), p.ranks.end(), [](const auto& a, const auto& b) {
+                              return a.end_us < b.end_us;
+                            })->end_us;
   for (const RankProjection& rank : p.ranks)
     out += fmt::format("  {:>5}{}  {:>10}  {:>10}  {:>10}  {:>10}  {}\n", rank.rank,
                        rank.end_us == deep_end ? "*" : " ", ms_text(rank.end_us), ms_text(rank.busy_us),

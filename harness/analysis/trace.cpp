@@ -24,6 +24,7 @@ constexpr int kProjectedPid = 1000;  // projected rank r is process 1000 + r
 const VariantResult& pick_variant(const RunResult& result, const std::string& name) {
   std::string names;
   for (const VariantResult& v : result.variants) names += (names.empty() ? "" : ", ") + v.name;
+  PB_CHECK(!result.variants.empty(), "trace: the file holds no variants (a benchmark file?)");
   if (name.empty()) {
     PB_CHECK(result.variants.size() == 1, "trace: the file holds variants " + names + "; pick one with --variant");
     return result.variants.front();
@@ -54,12 +55,13 @@ json span_args(const Span& s, bool start_assumed) {
   return a;
 }
 
-void name_process(json& events, int pid, const std::string& name, int sort) {
+// pids are 64-bit: a rank read from a file plus kProjectedPid cannot overflow.
+void name_process(json& events, int64_t pid, const std::string& name, int64_t sort) {
   events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", name}}}});
   events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0}, {"args", {{"sort_index", sort}}}});
 }
 
-void name_thread(json& events, int pid, int tid) {
+void name_thread(json& events, int64_t pid, int tid) {
   events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid},
                     {"args", {{"name", "stream " + std::to_string(tid)}}}});
 }
@@ -93,7 +95,7 @@ std::map<int64_t, Placed> place_measured(const VariantResult& v, int rep) {
   return out;
 }
 
-void add_spans(json& events, const VariantResult& v, const std::map<int64_t, Placed>& placed, int pid_base) {
+void add_spans(json& events, const VariantResult& v, const std::map<int64_t, Placed>& placed, int64_t pid_base) {
   std::map<int, double> fabric_bytes;
   for (const auto& [row, p] : placed) {
     const Span& s = v.spans[size_t(row)];
@@ -110,8 +112,8 @@ void add_spans(json& events, const VariantResult& v, const std::map<int64_t, Pla
 
 // Flow arrows: each wait of the rep from the ring that met it, the sender's
 // first ring into the flag with a value >= the wait's (same rep).
-void add_flows(json& events, const VariantResult& v, int rep, const std::map<int64_t, Placed>& placed, int pid_base,
-               int& next_id) {
+void add_flows(json& events, const VariantResult& v, int rep, const std::map<int64_t, Placed>& placed,
+               int64_t pid_base, int& next_id) {
   // (receiver, flag) -> the rep's rings into it, in table order: (value, span row, sender)
   std::map<std::pair<int, int>, std::vector<std::tuple<uint64_t, int64_t, int>>> rings;
   for (const BellOp& b : v.bells)
@@ -148,7 +150,7 @@ const Projection* pick_projection(const VariantResult& v, const std::string& lin
   return p;
 }
 
-void name_tracks(json& events, const VariantResult& v, const std::map<int64_t, Placed>& placed, int pid_base,
+void name_tracks(json& events, const VariantResult& v, const std::map<int64_t, Placed>& placed, int64_t pid_base,
                  const std::string& what) {
   std::map<int, std::vector<int>> streams;
   for (const auto& [row, p] : placed) {
@@ -189,7 +191,7 @@ std::string trace_json(const RunResult& result, const TraceOptions& options) {
                            {"ttft_ms", p->ttft_ms}};
   }
   const json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", other}};
-  return doc.dump();
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace);  // a name's invalid UTF-8 as U+FFFD
 }
 
 void write_trace(const std::string& path, const std::string& json_text, bool overwrite) {

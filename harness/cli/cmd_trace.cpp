@@ -2,6 +2,7 @@
 // (harness/analysis/trace.h), for Perfetto or chrome://tracing. Rank 0 only.
 #include <cstdio>
 
+#include "check.h"
 #include "commands.h"
 
 namespace pb {
@@ -10,7 +11,13 @@ int cmd_trace(const Gang& gang, const TraceArgs& args) {
   if (!gang.is_root()) return 0;
   const std::string output = args.output.empty() ? beside_results(args.input, ".trace.json.gz") : args.output;
   const RunResult result = read_results(args.input);
-  write_trace(output, trace_json(result, args.options), args.overwrite);
+  std::string json;
+  try {
+    json = trace_json(result, args.options);
+  } catch (const Error& error) {  // the file's variants or reps: name it
+    throw Error("'" + args.input + "': " + error.what());
+  }
+  write_trace(output, json, args.overwrite);
   std::printf("wrote %s\n", output.c_str());
   return 0;
 }

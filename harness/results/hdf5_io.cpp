@@ -91,10 +91,15 @@ void write_i64_attribute(hid_t object, const std::string& name, int64_t value) {
   write_scalar_attribute(object, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
 }
 
+// A scalar attribute: one value (a read fills the whole attribute into one value's memory).
 Handle open_attribute(const Node& node, const std::string& name) {
   PB_CHECK(PB_H5(H5Aexists(node.id, name.c_str())) > 0,
            fmt::format("missing attribute {} on {}", name, node.path));
-  return Handle{PB_H5(H5Aopen(node.id, name.c_str(), H5P_DEFAULT)), H5Aclose};
+  Handle attribute{PB_H5(H5Aopen(node.id, name.c_str(), H5P_DEFAULT)), H5Aclose};
+  Handle space{PB_H5(H5Aget_space(attribute)), H5Sclose};
+  const hssize_t values = PB_H5(H5Sget_simple_extent_npoints(space));
+  PB_CHECK(values == 1, fmt::format("attribute {} on {} holds {} values, expected one", name, node.path, values));
+  return attribute;
 }
 
 H5T_class_t attribute_class(hid_t attribute) {
@@ -227,6 +232,24 @@ Handle open_dataset(const Node& group, const std::string& name) {
   return Handle{PB_H5(H5Dopen2(group.id, name.c_str(), H5P_DEFAULT)), H5Dclose};
 }
 
+// Deflate packs at most 1032:1 (zlib's limit) and a row in memory is at most
+// twice its packed form on disk: 2048 bytes read per byte stored is the most
+// an undamaged file can ask for. In floating point: dimensions that overflow
+// 64 bits are refused too.
+void check_declared_size(const Node& group, const std::string& name, hid_t dataset, const Dims& dims,
+                         size_t element_bytes) {
+  double declared = double(element_bytes);
+  std::string shape;
+  for (hsize_t d : dims) {
+    declared *= double(d);
+    shape += (shape.empty() ? "" : " x ") + std::to_string(d);
+  }
+  const hsize_t stored = H5Dget_storage_size(dataset);
+  PB_CHECK(declared <= 2048.0 * double(stored),
+           fmt::format("dataset {} declares {} elements ({:.3g} bytes to read) but the file stores {} bytes of it",
+                       group.child(name), shape, declared, stored));
+}
+
 Dims dataset_dims(hid_t dataset) {
   Handle space{PB_H5(H5Dget_space(dataset)), H5Sclose};
   Dims dims(size_t(PB_H5(H5Sget_simple_extent_ndims(space))));
@@ -264,6 +287,7 @@ std::vector<char> read_table_bytes(const Node& group, const std::string& name, c
   Handle dataset = open_dataset(group, name);
   *dims = dataset_dims(dataset);
   PB_CHECK(dims->size() == 1, fmt::format("dataset {} has {} dimensions, expected 1", group.child(name), dims->size()));
+  check_declared_size(group, name, dataset, *dims, row_bytes);
   std::vector<char> rows(element_count(*dims) * row_bytes);
   if (!rows.empty()) PB_H5(H5Dread(dataset, row_type.memory_type(), H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
   return rows;

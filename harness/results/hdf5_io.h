@@ -106,6 +106,11 @@ void write_dataset(const Node& group, const std::string& name, hid_t file_type, 
                    const Dims& dims, const void* data);
 Handle open_dataset(const Node& group, const std::string& name);
 Dims dataset_dims(hid_t dataset);
+// Before a read allocates what a dataset declares: a results file stores every
+// element, so a declared size far beyond what the file stores for it (a damaged
+// dimension, chunks never written) is an error naming the dataset, not an allocation.
+void check_declared_size(const Node& group, const std::string& name, hid_t dataset, const Dims& dims,
+                         size_t element_bytes);
 // Reads a whole dataset of `rank` dimensions; its shape goes to *dims.
 template <typename T>
 std::vector<T> read_dataset(const Node& group, const std::string& name, hid_t memory_type, size_t rank,
@@ -114,6 +119,7 @@ std::vector<T> read_dataset(const Node& group, const std::string& name, hid_t me
   *dims = dataset_dims(dataset);
   PB_CHECK(dims->size() == rank, fmt::format("dataset {} has {} dimensions, expected {}", group.child(name),
                                              dims->size(), rank));
+  check_declared_size(group, name, dataset, *dims, sizeof(T));
   std::vector<T> values(element_count(*dims));
   if (!values.empty()) PB_H5(H5Dread(dataset, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()));
   return values;

@@ -583,6 +583,17 @@ void check_bell_spans(const Node& variant_node, const VariantResult& variant) {
   }
 }
 
+// Every projected timeline row names a span row (trace draws that span).
+void check_timeline_spans(const Node& variant_node, const VariantResult& variant) {
+  for (const Projection& projection : variant.projections)
+    for (size_t i = 0; i < projection.timeline.size(); ++i) {
+      const int64_t span = projection.timeline[i].span;
+      PB_CHECK(span >= 0 && span < int64_t(variant.spans.size()),
+               fmt::format("{}/projection/{}/timeline row {} names span {}, outside the {} rows of spans",
+                           variant_node.path, projection.link, i, span, variant.spans.size()));
+    }
+}
+
 void write_variant(const Node& variants, const VariantResult& variant) {
   check_variant_name(variant.name);
   Handle group = create_group(variants, variant.name);
@@ -611,6 +622,7 @@ VariantResult read_variant(const Node& variants, const std::string& name, int32_
     variant.bells = bell_table().read(node, "bells");
     check_bell_spans(node, variant);
     variant.projections = read_projections(node);
+    check_timeline_spans(node, variant);
   }
   variant.rank_reps = rank_rep_table(schema_version).read(node, "rank_reps");  // before 3: clocks NaN
   Dims dims;
