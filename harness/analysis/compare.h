@@ -63,7 +63,9 @@
 // Exit code: 1 when any judged variant regressed; else 2 when anything
 // above could not be judged; else 0. The report lists each judged variant
 // with its verdict and each variant not judged with the reason (one line
-// each; `verbose` adds every judged variant's whole comparison).
+// each; `verbose` adds every judged variant's whole comparison). `format`
+// markdown, csv or json writes the same verdicts, machines and result for a
+// pull request or a dashboard instead.
 //
 // The gate sees the machine
 // -------------------------

@@ -8,10 +8,12 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "check.h"
 #include "headline.h"
 #include "compare_detail.h"
+#include "report.h"
 #include "text.h"
 
 namespace pb::compare_detail {
@@ -264,6 +266,93 @@ void print_gate_summary(const GateReport& report, const Machine& base, const Mac
     out << fmt::format("result: pass (exit 0): {}\n", counts);
 }
 
+// ---- the verdict for a pull request or a dashboard (--format) ----------------
+
+const char* verdict_word(const RegressionVerdict& verdict) {
+  return !verdict.judged ? "not judged" : verdict.regressed ? "REGRESSED" : "ok";
+}
+
+const char* result_word(int code) {
+  return code == kCompareRegressed ? "REGRESSED" : code == kCompareCannotJudge ? "cannot judge" : "pass";
+}
+
+nlohmann::json number_or_null(double x) { return std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x); }
+
+void write_gate_json(const GateReport& report, const Machine& base, const Machine& cand,
+                     const CompareOptions& options, std::ostream& out) {
+  using nlohmann::json;
+  const auto machine = [](const Machine& m) {
+    return json{{"gpu", m.gpu},
+                {"gemm_tflops_burst", number_or_null(m.burst)},
+                {"gemm_tflops_sustained", number_or_null(m.sustained)},
+                {"sustained_sm_mhz", number_or_null(m.sustained_mhz)},
+                {"sustained_power_w", number_or_null(m.sustained_w)}};
+  };
+  json doc = {{"baseline", options.baseline_file},
+              {"candidate", options.file_a},
+              {"max_regression", options.max_regression},
+              {"alpha", options.alpha},
+              {"normalize", options.normalize},
+              {"machines", {{"baseline", machine(base)}, {"candidate", machine(cand)}}},
+              {"file_problems", report.file_problems},
+              {"judged", json::array()},
+              {"not_judged", json::array()},
+              {"result", result_word(report.exit_code())},
+              {"exit", report.exit_code()}};
+  for (const auto& [name, verdict] : report.judged)
+    doc["judged"].push_back({{"variant", name},
+                             {"verdict", verdict_word(verdict)},
+                             {"quantity", verdict.quantity},
+                             {"median_change", verdict.delta},
+                             {"p_value", number_or_null(verdict.p_value)},
+                             {"method", verdict.method},
+                             {"reason", verdict.reason}});
+  for (const NotJudged& entry : report.not_judged)
+    doc["not_judged"].push_back({{"variant", entry.variant}, {"why", entry.why}, {"blocks", entry.blocks}});
+  out << doc.dump(2) << "\n";
+}
+
+void write_gate_markdown(const GateReport& report, const Machine& base, const Machine& cand,
+                         const CompareOptions& options, std::ostream& out) {
+  out << fmt::format("**prefill-bench regression check** · candidate `{}` against baseline `{}` · allowed +{:.1f}%, "
+                     "alpha {}{}\n\n",
+                     options.file_a, options.baseline_file, 100 * options.max_regression, options.alpha,
+                     options.normalize == "none" ? "" : ", normalized: " + options.normalize);
+  out << "| machine | GPU | bf16 GEMM burst, TFLOP/s | sustained, TFLOP/s | at SM MHz |\n|---|---|---:|---:|---:|\n";
+  for (const auto& [role, m] : {std::pair{"baseline", &base}, {"candidate", &cand}})
+    out << fmt::format("| {} | {} | {} | {} | {} |\n", role, m->gpu.empty() ? "-" : m->gpu,
+                       value_text(m->burst, "{:.1f}"), value_text(m->sustained, "{:.1f}"),
+                       value_text(m->sustained_mhz, "{:.0f}"));
+  out << "\n";
+  for (const std::string& problem : report.file_problems) out << "- cannot judge the files: " << problem << "\n";
+  if (!report.judged.empty() || !report.not_judged.empty()) {
+    out << "| variant | verdict | median change | test | why |\n|---|---|---:|---|---|\n";
+    for (const auto& [name, verdict] : report.judged)
+      out << fmt::format("| {} | {} | {:+.2f}% | {} | {} |\n", name, verdict_word(verdict), 100 * verdict.delta,
+                         verdict.method, verdict.reason);
+    for (const NotJudged& entry : report.not_judged)
+      out << fmt::format("| {} | not judged | | | {} |\n", entry.variant, entry.why);
+    out << "\n";
+  }
+  out << fmt::format("**result: {} (exit {})**\n", result_word(report.exit_code()), report.exit_code());
+}
+
+void write_gate_csv(const GateReport& report, std::ostream& out) {
+  const auto field = [](const std::string& text) {  // RFC 4180: quoted, quotes doubled
+    std::string quoted = "\"";
+    for (char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return quoted + "\"";
+  };
+  out << "variant,verdict,median_change,p_value,method,reason\n";
+  for (const auto& [name, verdict] : report.judged)
+    out << fmt::format("{},{},{},{},{},{}\n", field(name), verdict_word(verdict), verdict.delta,
+                       std::isnan(verdict.p_value) ? std::string() : fmt::format("{}", verdict.p_value),
+                       field(verdict.method), field(verdict.reason));
+  for (const NotJudged& entry : report.not_judged)
+    out << fmt::format("{},not judged,,,,{}\n", field(entry.variant), field(entry.why));
+  for (const std::string& problem : report.file_problems) out << fmt::format(",cannot judge,,,,{}\n", field(problem));
+}
+
 }  // namespace
 
 std::set<std::string> cuts_on(const std::string& described) {
@@ -281,6 +370,7 @@ int check_regressions(const CompareOptions& options, std::ostream& out) {
   PB_CHECK(options.file_b.empty(), "a regression check judges one candidate file against the baseline, not two");
   PB_CHECK(options.variant_a.empty() && options.variant_b.empty(),
            "a regression check names the variants to judge with --only a,b (each in both files), not --variants");
+  const ReportFormat format = parse_report_format(options.format);
   const RunResult base = read_results(options.baseline_file);
   const RunResult cand = read_results(options.file_a);
   PB_CHECK(options.normalize == "none" || options.normalize == "sustained",
@@ -300,18 +390,25 @@ int check_regressions(const CompareOptions& options, std::ostream& out) {
         report.not_judged.push_back({name, cuts});
         continue;
       }
-      std::ostringstream detail;  // printed with --verbose only
+      std::ostringstream detail;  // printed with --verbose only, in text
       const RegressionVerdict verdict =
           print_comparison(Side{"A (baseline)", options.baseline_file, &base, &a},
                            Side{"B (candidate)", options.file_a, &cand, &b, scale, scale_note}, options,
-                           options.verbose ? out : detail);
+                           options.verbose && format == ReportFormat::text ? out : detail);
       if (verdict.judged)
         report.judged.emplace_back(name, verdict);
       else
         report.not_judged.push_back({name, verdict.reason});
     }
   }
-  print_gate_summary(report, base_machine, cand_machine, options, out);
+  if (format == ReportFormat::json)
+    write_gate_json(report, base_machine, cand_machine, options, out);
+  else if (format == ReportFormat::markdown)
+    write_gate_markdown(report, base_machine, cand_machine, options, out);
+  else if (format == ReportFormat::csv)
+    write_gate_csv(report, out);
+  else
+    print_gate_summary(report, base_machine, cand_machine, options, out);
   return report.exit_code();
 }
 

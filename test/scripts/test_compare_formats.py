@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 
-from casebook import RESULTS, Failed, expect  # (sets sys.path for pbresults)
+from casebook import RESULTS, ROOT, Failed, expect  # (sets sys.path for pbresults)
 
 import pbresults as pr  # noqa: E402
 
@@ -89,11 +89,34 @@ def main():
             path, name, got[(fp8, name)]["cold_start"]))
     expect(got[(True, "all")]["reference"]["variant"] == "all", "json: B's reference is A's same-named variant")
 
+    # The gate's verdict in every format: the same verdicts and exit code as its text.
+    base, slow = os.path.join(ROOT, "test", "data", "gate-base.h5"), os.path.join(ROOT, "test", "data", "gate-slow.h5")
+    for candidate, code in ((slow, 1), (base, 0)):
+        def gate(*fmt):
+            p = subprocess.run([exe, "compare", "--baseline", base, candidate] + list(fmt), capture_output=True,
+                               text=True)
+            expect(p.returncode == code, "gate {} {}: exit {}, want {}".format(candidate, fmt, p.returncode, code))
+            return p.stdout
+        text = gate()
+        verdict = "REGRESSED" if code else "ok"
+        doc = json.loads(gate("--format", "json"))
+        expect(doc["exit"] == code and [v["verdict"] for v in doc["judged"]] == [verdict, verdict],
+               "gate json: {}".format(doc["judged"]))
+        expect(doc["result"] in text, "gate json result '{}' not in the text verdict".format(doc["result"]))
+        rows = list(csv.DictReader(io.StringIO(gate("--format", "csv"))))
+        expect([r["verdict"] for r in rows] == [verdict, verdict] and {r["variant"] for r in rows} == {"baseline", "all"},
+               "gate csv: {}".format(rows))
+        md = gate("--format", "markdown")
+        tables = markdown_tables(md)
+        expect(len(tables) == 2 and [r[1] for r in tables[1][2:]] == [verdict, verdict], "gate markdown: " + md)
+        expect("exit {}".format(code) in md, "gate markdown: no exit code")
+
     p = subprocess.run([exe, "compare", each, "--format", "xml"], capture_output=True, text=True)
     expect(p.returncode == 2 and "xml" in p.stderr, "--format xml: exit {} ({})".format(p.returncode, p.stderr.strip()))
     p = subprocess.run([exe, "compare", each, "--reference", "nope"], capture_output=True, text=True)
     expect(p.returncode == 2 and "'nope'" in p.stderr, "--reference nope: exit {}".format(p.returncode))
-    print("compare --format: markdown, csv and json agree with pbresults.ttft on {} and cp1-16k".format(each))
+    print("compare --format: markdown, csv and json agree with pbresults.ttft on {} and cp1-16k, and the gate's "
+          "verdicts with its text".format(each))
     return 0
 
 
