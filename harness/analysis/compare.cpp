@@ -691,6 +691,17 @@ std::map<std::string, double> family_times_us(const VariantResult& variant, int3
   return times;
 }
 
+int32_t deepest_rank(const std::map<int32_t, std::map<std::string, double>>& family_times) {
+  int32_t deep = 0;
+  double most = -1;
+  for (const auto& [rank, families] : family_times) {
+    double total = 0;
+    for (const auto& [family, time] : families) total += time;
+    if (total > most) most = total, deep = rank;
+  }
+  return deep;
+}
+
 namespace {
 
 bool is_wait_span(const Span& span) { return span.kernel.rfind("fabric.wait", 0) == 0; }

@@ -142,6 +142,9 @@ RegressionVerdict judge_regression(const std::vector<double>& base, const std::v
 // each family's spans summed within a rep (0 in a rep without them), then the
 // median over reps. Plans (only rep -1 spans): the plan's sum.
 std::map<std::string, double> family_times_us(const VariantResult& variant, int32_t rank);
+// The deep rank: the one whose family times (rank -> family -> time) sum
+// largest; 0 when there is none.
+int32_t deepest_rank(const std::map<int32_t, std::map<std::string, double>>& family_times);
 
 // One rank's time per superstep split into waiting and the rest, µs, each the
 // median over reps of its per-rep sum (plans: the sum). Waiting: the spans of

@@ -27,18 +27,6 @@ int32_t first_rep(const VariantResult& variant) {
   return first;
 }
 
-std::string device_name(const RunResult& run) {
-  const auto gpus = run.text.find("gpus");
-  if (gpus == run.text.end()) return "";
-  const std::string line = gpus->second.substr(0, gpus->second.find('\n'));
-  return line;
-}
-
-double number_or_nan(const RunResult& run, const std::string& key) {
-  const auto found = run.numbers.find(key);
-  return found == run.numbers.end() || !(found->second > 0) ? kNoValue : found->second;
-}
-
 }  // namespace
 
 Efficiency efficiency_of(const RunResult& run, const VariantResult& variant) {
@@ -64,7 +52,7 @@ Efficiency efficiency_of(const RunResult& run, const VariantResult& variant) {
     if (!headline.ms.empty()) e.ttft_ms = median(headline.ms);
   }
   const auto profile = run.text.find("gpu_profile");
-  e.profile = profile != run.text.end() ? profile->second : profile_of_device(device_name(run));
+  e.profile = profile != run.text.end() ? profile->second : profile_of_device(gpu_name(run));
   if (e.gpus == 0 || !(e.ttft_ms > 0) || !(e.model_flops > 0)) return e;
   const auto mfu = [&](double tflops) {
     return tflops > 0 ? e.model_flops / (e.ttft_ms * 1e-3 * e.gpus * tflops * 1e12) : kNoValue;
@@ -77,8 +65,8 @@ Efficiency efficiency_of(const RunResult& run, const VariantResult& variant) {
     if (fp8) e.mfu_fp8_datasheet = mfu(peak.fp8_tflops);
   }
   if (run.kind != "plan" && !fp8) {  // the measured ceilings are bf16 GEMMs
-    e.mfu_burst = mfu(number_or_nan(run, "gemm_tflops"));
-    e.mfu_sustained = mfu(number_or_nan(run, "gemm_tflops_sustained"));
+    e.mfu_burst = mfu(positive_number(run, "gemm_tflops"));
+    e.mfu_sustained = mfu(positive_number(run, "gemm_tflops_sustained"));
   }
   return e;
 }

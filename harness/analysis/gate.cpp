@@ -45,25 +45,9 @@ struct Machine {
   double burst = kNoValue, sustained = kNoValue, sustained_mhz = kNoValue, sustained_w = kNoValue;
 };
 
-double number_of(const RunResult& run, const std::string& key) {
-  const auto found = run.numbers.find(key);
-  return found == run.numbers.end() || !(found->second > 0) ? kNoValue : found->second;
-}
-
-// "rank 0: NVIDIA H200 GPU-a688… bus 0000:00:06.0 on vm" -> "NVIDIA H200".
-std::string gpu_name(const RunResult& run) {
-  const auto found = run.text.find("gpus");
-  if (found == run.text.end()) return "";
-  std::string line = found->second.substr(0, found->second.find('\n'));
-  const size_t colon = line.find(": ");
-  if (colon != std::string::npos) line = line.substr(colon + 2);
-  const size_t uuid = line.find(" GPU-");
-  return uuid == std::string::npos ? line : line.substr(0, uuid);
-}
-
 Machine machine_of(const RunResult& run) {
-  return Machine{gpu_name(run), number_of(run, "gemm_tflops"), number_of(run, "gemm_tflops_sustained"),
-                 number_of(run, "gemm_sustained_sm_mhz"), number_of(run, "gemm_sustained_power_w")};
+  return Machine{gpu_name(run), positive_number(run, "gemm_tflops"), positive_number(run, "gemm_tflops_sustained"),
+                 positive_number(run, "gemm_sustained_sm_mhz"), positive_number(run, "gemm_sustained_power_w")};
 }
 
 std::string value_text(double value, const char* format_spec) {

@@ -81,12 +81,9 @@ std::string commit_of(const RunResult& run) {
   return sha;
 }
 
-// "NVIDIA H200": the first rank's GPU name (gpus: "rank 0: <name> GPU-<uuid> ...").
 std::string device_of(const RunResult& run) {
-  const std::string gpus = text_or(run, "gpus", "");
-  const size_t colon = gpus.find(": "), uuid = gpus.find(" GPU-");
-  if (colon == std::string::npos || uuid == std::string::npos || uuid < colon) return "unknown";
-  return gpus.substr(colon + 2, uuid - colon - 2);
+  const std::string name = gpu_name(run);
+  return name.empty() ? "unknown" : name;
 }
 
 struct Report {
@@ -137,18 +134,6 @@ std::string cuts_on_text(const std::string& described) {
 std::string ms_text(double ms) { return std::isnan(ms) ? "-" : fmt::format("{:.1f}", ms); }
 std::string pct_text(double pct) { return std::isnan(pct) ? "-" : fmt::format("{:+.1f}%", -pct); }
 
-// The rank with the most span time in the row (the deep rank).
-int32_t deep_rank(const Row& row) {
-  int32_t deep = 0;
-  double most = -1;
-  for (const auto& [rank, families] : row.family_ms) {
-    double total = 0;
-    for (const auto& [family, ms] : families) total += ms;
-    if (total > most) most = total, deep = rank;
-  }
-  return deep;
-}
-
 std::string row_label(const Report& report, const Row& row) {
   return report.mode == "files" ? fmt::format("{} [{}]", row.source->path, row.variant->name) : row.variant->name;
 }
@@ -177,7 +162,7 @@ void write_markdown(const Report& report, std::ostream& out) {
   out << cold_notes;
   if (report.rows.empty()) return;
   // Families of the deep rank of the first row, ms per superstep, one column per row.
-  const int32_t rank = deep_rank(report.rows.front());
+  const int32_t rank = deepest_rank(report.rows.front().family_ms);
   std::map<std::string, double> order;
   for (const auto& [family, ms] : report.rows.front().family_ms.count(rank) ? report.rows.front().family_ms.at(rank)
                                                                             : std::map<std::string, double>{})

@@ -6,8 +6,8 @@
 // The sweep runs as one process and starts a child per point, its output in
 // <file>.points/<id>.log and its results file beside it. A point already
 // measured or planned in the file is kept (the sweep resumes), except a point
-// planned by --plan when the sweep now runs points; a failed one is run again. A point that fails is recorded with the last line its child
-// printed, and the sweep goes on. Exit: 0 when every point is measured or
+// planned by --plan when the sweep now runs points; a failed one is run again.
+// A point that fails is recorded with what its child said, and the sweep goes on. Exit: 0 when every point is measured or
 // planned; 3 when every failed point found no CUDA device; else 1.
 #include <unistd.h>
 
@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <set>
 
 #include <fmt/format.h>
 
@@ -26,9 +25,8 @@
 #include "commands.h"
 #include "compare.h"
 #include "device_memory.h"
-#include "headline.h"
+#include "efficiency.h"
 #include "run_info.h"
-#include "stats.h"
 #include "sweep.h"
 #include "sweep_file.h"
 #include "text.h"
@@ -95,48 +93,25 @@ std::string child_message(const std::string& log) {
   return last_line(log);
 }
 
-// "baseline 13059 ms, all 9029 ms": each variant's headline TTFT (median); a
-// plan's calibrated superstep, else its slowest rank's roofline.
-std::string point_summary(const std::string& file) {
-  const RunResult run = read_results(file);
+// "baseline 13059 ms, all 9029 ms": each variant's TTFT as efficiency.h takes
+// it (the headline's median; a plan's calibrated superstep, else its roofline).
+std::string point_summary(const RunResult& run) {
   std::string text;
-  for (const VariantResult& variant : run.variants) {
-    double ms = kNoValue;
-    if (const auto calibrated = run.numbers.find("calibrated_ms." + variant.name); calibrated != run.numbers.end()) {
-      ms = calibrated->second;
-    } else if (run.kind == "plan") {
-      std::map<int32_t, double> ranks;
-      for (const Span& span : variant.spans) ranks[span.rank] += span.time_us / 1e3;
-      for (const auto& [rank, total] : ranks) ms = std::isnan(ms) ? total : std::max(ms, total);
-    } else if (const HeadlineTtft h = headline_ttft(run, variant); !h.ms.empty()) {
-      ms = median(h.ms);
-    }
-    text += fmt::format("{}{} {:.5g} ms", text.empty() ? "" : ", ", variant.name, ms);
-  }
+  for (const VariantResult& variant : run.variants)
+    text += fmt::format("{}{} {:.5g} ms", text.empty() ? "" : ", ", variant.name, efficiency_of(run, variant).ttft_ms);
   return text;
 }
 
 // The deepest rank's families of each variant (sweep_file.h): measured, the
 // median superstep (compare.h); a plan, the roofline, and its calibrated
 // families where it was calibrated.
-std::vector<SweepFamilyRow> point_families(const std::string& file) {
-  const RunResult run = read_results(file);
+std::vector<SweepFamilyRow> point_families(const RunResult& run) {
   std::vector<SweepFamilyRow> rows;
   for (const VariantResult& variant : run.variants) {
-    std::set<int32_t> ranks;
-    for (const Span& span : variant.spans) ranks.insert(span.rank);
-    std::map<std::string, double> deepest;
-    double deepest_us = -1;
-    for (int32_t rank : ranks) {
-      std::map<std::string, double> times = family_times_us(variant, rank);
-      double total = 0;
-      for (const auto& [family, us] : times) total += us;
-      if (total > deepest_us) {
-        deepest_us = total;
-        deepest = std::move(times);
-      }
-    }
-    for (const auto& [family, us] : deepest) {
+    std::map<int32_t, std::map<std::string, double>> per_rank;
+    for (const Span& span : variant.spans) per_rank.emplace(span.rank, std::map<std::string, double>{});
+    for (auto& [rank, times] : per_rank) times = family_times_us(variant, rank);
+    for (const auto& [family, us] : per_rank[deepest_rank(per_rank)]) {
       const auto calibrated = run.numbers.find("calibrated_ms." + variant.name + "." + family);
       rows.push_back({variant.name, family, us / 1e3,
                       calibrated == run.numbers.end() ? kNoValue : calibrated->second});
@@ -243,12 +218,13 @@ int cmd_sweep(const Gang& gang, const SweepArgs& args) {
     done[point.id] = record;
     const bool complete = done.size() == points.size() && failed == 0;
     const bool kept = record.status != "failed";
-    add_sweep_point(path, record, kept ? file : "", kept ? point_families(file) : std::vector<SweepFamilyRow>{},
+    const RunResult point_run = kept ? read_results(file) : RunResult{};
+    add_sweep_point(path, record, kept ? file : "", kept ? point_families(point_run) : std::vector<SweepFamilyRow>{},
                     complete);
     size_t left = 0;
     for (size_t j = i + 1; j < points.size(); ++j) left += done.count(points[j].id) ? 0 : 1;
     const std::string outcome = record.status == "failed" ? "FAILED, " + record.error
-                                                          : record.status + ": " + point_summary(file);
+                                                          : record.status + ": " + point_summary(point_run);
     std::printf("%s: %s (%.0f s; %zu left, about %.0f s more)\n", head.c_str(), outcome.c_str(), seconds, left,
                 left * seconds_spent / double(ran));
     std::fflush(stdout);

@@ -751,6 +751,20 @@ void write_results(const std::string& path, const RunResult& result, bool overwr
   PB_CHECK(!error, fmt::format("cannot rename '{}' to '{}': {}", temporary, path, error.message()));
 }
 
+std::string gpu_name(const RunResult& run) {
+  const auto found = run.text.find("gpus");
+  if (found == run.text.end()) return "";
+  std::string line = found->second.substr(0, found->second.find('\n'));
+  const size_t colon = line.find(": ");
+  if (colon != std::string::npos) line = line.substr(colon + 2);
+  return line.substr(0, line.find(" GPU-"));
+}
+
+double positive_number(const RunResult& run, const std::string& key) {
+  const auto found = run.numbers.find(key);
+  return found == run.numbers.end() || !(found->second > 0) ? kNoValue : found->second;
+}
+
 RunResult read_results(const std::string& path) {
   start_hdf5();
   return naming_the_file("reading", path, [&] { return read_file(path); });

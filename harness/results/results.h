@@ -326,6 +326,13 @@ struct RunResult {
   const VariantResult* find_variant(const std::string& name) const;
 };
 
+// Rank 0's GPU as text["gpus"] records it ("rank 0: NVIDIA H200 GPU-<uuid> bus
+// ..." -> "NVIDIA H200"); "" when the file records none.
+std::string gpu_name(const RunResult& run);
+// numbers[key] when it is recorded and positive, else kNoValue (a ceiling,
+// clock or power the run did not measure).
+double positive_number(const RunResult& run, const std::string& key);
+
 // Write to `path`. Refuses an existing file unless overwrite is true. The
 // file is written to path + ".tmp" and renamed, so a reader (or a run cut
 // short) never sees a half-written file.
