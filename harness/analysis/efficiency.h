@@ -43,8 +43,9 @@ Efficiency efficiency_of(const RunResult& run, const VariantResult& variant);
 // efficiency_of; these are for dashboards reading the file alone.
 void record_efficiency(const Efficiency& e, const std::string& variant, RunResult& result);
 
-// "MFU 39.1% of the datasheet bf16 peak (989 TFLOP/s x 8 GPUs, h200); 51.3% of the
-// measured burst, 60.7% of the sustained; model 40.56 PFLOP per superstep"
+// One line: "MFU <p>% of the datasheet bf16 peak (<profile>, <n> GPUs)[, <p>% of
+// its fp8 peak]; <p>% of the bf16 GEMM burst measured, <p>% of the sustained;
+// model <f> PFLOP per superstep", each part only where it is known.
 std::string describe_efficiency(const Efficiency& e);
 
 }  // namespace pb

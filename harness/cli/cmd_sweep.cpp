@@ -93,7 +93,7 @@ std::string child_message(const std::string& log) {
   return last_line(log);
 }
 
-// "baseline 13059 ms, all 9029 ms": each variant's TTFT as efficiency.h takes
+// "<variant> <ms> ms, ...": each variant's TTFT as efficiency.h takes
 // it (the headline's median; a plan's calibrated superstep, else its roofline).
 std::string point_summary(const RunResult& run) {
   std::string text;
