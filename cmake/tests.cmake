@@ -110,7 +110,7 @@ foreach(src results/test_results results/test_sweep_file config/test_scenario an
             analytic/test_slab_layout analytic/test_doorbell_protocol analysis/test_compare
             analysis/test_projection analysis/test_trace analysis/test_power_state analysis/test_wall_split
             analysis/test_gemm_ceiling analysis/test_activity_spans analysis/test_headline
-            analysis/test_efficiency)
+            analysis/test_efficiency analysis/test_links)
   pb_cpu_test(test/${src}.cpp)
 endforeach()
 # The cut table against its consumers (the kernels benchmark's families among them).
@@ -214,6 +214,12 @@ if(PB_PYTHON)
   add_test(NAME cpu.docs_plan_commands COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_readme.py
            ${CMAKE_SOURCE_DIR}/docs/plan.md ${CMAKE_BINARY_DIR})
   set_tests_properties(cpu.docs_plan_commands PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}")
+  # The tables the README and docs/*.md hold as a command printed them from the committed files
+  # (scripts/docs_tables.py): each must be what its command prints now.
+  file(GLOB pb_doc_pages CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/docs/*.md)
+  add_test(NAME cpu.docs_tables COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/scripts/docs_tables.py
+           ${CMAKE_SOURCE_DIR}/README.md ${pb_doc_pages} --build ${CMAKE_BINARY_DIR})
+  set_tests_properties(cpu.docs_tables PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}")
   # compare --format markdown|csv|json on the committed files (test_compare_formats.py).
   add_test(NAME cpu.compare_formats COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_compare_formats.py
            $<TARGET_FILE:prefill-bench>)

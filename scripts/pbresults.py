@@ -380,3 +380,52 @@ def recorded_mfu(f, variant):
     recorded (root number mfu_bf16_datasheet.<variant>), None without it."""
     value = f.attrs.get("mfu_bf16_datasheet." + variant)
     return None if value is None else float(value)
+
+
+@_reads
+def point_memory_gb(g):
+    """A sweep point's memory on its fullest GPU, GB (weights + arena + its
+    ranks' own buffers, as `run` and `plan` record them); None without them."""
+    keys = ("memory_weights_bytes", "memory_arena_bytes", "memory_rank_bytes")
+    if any(k not in g.attrs for k in keys):
+        return None
+    return sum(float(g.attrs[k]) for k in keys) / 1e9
+
+
+def sweep_rows(path, f, variants):
+    """One dict per measured or planned point of the sweep file and variant:
+    file, id, context, cp, precision, status, variant, ttft_ms, roofline_ms,
+    shares (of the deepest rank), mfu, memory_gb; and the failed points as
+    (id, error) pairs, apart."""
+    rows, failed = [], []
+    for p in sweep_points(f):
+        if p["status"] == "failed":
+            failed.append((p["id"], p["error"]))
+            continue
+        g = p["group"]
+        for v in variants:
+            if v not in variant_names(g):
+                continue
+            t = point_ttft(g, v)
+            rows.append(dict(file=path, id=p["id"], context=p["context"], cp=p["cp"], precision=p["precision"],
+                             status=p["status"], variant=v, ttft_ms=t["ms"], roofline_ms=t["roofline_ms"],
+                             shares=deep_rank_shares(g, v), mfu=recorded_mfu(g, v), memory_gb=point_memory_gb(g)))
+    return rows, failed
+
+
+def parallel_efficiency(rows):
+    """{(file, id, variant): T(c0) x c0 / (T(cp) x cp)} over the rows of one
+    context, precision and variant, c0 the smallest cp swept there (T(1) /
+    (cp T(cp)) when c0 is 1); rows alone at their context are left out."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["context"], r["precision"], r["variant"]), []).append(r)
+    out = {}
+    for pts in groups.values():
+        if len(pts) < 2:
+            continue
+        first = min(pts, key=lambda r: r["cp"])
+        for r in pts:
+            out[(r["file"], r["id"], r["variant"])] = first["cp"] * first["ttft_ms"] / (r["cp"] * r["ttft_ms"])
+    return out
+

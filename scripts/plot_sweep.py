@@ -35,25 +35,6 @@ WEIGHT_GEMMS = ("gemm", "moe_gemm")
 LINE_COLOURS = ["#1F77B4", "#FF7F0E", "#2CA02C", "#9467BD", "#8C564B", "#E377C2", "#17BECF", "#7F7F7F"]
 
 
-def point_rows(path, variants):
-    """One dict per point and variant that is measured or planned."""
-    f = pr.open_results(path)
-    rows = []
-    for p in pr.sweep_points(f):
-        if p["status"] == "failed":
-            sys.stderr.write("{}: point {} failed: {}\n".format(path, p["id"], p["error"]))
-            continue
-        g = p["group"]
-        for v in variants:
-            if v not in pr.variant_names(g):
-                continue
-            t = pr.point_ttft(g, v)
-            rows.append(dict(file=path, id=p["id"], context=p["context"], cp=p["cp"], precision=p["precision"],
-                             status=p["status"], variant=v, ttft_ms=t["ms"], roofline_ms=t["roofline_ms"],
-                             shares=pr.deep_rank_shares(g, v), mfu=pr.recorded_mfu(g, v)))
-    return rows
-
-
 def series(rows, key):
     """{key tuple: rows sorted by context}."""
     out = {}
@@ -148,9 +129,9 @@ def draw_efficiency(ax, rows):
         pts = sorted(pts, key=lambda r: r["cp"])
         if len(pts) < 2:
             continue
-        c0, t0 = pts[0]["cp"], pts[0]["ttft_ms"]
+        each = pr.parallel_efficiency(pts)
         cps = [r["cp"] for r in pts]
-        eff = [c0 * t0 / (r["cp"] * r["ttft_ms"]) for r in pts]
+        eff = [each[(r["file"], r["id"], r["variant"])] for r in pts]
         ax.plot(cps, eff, style(variant), marker="o", ms=3, lw=1.2, color=shade[(context, precision)],
                 label="{} {} {}".format(context_label(context), precision, variant))
         efficiency.append({"context": context, "precision": precision, "variant": variant, "cp": cps,
@@ -178,7 +159,10 @@ def main():
         f = pr.open_results(path)
         if pr.kind(f) != "sweep":
             sys.exit("{}: a '{}' file, not a sweep (prefill-bench sweep writes one)".format(path, pr.kind(f)))
-        rows += point_rows(path, variants)
+        found, failed = pr.sweep_rows(path, f, variants)
+        for pid, error in failed:
+            sys.stderr.write("{}: point {} failed: {}\n".format(path, pid, error))
+        rows += found
     if not rows:
         sys.exit("no measured or planned point of the variants {} in {}".format(", ".join(variants),
                                                                                 ", ".join(a.files)))

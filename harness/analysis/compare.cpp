@@ -19,6 +19,7 @@
 #include "efficiency.h"
 #include "headline.h"
 #include "model.h"
+#include "links.h"
 #include "power_state.h"
 #include "projection.h"
 #include "report.h"
@@ -69,6 +70,13 @@ int run_compare(const CompareOptions& options, std::ostream& out) {
   PB_CHECK(options.normalize == "none" || !options.baseline_file.empty(),
            "--normalize judges a candidate against a baseline's machine; give --baseline");
   const ReportFormat format = parse_report_format(options.format);
+  if (options.links) {
+    PB_CHECK(options.file_b.empty() && options.baseline_file.empty() && options.variant_a.empty(),
+             "--links projects one file's gang over each link; give one file, without --baseline or --variants");
+    const RunResult run = read_with_link_bytes(options.file_a);
+    out << link_table(run, options.file_a, format);
+    return 0;
+  }
   if (!options.baseline_file.empty()) return compare_detail::check_regressions(options, out);  // every format
   if (format != ReportFormat::text) {
     write_report(options, format, out);
@@ -87,8 +95,8 @@ namespace {
 
 // (a) Two files.
 void compare_files(const CompareOptions& options, std::ostream& out) {
-  const RunResult a = read_results(options.file_a);
-  const RunResult b = read_results(options.file_b);
+  const RunResult a = read_with_link_bytes(options.file_a);
+  const RunResult b = read_with_link_bytes(options.file_b);
   for (const auto& [name_a, name_b] : pair_variants(a, b, options))
     print_comparison(Side{"A", options.file_a, &a, &require_variant(a, options.file_a, name_a)},
                      Side{"B", options.file_b, &b, &require_variant(b, options.file_b, name_b)}, options, out);
@@ -180,7 +188,7 @@ void compare_within_file(const CompareOptions& options, std::ostream& out) {
   }
   PB_CHECK(!options.variant_a.empty() && !options.variant_b.empty(),
            "comparing inside one file needs two variant names (or give a second file)");
-  const RunResult run = read_results(options.file_a);
+  const RunResult run = read_with_link_bytes(options.file_a);
   print_comparison(Side{"A", options.file_a, &run, &require_variant(run, options.file_a, options.variant_a)},
                    Side{"B", options.file_a, &run, &require_variant(run, options.file_a, options.variant_b)},
                    options, out);

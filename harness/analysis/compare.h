@@ -41,7 +41,9 @@
 //       names (or variant_a / variant_b when given), else the first of each;
 //   (b) file_b empty: variant_a vs variant_b inside file_a;
 //   (c) baseline_file set: the regression gate, the candidate file_a against
-//       the baseline (below).
+//       the baseline (below);
+//   (d) links set: file_a's projected gang over each link profile (links.h),
+//       in any format.
 // Each comparison prints, per rank, the time of each kernel family (per
 // superstep; per MLA layer for `lane` files, which hold one MLA layer and no
 // TTFT) and the same time split into waiting (by peer) and compute,
@@ -104,6 +106,7 @@ struct CompareOptions {
   std::string format = "text";     // text | markdown | csv | json (report.h)
   bool verbose = false;            // the gate: each judged variant's whole report, not one line
   std::string normalize = "none";  // the gate: none | sustained (below)
+  bool links = false;              // mode (d): one file's projected TTFT over each link profile
 };
 
 // run_compare's exit codes.

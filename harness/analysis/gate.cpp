@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "headline.h"
+#include "links.h"
 #include "compare_detail.h"
 #include "report.h"
 #include "text.h"
@@ -355,8 +356,8 @@ int check_regressions(const CompareOptions& options, std::ostream& out) {
   PB_CHECK(options.variant_a.empty() && options.variant_b.empty(),
            "a regression check names the variants to judge with --only a,b (each in both files), not --variants");
   const ReportFormat format = parse_report_format(options.format);
-  const RunResult base = read_results(options.baseline_file);
-  const RunResult cand = read_results(options.file_a);
+  const RunResult base = read_with_link_bytes(options.baseline_file);
+  const RunResult cand = read_with_link_bytes(options.file_a);
   PB_CHECK(options.normalize == "none" || options.normalize == "sustained",
            fmt::format("--normalize '{}': give none or sustained", options.normalize));
   GateReport report;

@@ -122,8 +122,7 @@ struct Replay {
 };
 
 double projected_duration(const Span& span, bool waits, const LinkCost& link) {
-  if (span.family == "fabric" && span.bytes > 0)
-    return link.measured ? span.time_us : link.profile.transfer_us(span.bytes);
+  if (span.family == "fabric" && span.bytes > 0 && !link.measured) return link.profile.transfer_us(span.bytes);
   return waits ? 0.0 : span.time_us;
 }
 

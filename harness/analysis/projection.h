@@ -14,11 +14,13 @@
 //     first call of that block (MLA: window, returned, consumed, released; KDA:
 //     halo, halo_read, state, state_read), hold from the start: a run drains
 //     every doorbell and meets at a barrier before each rep;
-//   - durations: a fabric span with bytes > 0 (the bytes that cross the link
-//     for it) keeps its measured time (link "measured") or takes the link
-//     profile's transfer_us(bytes); any other span that waits takes 0 (its
-//     measured time in a serialized run is the wrong thing: the waiting is
-//     what the replay computes); every other span keeps its measured time.
+//   - durations: over a link profile, a fabric span with bytes > 0 (the
+//     bytes that cross the link for it) takes the profile's transfer_us(bytes),
+//     after its waits; otherwise a span that waits takes 0 (its measured time
+//     in a serialized run is the wrong thing: the waiting is what the replay
+//     computes), and every other span keeps its measured time. So with the
+//     fabric as measured (link "measured"), a copy inside a waiting span
+//     (wait_queries' staged queries) counts 0.
 // A wait whose doorbell no span rings, and a cycle of waits, are errors that
 // name the ranks, spans (layer, kernel) and doorbells.
 //

@@ -75,16 +75,7 @@ std::string text_or(const RunResult& run, const std::string& key, const std::str
   return it == run.text.end() || it->second.empty() ? otherwise : it->second;
 }
 
-std::string commit_of(const RunResult& run) {
-  std::string sha = text_or(run, "git_sha", "unknown");
-  if (text_or(run, "git_dirty", "false") == "true") sha += " (dirty)";
-  return sha;
-}
 
-std::string device_of(const RunResult& run) {
-  const std::string name = gpu_name(run);
-  return name.empty() ? "unknown" : name;
-}
 
 struct Report {
   std::string mode;
@@ -188,12 +179,6 @@ void write_markdown(const Report& report, std::ostream& out) {
   }
 }
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string quoted = "\"";
-  for (char c : s) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return quoted + "\"";
-}
 
 std::string csv_number(double x) { return std::isnan(x) ? "" : fmt::format("{:.4f}", x); }
 
@@ -250,6 +235,24 @@ void write_json(const Report& report, std::ostream& out) {
 }
 
 }  // namespace
+
+std::string commit_of(const RunResult& run) {
+  std::string sha = text_or(run, "git_sha", "unknown");
+  if (text_or(run, "git_dirty", "false") == "true") sha += " (dirty)";
+  return sha;
+}
+
+std::string device_of(const RunResult& run) {
+  const std::string name = gpu_name(run);
+  return name.empty() ? "unknown" : name;
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string quoted = "\"";
+  for (char c : s) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
 
 ReportFormat parse_report_format(const std::string& text) {
   if (text == "text") return ReportFormat::text;

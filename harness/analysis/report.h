@@ -32,4 +32,11 @@ ReportFormat parse_report_format(const std::string& text);
 // Reads the files of `options` and writes the report in `format` (not text).
 void write_report(const CompareOptions& options, ReportFormat format, std::ostream& out);
 
+// The pieces every report shares: a CSV field (quoted when it holds a comma,
+// quote or newline), a file's commit ("<sha>", " (dirty)" when it was) and
+// its device (rank 0's GPU), "unknown" when the file records none.
+std::string csv_field(const std::string& s);
+std::string commit_of(const RunResult& run);
+std::string device_of(const RunResult& run);
+
 }  // namespace pb

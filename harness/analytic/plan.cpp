@@ -399,7 +399,7 @@ std::vector<Span> plan_spans(const RankPlan& plan, const GpuProfile& profile, co
     s.family = l.family;
     s.kernel = l.kernel;
     s.time_us = !fabric ? roofline_us(l.cost, profile) : l.fabric_bytes > 0 ? link.transfer_us(l.fabric_bytes) : 0;
-    s.bytes = fabric ? l.fabric_bytes : l.cost.bytes;
+    s.bytes = span_bytes(l);
     s.flops = l.cost.flops;
     spans.push_back(std::move(s));
   }

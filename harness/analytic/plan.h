@@ -34,6 +34,10 @@ struct Launch {
   double fabric_bytes = 0;
 };
 
+// The bytes a span of this launch records (results.h Span::bytes): for the
+// fabric the bytes that cross the link, for any other family its memory traffic.
+inline double span_bytes(const Launch& l) { return l.family == "fabric" ? l.fabric_bytes : l.cost.bytes; }
+
 struct RankPlan {
   int rank = 0;
   std::vector<Segment> tokens;  // the token ranges it holds, in local row order (schedule.h rank_tokens)

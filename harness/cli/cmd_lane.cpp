@@ -157,7 +157,7 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
       double fmha_ms = 0, span_ms = 0;
       for (size_t i = 0; i < launches.size(); ++i) {
         const TimedLaunch& l = launches[i];
-        spans[vi].push_back({rep, me, l.layer, l.family, l.kernel, l.ms * 1e3, want[i].cost.bytes, want[i].cost.flops,
+        spans[vi].push_back({rep, me, l.layer, l.family, l.kernel, l.ms * 1e3, span_bytes(want[i]), want[i].cost.flops,
                              l.stream, l.start_ms * 1e3});
         span_ms += l.ms;
         if (l.family == "fmha") fmha_ms += l.ms;

@@ -261,7 +261,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       const TimedLaunch& l = launches[i];
       const Launch& p = plan.launches[i];
       spans.push_back(
-          {rep, me, l.layer, l.family, l.kernel, l.ms * 1e3, p.cost.bytes, p.cost.flops, l.stream, l.start_ms * 1e3});
+          {rep, me, l.layer, l.family, l.kernel, l.ms * 1e3, span_bytes(p), p.cost.flops, l.stream, l.start_ms * 1e3});
       for (const BellNote& b : l.bells)
         bells.push_back({rep, me, int64_t(i), b.ring ? BellOpKind::ring : BellOpKind::wait, b.peer, b.flag,
                          doorbell_kind(cp, b.flag), b.value});

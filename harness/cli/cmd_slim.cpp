@@ -1,11 +1,13 @@
 // `prefill-bench slim`: a results file less its projections' per-span
 // timelines (drop_projection_timelines), for committing full-size runs. Every
-// measurement stays; `trace` replays a dropped timeline. Rank 0 only.
+// measurement stays; `trace` replays a dropped timeline. An older run's fabric
+// spans leave with the link's bytes (links.h restore_link_bytes). Rank 0 only.
 #include <cstdio>
 #include <filesystem>
 
 #include "check.h"
 #include "commands.h"
+#include "links.h"
 
 namespace pb {
 
@@ -20,7 +22,7 @@ int cmd_slim(const Gang& gang, const SlimArgs& args) {
   const std::string output = args.output.empty() ? beside_results(args.input, "-slim.h5") : args.output;
   PB_CHECK(std::filesystem::weakly_canonical(output) != std::filesystem::weakly_canonical(args.input),
            "slim: the output '" + output + "' is the input; name another");
-  RunResult result = read_results(args.input);
+  RunResult result = read_with_link_bytes(args.input);  // an older file leaves with the link's bytes
   drop_projection_timelines(result);
   write_results(output, result, args.overwrite);
   std::printf("wrote %s (%.1f MB; %s was %.1f MB)\n", output.c_str(), megabytes(output), args.input.c_str(),

@@ -4,13 +4,14 @@
 
 #include "check.h"
 #include "commands.h"
+#include "links.h"
 
 namespace pb {
 
 int cmd_trace(const Gang& gang, const TraceArgs& args) {
   if (!gang.is_root()) return 0;
   const std::string output = args.output.empty() ? beside_results(args.input, ".trace.json.gz") : args.output;
-  const RunResult result = read_results(args.input);
+  const RunResult result = read_with_link_bytes(args.input);  // a projection over a link re-times them
   std::string json;
   try {
     json = trace_json(result, args.options);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "check.h"
+#include "links.h"
 
 namespace pb {
 
@@ -47,6 +48,7 @@ void record_fabric(const FabricPlan& plan, RunResult& result) {
   result.text["fabric_pairs"] = plan.describe_pairs();
   result.text["fabric_hosts"] = plan.describe_hosts();
   result.numbers["emulated_hosts"] = plan.emulated_hosts;
+  result.text[kFabricSpanBytesKey] = kFabricSpanBytesLink;  // the spans take plan.h span_bytes
 }
 
 }  // namespace pb

@@ -132,6 +132,9 @@ int main(int argc, char** argv) {
                       "one file, no --variants: the variant savings are computed against (default baseline)");
   compare->add_option("--format", cmp.format, "text (default), markdown (a pull request's table), csv, json")
       ->check(CLI::IsMember({"text", "markdown", "csv", "json"}));
+  compare->add_flag("--links", cmp.links,
+                   "one file: the projected gang's TTFT over each link profile (measured, same-gpu, nvlink4, "
+                   "nvlink5, ib400), in any --format");
   compare->add_flag("--verbose", cmp.verbose,
                    "with --baseline: each judged variant's whole comparison, not one line (families, waits, "
                    "projections, outputs)");

@@ -345,11 +345,41 @@ TEST_CASE("projection: fabric copies keep their measured time or take the link's
     CHECK(p.link_source == link_profile(link).source);
     CHECK(p.ttft_ms * 1e3 == doctest::Approx(10 + link_profile(link).transfer_us(halo_bytes) + 3));
   }
-  // A wait span that moves bytes (staged queries) is a copy too.
+  // A wait span that moves bytes (a window read in place, staged queries) takes the transfer after its wait
+  // over a link; with the fabric as measured it is a wait (its measured time mixes the waiting and the copy).
   g.v.spans[size_t(w)].bytes = 1e6;
   const LinkProfile ib = link_profile("ib400");
   CHECK(g.project("ib400").ttft_ms * 1e3 == doctest::Approx(10 + ib.transfer_us(halo_bytes) + ib.transfer_us(1e6) + 3));
-  CHECK(g.project().ttft_ms * 1e3 == doctest::Approx(10 + 7 + 0.5 + 3));
+  CHECK(g.project().ttft_ms * 1e3 == doctest::Approx(10 + 7 + 3));
+}
+
+TEST_CASE("projection: a slower link raises the TTFT by the bytes over the bandwidth on the critical path, no more") {
+  // Rank 0 publishes its window after 10 us; rank 1 reads B bytes of it, then computes 20 us. Rank 2 waits
+  // for nothing and computes `other` us. The link's time counts only while rank 1's chain is the longest.
+  const double bytes = 64e6;
+  for (const double other : {5.0, 1e5}) {
+    CAPTURE(other);
+    Gang g(3);
+    g.span(0, "gemm.wfu", 10);
+    g.publish(0, 1, 0, 1);
+    const int64_t read = g.await(1, 0, 0, /*measured_us=*/3);
+    g.v.spans[size_t(read)].bytes = bytes;
+    g.span(1, "fmha.dense", 20);
+    g.span(2, "gemm.wfu", other);
+    const double chain = 10 + 1 + 20;
+    for (const char* slow : {"nvlink5", "nvlink4", "ib400"}) {
+      CAPTURE(slow);
+      const LinkProfile fast = link_profile("same-gpu"), link = link_profile(slow);
+      const double t_fast = g.project("same-gpu").ttft_ms * 1e3, t_slow = g.project(slow).ttft_ms * 1e3;
+      CHECK(t_fast == doctest::Approx(std::max(chain + fast.transfer_us(bytes), other)));
+      CHECK(t_slow == doctest::Approx(std::max(chain + link.transfer_us(bytes), other)));
+      if (other < chain)  // on the path: exactly the difference of the two transfers
+        CHECK(t_slow - t_fast == doctest::Approx(link.transfer_us(bytes) - fast.transfer_us(bytes)));
+      else  // off the path: nothing
+        CHECK(t_slow == t_fast);
+    }
+    CHECK(g.project().ttft_ms * 1e3 == doctest::Approx(std::max(chain, other)));  // the measured wait counts 0
+  }
 }
 
 TEST_CASE("projection: projections with the same outcome print once") {
