@@ -5,14 +5,19 @@
 // rank's kernels run alone and its spans show its true work. Per rank it
 // reports the FMHA time against the schedule's prediction (pairs x the time
 // of one dense segment pair, measured first on rank 0 alone), the doorbell
-// wait and the fabric bytes; every launch becomes a span with plan's name and
-// cost, and the launch list is checked against plan's MLA layer.
+// wait and the fabric bytes, and exits 1 when a rank's FMHA is off the
+// prediction by more than --fmha-tolerance. Every launch becomes a span with
+// plan's name and cost and its doorbells (rep_record.h), so `trace`, `compare`
+// and the projection read a lane file as they read a run; the launch list is
+// checked against plan's MLA layer, and the file is rewritten after every
+// variant of every rep (rep_loop.h).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 
 #include "check.h"
@@ -21,7 +26,10 @@
 #include "gang_device.h"
 #include "mla_block.h"
 #include "plan_match.h"
+#include "projection.h"
 #include "random_fill.h"
+#include "rep_loop.h"
+#include "rep_record.h"
 #include "run_info.h"
 #include "stats.h"
 #include "timing.h"
@@ -60,10 +68,6 @@ double measure_pair_ms(const ModelShape& m, int64_t t, FmhaEngine engine, int se
   const Timing tm = time_launches([&](int, cudaStream_t st) { fmha(engine, x, s, st); }, 1, 2, 5, stream, settle_ms);
   return tm.median_us / 1e3;
 }
-
-struct RankSummary {
-  std::vector<double> fmha_ms, wait_ms, fabric_mb;
-};
 
 double median_of(std::vector<double> v) { return v.empty() ? 0.0 : median(v); }
 
@@ -122,117 +126,111 @@ int cmd_lane(const Gang& gang, const ScenarioArgs& args) {
   size_t free_b = 0, total_b = 0;
   PB_CUDA(cudaMemGetInfo(&free_b, &total_b));
 
-  const size_t nv = s.variants.size();
+  if (!s.debug.delay_family.empty()) tl.set_delay(s.debug.delay_family, s.debug.delay_us);
+
+  // The rep loop (rep_loop.h) rewrites the file after every variant of every
+  // measured rep; a variant's table and projected gang follow its last rep.
   std::vector<RankPlan> plans;  // this rank's launch list per variant, the spans' names and costs
-  for (const VariantSpec& spec : s.variants) plans.push_back(plan_rank(s, spec.cuts, me));
-  std::vector<std::vector<Span>> spans(nv);
-  std::vector<std::vector<RankRep>> rank_reps(nv);
-  std::vector<RankSummary> summary(nv);
-  int64_t seq = 0;
-  for (int rep = -s.warmup; rep < s.reps; ++rep) {
-    for (size_t vi = 0; vi < nv; ++vi) {
-      const CutSet& cuts = s.variants[vi].cuts;
-      const FabricStats before = fab ? fab->stats() : FabricStats{};
-      tl.set_nvtx_label("rank " + std::to_string(me) + " " + s.variants[vi].name + " rep " + std::to_string(rep));
-      gang.barrier();
-      const auto t0 = std::chrono::steady_clock::now();
-      const double gpu_t0 = telemetry.now_ms();
-      turn([&] { block.project(mixed.get(), seq, cuts, tl, blas); });
-      turn([&] { block.attend(tl, blas); });
-      turn([&] { block.finish(tl, blas); });
-      if (fab) fab->drain();
-      const std::vector<TimedLaunch> launches = tl.collect();
-      const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-      if (fab) fab->settle_transfers();  // sends still in flight, for the NCCL time
-      const std::vector<TelemetrySample> clocks = telemetry.between(gpu_t0, telemetry.now_ms());
-      ++seq;
-      const RankPlan& plan = plans[vi];
-      const std::vector<Launch> want = plan_slice(plan, int32_t(layer), "rmsnorm.mla_in", launches.size());
-      const std::string diff = launch_list_difference(launches, want);
-      if (!diff.empty()) gang.fail("lane: the MLA block's launches differ from plan's: " + diff);
-      if (rep < 0) continue;
-      RankRep rr;
-      rr.rep = rep;
-      rr.rank = me;
-      double fmha_ms = 0, span_ms = 0;
-      for (size_t i = 0; i < launches.size(); ++i) {
-        const TimedLaunch& l = launches[i];
-        spans[vi].push_back({rep, me, l.layer, l.family, l.kernel, l.ms * 1e3, span_bytes(want[i]), want[i].cost.flops,
-                             l.stream, l.start_ms * 1e3});
-        span_ms += l.ms;
-        if (l.family == "fmha") fmha_ms += l.ms;
-        if (l.kernel.rfind("fabric.wait", 0) == 0) rr.wait_us += l.ms * 1e3;
-      }
-      if (fab) add_fabric_stats(rr, before, fab->stats());
-      rr.wall_us = serial ? span_ms * 1e3 : wall_us;  // serialized: the rank's own work
-      rr.peak_mem_bytes = double(total_b - free_b);   // device-wide when ranks share a GPU
-      summarize_clocks(clocks, rr);
-      rank_reps[vi].push_back(rr);
-      summary[vi].fmha_ms.push_back(fmha_ms);
-      summary[vi].wait_ms.push_back(rr.wait_us / 1e3);
-      summary[vi].fabric_mb.push_back(rr.fabric_bytes / 1e6);
-    }
-    if (gang.is_root()) std::fprintf(stderr, "lane: rep %d of %d done\n", rep + 1, s.reps);
-  }
-
-  record_telemetry(gang, device, telemetry, result);
-
-  // Gather and report: rank 0 prints per variant and rank the FMHA time
-  // against pairs x pair_ms, and writes the file.
-  bool all_within = true;
-  for (size_t vi = 0; vi < nv; ++vi) {
-    const std::vector<std::string> span_parts = gang.gather(pack_spans(spans[vi]));
-    const std::vector<std::string> rep_parts = gang.gather(pack_rank_reps(rank_reps[vi]));
-    const std::string mine = std::to_string(median_of(summary[vi].fmha_ms)) + " " +
-                             std::to_string(median_of(summary[vi].wait_ms)) + " " +
-                             std::to_string(median_of(summary[vi].fabric_mb));
-    const std::vector<std::string> rows_txt = gang.gather(mine);
-    if (!gang.is_root()) continue;
+  for (const VariantSpec& spec : s.variants) {
+    plans.push_back(plan_rank(s, spec.cuts, me));
     VariantResult v;
-    v.name = s.variants[vi].name;
-    v.cuts = s.variants[vi].cuts.describe();
-    for (const auto& p : span_parts) {
-      const std::vector<Span> part = unpack_spans(p);
-      v.spans.insert(v.spans.end(), part.begin(), part.end());
-    }
-    for (const auto& p : rep_parts) {
-      const std::vector<RankRep> part = unpack_rank_reps(p);
-      v.rank_reps.insert(v.rank_reps.end(), part.begin(), part.end());
-    }
+    v.name = spec.name;
+    v.cuts = spec.cuts.describe();
+    result.variants.push_back(std::move(v));
+  }
+  int64_t seq = 0;
+  const auto measure = [&](int rep, size_t vi) {
+    const CutSet& cuts = s.variants[vi].cuts;
+    const FabricStats before = fab ? fab->stats() : FabricStats{};
+    tl.set_nvtx_label("rank " + std::to_string(me) + " " + s.variants[vi].name + " rep " + std::to_string(rep));
+    gang.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    const double gpu_t0 = telemetry.now_ms();
+    turn([&] { block.project(mixed.get(), seq, cuts, tl, blas); });
+    turn([&] { block.attend(tl, blas); });
+    turn([&] { block.finish(tl, blas); });
+    if (fab) fab->drain();
+    const std::vector<TimedLaunch> launches = tl.collect();
+    const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    if (fab) fab->settle_transfers();  // sends still in flight, for the NCCL time
+    const std::vector<TelemetrySample> clocks = telemetry.between(gpu_t0, telemetry.now_ms());
+    ++seq;
+    const std::vector<Launch> want = plan_slice(plans[vi], int32_t(layer), "rmsnorm.mla_in", launches.size());
+    const std::string diff = launch_list_difference(launches, want);
+    if (!diff.empty()) gang.fail("lane: the MLA block's launches differ from plan's: " + diff);
+    const RankRecord record = record_launches(launches, want, rep, me, cp);
+    double span_us = 0;
+    for (const Span& sp : record.spans) span_us += sp.time_us;
+    RankRep rr;
+    rr.rep = rep;
+    rr.rank = me;
+    rr.wait_us = record.wait_us;
+    if (fab) add_fabric_stats(rr, before, fab->stats());
+    rr.wall_us = serial ? span_us : wall_us;       // serialized: the rank's own work
+    rr.peak_mem_bytes = double(total_b - free_b);  // device-wide when ranks share a GPU
+    summarize_clocks(clocks, rr);
+    gather_rep(gang, rep, record, rr, result.variants[vi]);
+    if (gang.is_root()) std::fprintf(stderr, "lane: %s, variant %s done\n", rep_label(rep, s.warmup, s.reps).c_str(),
+                                     s.variants[vi].name.c_str());
+  };
+
+  // Rank 0, after a variant's last rep: per rank the FMHA time (median over
+  // reps) against pairs x pair_ms, the wait and the fabric's bytes; the
+  // projected gang of the layer.
+  bool all_within = true;
+  const auto finish = [&](size_t vi) {
+    if (!gang.is_root()) return;
+    VariantResult& v = result.variants[vi];
     const Schedule sched = attention_schedule(s.variants[vi].cuts, s.layout, s.cp);
     const std::string ranks = !serial ? "concurrent"
                               : s.turn_settle_ms > 0 ? "serialized (turns and pair after " +
                                                            std::to_string(s.turn_settle_ms) + " ms idle)"
                                                      : "serialized";
     std::printf("\nlane %s, variant %s (%s schedule), one MLA layer, %s ranks, pair = %.3f ms (%lld x %lld dense)\n",
-                s.name.c_str(), v.name.c_str(), schedule_name(sched), ranks.c_str(),
-                pair_ms, (long long)segs[0].len, (long long)segs[0].len);
+                s.name.c_str(), v.name.c_str(), schedule_name(sched), ranks.c_str(), pair_ms,
+                (long long)segs[0].len, (long long)segs[0].len);
     std::printf("%5s %7s %12s %12s %7s %10s %11s\n", "rank", "pairs", "predicted_ms", "fmha_ms", "ratio", "wait_ms",
                 "fabric_MB");
     double deep = 0;
     int deep_rank = 0;
     for (int r = 0; r < cp; ++r) {
-      double fm = 0, wm = 0, mb = 0;
-      std::sscanf(rows_txt[r].c_str(), "%lf %lf %lf", &fm, &wm, &mb);
+      std::map<int32_t, double> fmha_us;  // per rep
+      for (const Span& sp : v.spans)
+        if (sp.rank == r && sp.family == "fmha") fmha_us[sp.rep] += sp.time_us;
+      std::vector<double> fmha_ms, wait_ms, fabric_mb;
+      for (const auto& [rep, us] : fmha_us) fmha_ms.push_back(us / 1e3);
+      for (const RankRep& rr : v.rank_reps)
+        if (rr.rank == r) wait_ms.push_back(rr.wait_us / 1e3), fabric_mb.push_back(rr.fabric_bytes / 1e6);
+      const double fm = median_of(fmha_ms), wm = median_of(wait_ms), mb = median_of(fabric_mb);
       const double pairs = rank_attention(sched, cp, r).load_pairs, predicted = pairs * pair_ms;
       const double ratio = fm / predicted;
-      all_within &= std::fabs(ratio - 1.0) <= 0.10;
+      all_within &= std::fabs(ratio - 1.0) <= args.fmha_tolerance;
       if (fm > deep) deep = fm, deep_rank = r;
       std::printf("%5d %7.1f %12.3f %12.3f %7.3f %10.3f %11.1f\n", r, pairs, predicted, fm, ratio, wm, mb);
       result.numbers["fmha_ms." + v.name + ".rank" + std::to_string(r)] = fm;
     }
     std::printf("deep rank %d: FMHA %.3f ms\n", deep_rank, deep);
-    result.variants.push_back(std::move(v));
-  }
-  if (gang.is_root()) {
-    std::printf("every rank's FMHA time within 10%% of pairs x pair time: %s\n", all_within ? "yes" : "NO");
-    write_results(path, result, args.overwrite);
-    std::printf("wrote %s\n", path.c_str());
+    if (can_project(v)) {
+      try {
+        v.projections.push_back(project_variant(v, kMeasuredLink));
+        std::printf("%s", format_projections(v.name, v.projections).c_str());
+      } catch (const Error& e) {
+        std::printf("variant %s: no projected gang: %s\n", v.name.c_str(), e.what());
+      }
+    }
+  };
+
+  const RepLoop loop{gang, s.warmup, s.reps, path, args.overwrite, "prefill-bench lane"};
+  int code = loop.run(result, measure, finish, [&] { record_telemetry(gang, device, telemetry, result); });
+  if (code == 0 && gang.is_root()) {
+    std::printf("every rank's FMHA time within %.0f%% of pairs x pair time: %s\n", 100 * args.fmha_tolerance,
+                all_within ? "yes" : "NO (exit 1)");
+    if (!all_within) code = 1;
   }
   gang.barrier();  // no peer stores into a slab being freed
   fab.reset();
   PB_CUDA(cudaStreamDestroy(stream));
-  return 0;
+  return code;
 }
 
 }  // namespace pb

@@ -31,6 +31,7 @@
 #include "profile.h"
 #include "projection.h"
 #include "rep_loop.h"
+#include "rep_record.h"
 #include "run_info.h"
 #include "stats.h"
 #include "superstep.h"
@@ -249,49 +250,31 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
     } else if (const std::string diff = launch_list_difference(launches, plan.launches); !diff.empty()) {
       gang.fail("run: the superstep's launches differ from plan's: " + diff);
     }
-    std::vector<Span> spans;
-    std::vector<BellOp> bells;
+    const RankRecord record = record_launches(launches, plan.launches, rep, me, cp);
     RankRep rr;
     rr.rep = rep;
     rr.rank = me;
     rr.wall_us = wall_ms * 1e3;
     rr.peak_mem_bytes = peak_bytes;
+    rr.wait_us = record.wait_us;
     summarize_clocks(clocks, rr);
-    for (size_t i = 0; i < launches.size(); ++i) {
-      const TimedLaunch& l = launches[i];
-      const Launch& p = plan.launches[i];
-      spans.push_back(
-          {rep, me, l.layer, l.family, l.kernel, l.ms * 1e3, span_bytes(p), p.cost.flops, l.stream, l.start_ms * 1e3});
-      for (const BellNote& b : l.bells)
-        bells.push_back({rep, me, int64_t(i), b.ring ? BellOpKind::ring : BellOpKind::wait, b.peer, b.flag,
-                         doorbell_kind(cp, b.flag), b.value});
-      if (l.kernel.rfind("fabric.wait", 0) == 0) rr.wait_us += l.ms * 1e3;
-    }
-    if (WallSplit split; split_wall(spans, rr.wall_us, split)) {
+    if (WallSplit split; split_wall(record.spans, rr.wall_us, split)) {
       rr.launch_gap_us = split.launch_gap_us;
       rr.host_us = split.host_us;
     }
     if (fab) add_fabric_stats(rr, before, fab->stats());
     // Every rank's spans and wall to rank 0; TTFT is the last rank's wall.
-    const std::vector<std::string> span_parts = gang.gather(rep >= 0 ? pack_spans(spans) : std::string());
-    const std::vector<std::string> bell_parts = gang.gather(rep >= 0 ? pack_bells(bells) : std::string());
-    const std::vector<std::string> rep_parts = gang.gather(pack_rank_reps({rr}));
+    VariantResult& v = result.variants[vi];
+    const std::vector<RankRep> ranks = gather_rep(gang, rep, record, rr, v);
     if (gang.is_root()) {
-      const double ttft = unpack_rank_reps(rep_parts.back()).at(0).wall_us / 1e3;
+      const double ttft = ranks.back().wall_us / 1e3;
       const std::string which = rep_label(rep, s.warmup, s.reps);
       const std::string note =
           short_warmup ? " (layers 0-" + std::to_string(s.warmup_layers - 1) + ")" : std::string();
       std::printf("%-18s %-12s %s %.1f ms%s\n", which.c_str(), s.variants[vi].name.c_str(), wall_label, ttft,
                   note.c_str());
       std::fflush(stdout);
-      if (rep >= 0) {
-        VariantResult& v = result.variants[vi];
-        v.ttft_ms.push_back(ttft);
-        for (size_t r = 0; r < span_parts.size(); ++r)
-          append_spans(v, unpack_spans(span_parts[r]), unpack_bells(bell_parts[r]));
-        for (const auto& part : rep_parts)
-          for (const RankRep& r : unpack_rank_reps(part)) v.rank_reps.push_back(r);
-      }
+      if (rep >= 0) v.ttft_ms.push_back(ttft);
     }
   };
 

@@ -33,6 +33,7 @@ struct ScenarioArgs {
   std::string link;               // --link (plan): the fabric's link profile; empty: the GPU profile's
   std::vector<std::string> calibrate;  // --calibrate (plan): benchmark files
   std::string measured;           // --measured (plan): a run to check the calibrated plan against
+  double fmha_tolerance = 0.10;   // --fmha-tolerance (lane): a rank's FMHA off pairs x pair time by more exits 1
   std::string command_line;
 };
 

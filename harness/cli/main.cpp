@@ -109,6 +109,10 @@ int main(int argc, char** argv) {
       "lane", "one MLA layer across the CP gang: per-rank FMHA time vs the schedule, waits, fabric bytes");
   add_scenario_input(lane, lane_args, /*cuts=*/true);
   add_output_options(lane, lane_args.output, lane_args.overwrite, "runs/<name>-lane-<time>.h5");
+  lane->add_option("--fmha-tolerance", lane_args.fmha_tolerance,
+                   "exit 1 when a rank's FMHA time is off pairs x the pair's time by more than this fraction "
+                   "(default 0.10)")
+      ->check(CLI::PositiveNumber);
 
   pb::ScenarioArgs ranks_args;
   CLI::App* ranks = app.add_subcommand("ranks", "print the scenario's rank count (cp), for launch scripts");
