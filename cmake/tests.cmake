@@ -110,7 +110,7 @@ foreach(src results/test_results results/test_sweep_file config/test_scenario an
             analytic/test_slab_layout analytic/test_doorbell_protocol analysis/test_compare
             analysis/test_projection analysis/test_trace analysis/test_power_state analysis/test_wall_split
             analysis/test_gemm_ceiling analysis/test_activity_spans analysis/test_headline
-            analysis/test_efficiency analysis/test_links)
+            analysis/test_efficiency analysis/test_links analytic/test_plan_vs_runs)
   pb_cpu_test(test/${src}.cpp)
 endforeach()
 # The cut table against its consumers (the kernels benchmark's families among them).
