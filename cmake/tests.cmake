@@ -606,6 +606,12 @@ string(APPEND pb_calibration_files ,${CMAKE_SOURCE_DIR}/results/h200/moe.h5)
 pb_cli_test(plan_measured_headline 0 "the projected gang's where its ranks took turns.*\n  baseline +[0-9.]+ +13059\\.4 "
   plan ${CMAKE_SOURCE_DIR}/scenarios/cp8-128k.yaml --calibrate ${pb_calibration_files}
   --measured ${CMAKE_SOURCE_DIR}/results/h200/cp8-128k.h5)
+# A plan's TTFT is the planned one (headline.h): its savings table and report carry it, cold starts never.
+pb_cli_test(compare_plan_ttft 0
+  "TTFT: planned: the calibrated plan's deepest rank.*\n  all +[0-9.]+ +[0-9.]+ +[1-9][0-9.]*% "
+  compare ${CMAKE_SOURCE_DIR}/test/data/plan-smoke-cp2.h5)
+pb_cli_test(compare_plan_markdown 0 "planned for the h200 profile.*\\| planned TTFT ms \\(median\\) \\|.*roofline's ms per superstep"
+  compare ${CMAKE_SOURCE_DIR}/test/data/plan-smoke-cp2.h5 --format markdown)
 # A cold reference (the committed each-cut file ran its baseline first, warmup 0) is warned of.
 pb_cli_test(compare_cold_reference 0
   "baseline +10940.6 .* cold\n.*warning: the reference 'baseline' in [^ ]*cp4-64k-each-cut.h5 may hold a cold start: it ran first with no warm-up rep \\(warmup: 0\\)"

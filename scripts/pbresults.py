@@ -274,10 +274,14 @@ def wall_ttft_ms(f, variant):
 @_reads
 def ttft_headline(f, variant):
     """Which TTFT the file reports for variant: "projected" (the gang replayed
-    over the measured links) or "measured". The root text ttft_headline when
-    present; else projected when memory_ranks_per_gpu > 1 and the variant
-    holds a measured projection."""
+    over the measured links), "measured", or "planned" (a plan file: the
+    calibrated plan's deepest rank where it was calibrated, else the
+    roofline's). The root text ttft_headline when present; else projected
+    when memory_ranks_per_gpu > 1 and the variant holds a measured
+    projection."""
     g = variant_group(f, variant)
+    if kind(f) == "plan":
+        return "planned"
     if "ttft_headline" in f.attrs:
         headline = text(f.attrs["ttft_headline"])
         if headline not in ("projected", "measured"):
@@ -290,10 +294,23 @@ def ttft_headline(f, variant):
 @_reads
 def ttft_samples(f, variant):
     """The headline TTFT of each rep, ms (numpy array): projected,
-    projection/measured/reps ttft_ms; measured, ttft_ms. ResultsError when
-    there is none."""
+    projection/measured/reps ttft_ms; measured, ttft_ms; planned, the one
+    value of the plan (calibrated_ms.<variant>, else the largest sum of a
+    rank's spans). ResultsError when there is none."""
     g = variant_group(f, variant)
-    projected = ttft_headline(f, variant) == "projected"
+    headline = ttft_headline(f, variant)
+    if headline == "planned":
+        calibrated = f.attrs.get("calibrated_ms." + variant)
+        if calibrated is not None and float(calibrated) > 0:
+            return np.asarray([float(calibrated)])
+        spans = _read(g["spans"])
+        ranks = {}
+        for rank, us in zip(spans["rank"], spans["time_us"]):
+            ranks[int(rank)] = ranks.get(int(rank), 0.0) + float(us)
+        if not ranks or max(ranks.values()) <= 0:
+            raise ResultsError("{}: variant '{}' has no planned spans".format(_where(f), variant))
+        return np.asarray([max(ranks.values()) / 1e3])
+    projected = headline == "projected"
     where = "projection/measured/reps" if projected else "ttft_ms"
     samples = np.empty(0)
     if where in g:
@@ -313,8 +330,8 @@ def ttft(f, variant):
 
 @_reads
 def ttft_label(f, variant):
-    """What to call ttft() in a plot: "projected gang TTFT" or "TTFT"."""
-    return "projected gang TTFT" if ttft_headline(f, variant) == "projected" else "TTFT"
+    """What to call ttft() in a plot: "projected gang TTFT", "planned TTFT" or "TTFT"."""
+    return {"projected": "projected gang TTFT", "planned": "planned TTFT"}.get(ttft_headline(f, variant), "TTFT")
 
 
 @_reads

@@ -147,14 +147,15 @@ void print_savings(const RunResult& run, const std::string& file, const std::str
     return;
   }
   const auto percent = [](double base, double x) { return base > 0 ? 100.0 * (base - x) / base : 0.0; };
-  const bool projected = ttft_form(run, base) == TtftForm::projected;
-  out << fmt::format("savings against '{}' in {} (TTFT: {}, median over reps; spans: the deep rank's "
-                     "superstep{})\n",
-                     reference, file,
-                     projected ? "the projected gang, replayed from the spans over the links as measured, as if "
-                                 "each rank had its GPU"
-                               : "measured",
-                     projected ? "; serialized wall: the run's own wall clock, every rank's turns" : "");
+  const TtftForm form = ttft_form(run, base);
+  const bool projected = form == TtftForm::projected;
+  const char* which = projected ? "the projected gang, replayed from the spans over the links as measured, as if "
+                                  "each rank had its GPU, median over reps"
+                      : form == TtftForm::planned ? "planned: the calibrated plan's deepest rank where it was "
+                                                    "calibrated, else the roofline's"
+                                                  : "measured, median over reps";
+  out << fmt::format("savings against '{}' in {} (TTFT: {}; spans: the deep rank's superstep{})\n", reference, file,
+                     which, projected ? "; serialized wall: the run's own wall clock, every rank's turns" : "");
   out << fmt::format("  {:<14} {:>12} {:>12} {:>8} {:>12} {:>12} {:>6}{}\n", "variant", "TTFT ms", "saving ms", "%",
                      "spans ms", "saving ms", "MFU", projected ? fmt::format(" {:>17}", "serialized wall") : "");
   for (const VariantResult& v : run.variants) {
@@ -246,6 +247,7 @@ std::string cold_start_of(const RunResult& run, const std::string& file, const V
     const auto found = reasons.find(variant.name);
     return found == reasons.end() ? "" : found->second;
   }
+  if (ttft_form(run, variant) == TtftForm::planned) return "";  // nothing ran
   Scenario scenario;
   std::string problem;
   const int warmup = recorded_scenario(run, file, &scenario, &problem) ? scenario.warmup : -1;
@@ -278,6 +280,10 @@ RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOp
     verdict.method = "not judged";
     verdict.reason = fmt::format("A's TTFT is {}, B's {}: not the same quantity", ttft_form_name(ha.form),
                                  ttft_form_name(hb.form));
+  } else if (ha.form == TtftForm::planned) {
+    verdict = RegressionVerdict{};
+    verdict.method = "not judged";
+    verdict.reason = "planned TTFTs, not measured: no noise to judge a change against";
   }
   verdict.quantity = ttft_form_label(ha.form);
   for (const Side* side : {&a, &b})

@@ -33,24 +33,13 @@ Efficiency efficiency_of(const RunResult& run, const VariantResult& variant) {
   Efficiency e;
   const int32_t rep = first_rep(variant);
   std::set<int32_t> ranks;
-  std::map<int32_t, double> rank_us;  // a plan's TTFT: the rank that ends last
   for (const Span& span : variant.spans) {
     ranks.insert(span.rank);
-    if (span.rep != rep) continue;
-    if (std::isfinite(span.flops)) e.model_flops += span.flops;
-    rank_us[span.rank] += span.time_us;
+    if (span.rep == rep && std::isfinite(span.flops)) e.model_flops += span.flops;
   }
   e.gpus = int(ranks.size());
-  if (run.kind == "plan") {
-    double deepest = 0;
-    for (const auto& [rank, us] : rank_us) deepest = std::max(deepest, us);
-    if (deepest > 0) e.ttft_ms = deepest / 1e3;
-    const auto calibrated = run.numbers.find("calibrated_ms." + variant.name);
-    if (calibrated != run.numbers.end() && calibrated->second > 0) e.ttft_ms = calibrated->second;
-  } else {
-    const HeadlineTtft headline = headline_ttft(run, variant);
-    if (!headline.ms.empty()) e.ttft_ms = median(headline.ms);
-  }
+  const HeadlineTtft headline = headline_ttft(run, variant);
+  if (!headline.ms.empty()) e.ttft_ms = median(headline.ms);
   const auto profile = run.text.find("gpu_profile");
   e.profile = profile != run.text.end() ? profile->second : profile_of_device(gpu_name(run));
   if (e.gpus == 0 || !(e.ttft_ms > 0) || !(e.model_flops > 0)) return e;

@@ -123,9 +123,12 @@ int GateReport::exit_code() const {
   return any_blocking() ? kCompareCannotJudge : kComparePass;
 }
 
+// Measured samples: a plan's TTFT is not a measurement to judge.
 bool has_ttft_samples(const RunResult& run) {
-  return std::any_of(run.variants.begin(), run.variants.end(),
-                     [&](const VariantResult& variant) { return !headline_ttft(run, variant).ms.empty(); });
+  return std::any_of(run.variants.begin(), run.variants.end(), [&](const VariantResult& variant) {
+    const HeadlineTtft h = headline_ttft(run, variant);
+    return h.form != TtftForm::planned && !h.ms.empty();
+  });
 }
 
 template <typename T>

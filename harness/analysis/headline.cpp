@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "check.h"
 #include "projection.h"
 #include "stats.h"
@@ -9,9 +11,13 @@
 
 namespace pb {
 
-const char* ttft_form_name(TtftForm form) { return form == TtftForm::projected ? "projected" : "measured"; }
+const char* ttft_form_name(TtftForm form) {
+  return form == TtftForm::projected ? "projected" : form == TtftForm::planned ? "planned" : "measured";
+}
 
-const char* ttft_form_label(TtftForm form) { return form == TtftForm::projected ? "projected gang TTFT" : "TTFT"; }
+const char* ttft_form_label(TtftForm form) {
+  return form == TtftForm::projected ? "projected gang TTFT" : form == TtftForm::planned ? "planned TTFT" : "TTFT";
+}
 
 TtftForm ttft_form_of_run(bool serialized, int cp) {
   return serialized && cp > 1 ? TtftForm::projected : TtftForm::measured;
@@ -29,6 +35,7 @@ const Projection* measured_gang(const VariantResult& variant) {
 }  // namespace
 
 TtftForm ttft_form(const RunResult& run, const VariantResult& variant) {
+  if (run.kind == "plan") return TtftForm::planned;
   const auto key = run.text.find("ttft_headline");
   if (key != run.text.end()) {
     for (TtftForm form : {TtftForm::measured, TtftForm::projected})
@@ -43,6 +50,19 @@ TtftForm ttft_form(const RunResult& run, const VariantResult& variant) {
 HeadlineTtft headline_ttft(const RunResult& run, const VariantResult& variant) {
   HeadlineTtft h;
   h.form = ttft_form(run, variant);
+  if (h.form == TtftForm::planned) {
+    const auto calibrated = run.numbers.find("calibrated_ms." + variant.name);
+    if (calibrated != run.numbers.end() && calibrated->second > 0) {
+      h.ms = {calibrated->second};
+      return h;
+    }
+    std::map<int32_t, double> rank_us;
+    for (const Span& span : variant.spans) rank_us[span.rank] += span.time_us;
+    double deepest = 0;
+    for (const auto& [rank, us] : rank_us) deepest = std::max(deepest, us);
+    if (deepest > 0) h.ms = {deepest / 1e3};
+    return h;
+  }
   if (h.form == TtftForm::measured) {
     h.ms = variant.ttft_ms;
     return h;

@@ -3,10 +3,14 @@
 //   - projected: the gang replayed over the measured links, one per rep
 //     (the variant's "measured" projection), for a run whose ranks shared a
 //     GPU and took turns: its wall clock is the sum of the ranks;
-//   - measured: VariantResult::ttft_ms, for every other run.
-// `run` records the form in text["ttft_headline"]; a file without it is read
-// as projected when numbers["memory_ranks_per_gpu"] > 1 and the variant holds
-// a "measured" projection.
+//   - measured: VariantResult::ttft_ms, for every other run;
+//   - planned: a plan file's one value, the calibrated plan's deepest rank
+//     (numbers["calibrated_ms.<variant>"]) where it was calibrated, else the
+//     roofline's (the largest sum of a rank's spans). Nothing measured it: the
+//     gate does not judge it, and no cold start is read from it.
+// `run` records the form in text["ttft_headline"]; a run file without it is
+// read as projected when numbers["memory_ranks_per_gpu"] > 1 and the variant
+// holds a "measured" projection.
 #pragma once
 
 #include <map>
@@ -17,11 +21,11 @@
 
 namespace pb {
 
-enum class TtftForm { measured, projected };
+enum class TtftForm { measured, projected, planned };
 
-// "measured" | "projected": the text of text["ttft_headline"].
+// "measured" | "projected" | "planned": the text of text["ttft_headline"] (a run records the first two).
 const char* ttft_form_name(TtftForm form);
-// "TTFT" | "projected gang TTFT": how tables and verdicts name it.
+// "TTFT" | "projected gang TTFT" | "planned TTFT": how tables and verdicts name it.
 const char* ttft_form_label(TtftForm form);
 // What `run` records: projected for a serialized gang of several ranks.
 TtftForm ttft_form_of_run(bool serialized, int cp);

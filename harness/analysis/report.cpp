@@ -163,7 +163,9 @@ void write_markdown(const Report& report, std::ostream& out) {
       for (const auto& [family, ms] : row.family_ms.at(rank)) order.emplace(family, 0.0);
   std::vector<std::pair<std::string, double>> families(order.begin(), order.end());
   std::stable_sort(families.begin(), families.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
-  out << fmt::format("\nrank {} (the deepest of the first variant), ms per superstep by family:\n\n| family |", rank);
+  const bool planned = report.rows.front().ttft.form == TtftForm::planned;
+  out << fmt::format("\nrank {} (the deepest of the first variant), {}ms per superstep by family:\n\n| family |", rank,
+                     planned ? "the roofline's " : "");
   for (const Row& row : report.rows) out << " " << row_label(report, row) << " |";
   out << "\n|---|";
   for (size_t i = 0; i < report.rows.size(); ++i) out << "---:|";
@@ -244,7 +246,9 @@ std::string commit_of(const RunResult& run) {
 
 std::string device_of(const RunResult& run) {
   const std::string name = gpu_name(run);
-  return name.empty() ? "unknown" : name;
+  if (!name.empty()) return name;
+  const auto profile = run.text.find("gpu_profile");  // a plan: the profile it planned for
+  return profile != run.text.end() ? "planned for the " + profile->second + " profile" : "unknown";
 }
 
 std::string csv_field(const std::string& s) {

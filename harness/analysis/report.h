@@ -34,7 +34,7 @@ void write_report(const CompareOptions& options, ReportFormat format, std::ostre
 
 // The pieces every report shares: a CSV field (quoted when it holds a comma,
 // quote or newline), a file's commit ("<sha>", " (dirty)" when it was) and
-// its device (rank 0's GPU), "unknown" when the file records none.
+// its device (rank 0's GPU; a plan's profile), "unknown" when the file records neither.
 std::string csv_field(const std::string& s);
 std::string commit_of(const RunResult& run);
 std::string device_of(const RunResult& run);

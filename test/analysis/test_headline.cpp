@@ -34,6 +34,32 @@ TEST_CASE("headline: the recorded form, else memory_ranks_per_gpu with a measure
   CHECK(pb::ttft_form_of_run(false, 8) == TtftForm::measured);
 }
 
+TEST_CASE("headline: a plan's TTFT is planned: the calibrated deepest rank, else the roofline's deepest rank") {
+  pb::RunResult plan;
+  plan.kind = "plan";
+  plan.text["ttft_headline"] = "measured";  // a plan's form does not depend on what else the file says
+  pb::VariantResult v;
+  v.name = "all";
+  for (const auto& [rank, us] : {std::pair{0, 300.0}, {0, 400.0}, {1, 650.0}, {2, 100.0}}) {
+    pb::Span s;
+    s.rep = -1;
+    s.rank = rank;
+    s.time_us = us;
+    v.spans.push_back(s);
+  }
+  plan.variants.push_back(v);
+  CHECK(pb::ttft_form(plan, v) == TtftForm::planned);
+  CHECK(pb::headline_ttft(plan, v).ms == std::vector<double>{0.7});  // rank 0 ends last: 700 us
+  plan.numbers["calibrated_ms.all"] = 0.9;
+  CHECK(pb::headline_ttft(plan, v).ms == std::vector<double>{0.9});
+  plan.numbers["calibrated_ms.all"] = -1;  // not a value: the roofline's
+  CHECK(pb::headline_ttft(plan, v).ms == std::vector<double>{0.7});
+  CHECK(std::string(pb::ttft_form_label(TtftForm::planned)) == "planned TTFT");
+  pb::VariantResult empty;
+  empty.name = "none";
+  CHECK(pb::headline_ttft(plan, empty).ms.empty());
+}
+
 TEST_CASE("headline: a cold start: the first variant without warm-up, or a slow first rep") {
   // the first variant with warmup 0, whatever its samples
   CHECK(pb::cold_start_reason(true, 0, {100, 100, 100}) == "ran first with no warm-up rep (warmup: 0)");

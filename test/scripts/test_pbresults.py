@@ -10,6 +10,7 @@ one into a single line on stderr and exit 2.
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -84,6 +85,27 @@ def headline_rule(out):
         expect(list(pr.ttft_samples(f, "v")) == samples, "{}: samples {}".format(what, pr.ttft_samples(f, "v")))
         expect(pr.ttft(f, "v") == float(np.median(samples)), "{}: ttft {}".format(what, pr.ttft(f, "v")))
         f.close()
+
+
+@book.case
+def planned(out):
+    """A plan's TTFT: the largest sum of a rank's spans, or the calibrated value where the plan has one
+    (harness/analysis/headline.h says the same)."""
+    source = os.path.join(ROOT, "test", "data", "plan-smoke-cp2.h5")
+    f = pr.open_results(source)
+    for v in pr.variant_names(f):
+        spans = f["variants"][v]["spans"][()]
+        deepest = max(spans["time_us"][spans["rank"] == r].sum() for r in set(spans["rank"])) / 1e3
+        expect(pr.ttft_headline(f, v) == "planned" and pr.ttft_label(f, v) == "planned TTFT", v)
+        expect(abs(pr.ttft(f, v) - deepest) < 1e-9, "{}: {} (want {})".format(v, pr.ttft(f, v), deepest))
+    f.close()
+    copy = os.path.join(out, "calibrated-plan.h5")
+    shutil.copyfile(source, copy)
+    with h5py.File(copy, "r+") as g:
+        v = list(g["variants"])[0]
+        g.attrs["calibrated_ms." + v] = 123.5
+    f = pr.open_results(copy)
+    expect(pr.ttft(f, v) == 123.5, "calibrated: {}".format(pr.ttft(f, v)))
 
 
 @book.case
