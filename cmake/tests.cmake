@@ -213,7 +213,10 @@ if(PB_PYTHON)
   set_tests_properties(cpu.readme_commands PROPERTIES LABELS cpu TIMEOUT 600 ENVIRONMENT "${PB_MPI_ENV}")
   add_test(NAME cpu.docs_plan_commands COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_readme.py
            ${CMAKE_SOURCE_DIR}/docs/plan.md ${CMAKE_BINARY_DIR})
-  set_tests_properties(cpu.docs_plan_commands PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}")
+  add_test(NAME cpu.docs_results_commands COMMAND ${PB_PYTHON} ${CMAKE_SOURCE_DIR}/test/scripts/test_readme.py
+           ${CMAKE_SOURCE_DIR}/docs/results-h200.md ${CMAKE_BINARY_DIR})
+  set_tests_properties(cpu.docs_plan_commands cpu.docs_results_commands PROPERTIES LABELS cpu TIMEOUT 300
+    ENVIRONMENT "${PB_MPI_ENV}")
   # The tables the README and docs/*.md hold as a command printed them from the committed files
   # (scripts/docs_tables.py): each must be what its command prints now.
   file(GLOB pb_doc_pages CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/docs/*.md)
