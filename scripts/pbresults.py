@@ -409,11 +409,21 @@ def point_memory_gb(g):
     return sum(float(g.attrs[k]) for k in keys) / 1e9
 
 
+@_reads
+def point_efficiency(g, variant):
+    """A sweep point's parallel efficiency over cp (sweep_efficiency.<variant>,
+    harness/results/sweep_file.h), None without it."""
+    value = g.attrs.get("sweep_efficiency." + variant)
+    return None if value is None else float(value)
+
+
 def sweep_rows(path, f, variants):
     """One dict per measured or planned point of the sweep file and variant:
     file, id, context, cp, precision, status, variant, ttft_ms, roofline_ms,
-    shares (of the deepest rank), mfu, memory_gb; and the failed points as
-    (id, error) pairs, apart."""
+    shares (of the deepest rank), mfu, memory_gb, efficiency (the parallel
+    efficiency over cp that `sweep` stored: sweep_efficiency.<variant>, None
+    where the point has none); and the failed points as (id, error) pairs,
+    apart."""
     rows, failed = [], []
     for p in sweep_points(f):
         if p["status"] == "failed":
@@ -426,23 +436,6 @@ def sweep_rows(path, f, variants):
             t = point_ttft(g, v)
             rows.append(dict(file=path, id=p["id"], context=p["context"], cp=p["cp"], precision=p["precision"],
                              status=p["status"], variant=v, ttft_ms=t["ms"], roofline_ms=t["roofline_ms"],
-                             shares=deep_rank_shares(g, v), mfu=recorded_mfu(g, v), memory_gb=point_memory_gb(g)))
+                             shares=deep_rank_shares(g, v), mfu=recorded_mfu(g, v), memory_gb=point_memory_gb(g),
+                             efficiency=point_efficiency(g, v)))
     return rows, failed
-
-
-def parallel_efficiency(rows):
-    """{(file, id, variant): T(c0) x c0 / (T(cp) x cp)} over the rows of one
-    context, precision and variant, c0 the smallest cp swept there (T(1) /
-    (cp T(cp)) when c0 is 1); rows alone at their context are left out."""
-    groups = {}
-    for r in rows:
-        groups.setdefault((r["context"], r["precision"], r["variant"]), []).append(r)
-    out = {}
-    for pts in groups.values():
-        if len(pts) < 2:
-            continue
-        first = min(pts, key=lambda r: r["cp"])
-        for r in pts:
-            out[(r["file"], r["id"], r["variant"])] = first["cp"] * first["ttft_ms"] / (r["cp"] * r["ttft_ms"])
-    return out
-

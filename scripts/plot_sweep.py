@@ -12,8 +12,9 @@
   GEMMs' (gemm + moe_gemm), with the context where FMHA overtakes them marked.
   MFU against context (model FLOPs / (TTFT x GPUs x the datasheet's dense
   bf16 peak), as `run` and `plan` record it: harness/analysis/efficiency.h).
-  Parallel efficiency against cp at each context: T(c0) x c0 / (T(cp) x cp),
-  c0 the smallest cp swept at that context (T(1) / (cp T(cp)) when c0 is 1).
+  Parallel efficiency against cp at each context, as `sweep` stored it:
+  T(c0) x c0 / (T(cp) x cp), c0 the smallest cp swept at that context
+  (harness/results/sweep_file.h).
 
 Failed points are listed on stderr and left out.
 """
@@ -126,12 +127,11 @@ def draw_efficiency(ax, rows):
     shade = {k: LINE_COLOURS[i % len(LINE_COLOURS)]
              for i, k in enumerate(sorted({(r["context"], r["precision"]) for r in rows}))}
     for (context, precision, variant), pts in sorted(series(rows, ("context", "precision", "variant")).items()):
-        pts = sorted(pts, key=lambda r: r["cp"])
+        pts = sorted((r for r in pts if r["efficiency"] is not None), key=lambda r: r["cp"])
         if len(pts) < 2:
             continue
-        each = pr.parallel_efficiency(pts)
         cps = [r["cp"] for r in pts]
-        eff = [each[(r["file"], r["id"], r["variant"])] for r in pts]
+        eff = [r["efficiency"] for r in pts]
         ax.plot(cps, eff, style(variant), marker="o", ms=3, lw=1.2, color=shade[(context, precision)],
                 label="{} {} {}".format(context_label(context), precision, variant))
         efficiency.append({"context": context, "precision": precision, "variant": variant, "cp": cps,

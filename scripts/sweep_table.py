@@ -10,9 +10,9 @@ planned), the memory of its fullest GPU, each variant's TTFT (a measured
 point's headline TTFT, a planned one's calibrated plan where it was
 calibrated, else its roofline), the last variant's saving against the
 first, each variant's MFU against the datasheet's dense bf16 peak, and the
-last variant's parallel efficiency over cp at that context (T(c0) x c0 /
-(T(cp) x cp), c0 the smallest cp swept there; "-" when the context has one
-cp). csv and json hold one record per point and variant. Failed points are
+last variant's parallel efficiency over cp at that context, as `sweep` stored
+it (T(c0) x c0 / (T(cp) x cp), c0 the smallest cp swept there; "-" when the
+context has one cp). csv and json hold one record per point and variant. Failed points are
 listed after the table (text, markdown) or with their error (csv, json).
 Exit 2 on a file that is not a sweep.
 """
@@ -56,7 +56,7 @@ def points_of(rows, variants):
     return [(k, by_point[k]) for k in order]
 
 
-def table_lines(rows, variants, efficiency):
+def table_lines(rows, variants):
     head = ["context", "cp", "precision", "status", "GB a GPU"] + ["{} TTFT".format(v) for v in variants]
     if len(variants) > 1:
         head.append("{} vs {}".format(variants[-1], variants[0]))
@@ -72,8 +72,7 @@ def table_lines(rows, variants, efficiency):
             cells.append("{:+.1f}%".format(100 * (last["ttft_ms"] / first["ttft_ms"] - 1)) if first and last else "-")
         cells += [percent(point[v]["mfu"]) if v in point else "-" for v in variants]
         last = point.get(variants[-1])
-        e = efficiency.get((last["file"], last["id"], last["variant"])) if last else None
-        cells.append(percent(e))
+        cells.append(percent(last["efficiency"] if last else None))
         body.append(cells)
     return head, body
 
@@ -89,13 +88,12 @@ def main():
         sys.exit("--variants names no variant")
     f = pr.open_results(a.file)
     rows, failed = pr.sweep_rows(a.file, f, variants)
-    efficiency = pr.parallel_efficiency(rows)
     if a.format in ("csv", "json"):
         records = [{"file": r["file"], "id": r["id"], "context": r["context"], "cp": r["cp"],
                     "precision": r["precision"], "status": r["status"], "variant": r["variant"],
                     "ttft_ms": r["ttft_ms"], "roofline_ms": r["roofline_ms"], "memory_gb": r["memory_gb"],
                     "mfu_bf16_datasheet": r["mfu"],
-                    "parallel_efficiency": efficiency.get((r["file"], r["id"], r["variant"])), "error": None}
+                    "parallel_efficiency": r["efficiency"], "error": None}
                    for r in rows]
         records += [{"file": a.file, "id": pid, "status": "failed", "error": error} for pid, error in failed]
         if a.format == "json":
@@ -113,7 +111,7 @@ def main():
         return
     if not rows:
         sys.exit("{}: no measured or planned point of the variants {}".format(a.file, ", ".join(variants)))
-    head, body = table_lines(rows, variants, efficiency)
+    head, body = table_lines(rows, variants)
     if a.format == "markdown":
         print("| " + " | ".join(head) + " |")
         print("|" + "|".join("---" if i < 4 else "---:" for i in range(len(head))) + "|")

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -93,13 +94,35 @@ std::string child_message(const std::string& log) {
   return last_line(log);
 }
 
-// "<variant> <ms> ms, ...": each variant's TTFT as efficiency.h takes
-// it (the headline's median; a plan's calibrated superstep, else its roofline).
-std::string point_summary(const RunResult& run) {
+// Each variant's TTFT as efficiency.h takes it (the headline's median; a
+// plan's planned one); variants without one are left out.
+std::map<std::string, double> point_ttfts(const RunResult& run) {
+  std::map<std::string, double> ttft;
+  for (const VariantResult& variant : run.variants)
+    if (const double ms = efficiency_of(run, variant).ttft_ms; ms > 0) ttft[variant.name] = ms;
+  return ttft;
+}
+
+// "<variant> <ms> ms, ...", in the file's variant order.
+std::string point_summary(const RunResult& run, const std::map<std::string, double>& ttft) {
   std::string text;
   for (const VariantResult& variant : run.variants)
-    text += fmt::format("{}{} {:.5g} ms", text.empty() ? "" : ", ", variant.name, efficiency_of(run, variant).ttft_ms);
+    if (ttft.count(variant.name))
+      text += fmt::format("{}{} {:.5g} ms", text.empty() ? "" : ", ", variant.name, ttft.at(variant.name));
   return text;
+}
+
+// One line per point that has a parallel efficiency (sweep_file.h).
+void print_efficiencies(const std::vector<SweepPointRecord>& points) {
+  bool any = false;
+  for (const SweepPointRecord& p : points) {
+    if (p.efficiency.empty()) continue;
+    if (!any) std::printf("parallel efficiency over cp at each context, T(c0) c0 / (T(cp) cp):\n");
+    any = true;
+    std::string each;
+    for (const auto& [variant, e] : p.efficiency) each += fmt::format("  {} {:.1f}%", variant, 100 * e);
+    std::printf("  %-26s%s\n", p.id.c_str(), each.c_str());
+  }
 }
 
 // The deepest rank's families of each variant (sweep_file.h): measured, the
@@ -219,16 +242,18 @@ int cmd_sweep(const Gang& gang, const SweepArgs& args) {
     const bool complete = done.size() == points.size() && failed == 0;
     const bool kept = record.status != "failed";
     const RunResult point_run = kept ? read_results(file) : RunResult{};
+    if (kept) record.ttft_ms = point_ttfts(point_run);
     add_sweep_point(path, record, kept ? file : "", kept ? point_families(point_run) : std::vector<SweepFamilyRow>{},
                     complete);
     size_t left = 0;
     for (size_t j = i + 1; j < points.size(); ++j) left += done.count(points[j].id) ? 0 : 1;
     const std::string outcome = record.status == "failed" ? "FAILED, " + record.error
-                                                          : record.status + ": " + point_summary(point_run);
+                                                          : record.status + ": " + point_summary(point_run, record.ttft_ms);
     std::printf("%s: %s (%.0f s; %zu left, about %.0f s more)\n", head.c_str(), outcome.c_str(), seconds, left,
                 left * seconds_spent / double(ran));
     std::fflush(stdout);
   }
+  print_efficiencies(read_sweep_points(path));
   std::printf("wrote %s: %zu points, %zu failed\n", path.c_str(), points.size(), failed);
   if (failed == 0) return 0;
   return failed == failed_no_device ? kNoDeviceExit : 1;

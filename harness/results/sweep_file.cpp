@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -98,6 +99,24 @@ void summarize_point(hid_t scratch, const std::string& point_file, const std::ve
   write_table(point, "families", family_row_type(), rows);
 }
 
+constexpr const char* kTtftPrefix = "sweep_ttft_ms.";
+constexpr const char* kEfficiencyPrefix = "sweep_efficiency.";
+
+// The attributes "<prefix><variant>" of a point's group, by variant.
+std::map<std::string, double> prefixed_numbers(const Node& node, const std::string& prefix) {
+  std::map<std::string, double> out;
+  for (const std::string& name : attribute_names(node))
+    if (name.rfind(prefix, 0) == 0 && name.size() > prefix.size())
+      out[name.substr(prefix.size())] = read_f64_attribute(node, name);
+  return out;
+}
+
+void write_prefixed_numbers(const Node& node, const std::string& prefix, const std::map<std::string, double>& values) {
+  for (const std::string& name : attribute_names(node))
+    if (name.rfind(prefix, 0) == 0) PB_H5(H5Adelete(node.id, name.c_str()));
+  for (const auto& [variant, value] : values) write_f64_attribute(node.id, prefix + variant, value);
+}
+
 SweepPointRecord read_point(const Node& points, const std::string& id) {
   Handle group = open_group(points, id);
   const Node node{group, points.child(id)};
@@ -108,9 +127,12 @@ SweepPointRecord read_point(const Node& points, const std::string& id) {
   p.precision = read_string_attribute(node, "sweep_precision");
   p.status = read_string_attribute(node, "sweep_status");
   p.error = read_string_attribute(node, "sweep_error");
+  p.ttft_ms = prefixed_numbers(node, kTtftPrefix);
+  p.efficiency = prefixed_numbers(node, kEfficiencyPrefix);
   check_record(p);
   return p;
 }
+
 
 std::vector<SweepPointRecord> read_points(const Node& root) {
   std::vector<SweepPointRecord> records;
@@ -119,6 +141,20 @@ std::vector<SweepPointRecord> read_points(const Node& root) {
   const Node node{points, "/points"};
   for (const std::string& id : member_names(node)) records.push_back(read_point(node, id));
   return records;
+}
+
+// Every point's efficiency from every point's TTFT.
+void write_efficiencies(const Node& root) {
+  const std::vector<SweepPointRecord> records = read_points(root);
+  const auto efficiency = parallel_efficiency(records);
+  Handle points = open_group(root, "points");
+  const Node points_node{points, "/points"};
+  for (const SweepPointRecord& record : records) {
+    Handle group = open_group(points_node, record.id);
+    const auto found = efficiency.find(record.id);
+    write_prefixed_numbers(Node{group, points_node.child(record.id)}, kEfficiencyPrefix,
+                           found == efficiency.end() ? std::map<std::string, double>{} : found->second);
+  }
 }
 
 void write_point_table(const Node& root, const std::vector<SweepPointRecord>& records) {
@@ -159,8 +195,10 @@ void add_point(const std::string& path, const SweepPointRecord& point, const std
     write_string_attribute(group, "sweep_precision", point.precision);
     write_string_attribute(group, "sweep_status", point.status);
     write_string_attribute(group, "sweep_error", point.error);
+    write_prefixed_numbers(Node{group, points_node.child(point.id)}, kTtftPrefix, point.ttft_ms);
   }
   write_point_table(root, read_points(root));
+  write_efficiencies(root);
   if (H5Aexists(root.id, "complete") > 0) PB_H5(H5Adelete(root.id, "complete"));
   write_i32_attribute(root.id, "complete", complete ? 1 : 0);
 }
@@ -168,6 +206,25 @@ void add_point(const std::string& path, const SweepPointRecord& point, const std
 }  // namespace
 
 std::vector<std::string> sweep_status_names() { return {"measured", "planned", "failed"}; }
+
+std::map<std::string, std::map<std::string, double>> parallel_efficiency(
+    const std::vector<SweepPointRecord>& points) {
+  // (context, precision, variant) -> the points with that variant's TTFT
+  std::map<std::tuple<int64_t, std::string, std::string>, std::vector<const SweepPointRecord*>> groups;
+  for (const SweepPointRecord& p : points)
+    for (const auto& [variant, ms] : p.ttft_ms)
+      if (ms > 0) groups[{p.context, p.precision, variant}].push_back(&p);
+  std::map<std::string, std::map<std::string, double>> out;
+  for (const auto& [key, members] : groups) {
+    if (members.size() < 2) continue;
+    const std::string& variant = std::get<2>(key);
+    const SweepPointRecord* first =
+        *std::min_element(members.begin(), members.end(), [](const auto* a, const auto* b) { return a->cp < b->cp; });
+    const double work = first->cp * first->ttft_ms.at(variant);
+    for (const SweepPointRecord* p : members) out[p->id][variant] = work / (p->cp * p->ttft_ms.at(variant));
+  }
+  return out;
+}
 
 void add_sweep_point(const std::string& sweep_path, const SweepPointRecord& point, const std::string& point_file,
                      const std::vector<SweepFamilyRow>& families, bool complete) {

@@ -114,3 +114,52 @@ TEST_CASE("sweep file: points in order, replaced in place, summarized, and only 
                        doctest::Contains("not a sweep file"), pb::Error);
   CHECK(pb::read_sweep_points(sweep).size() == 2);  // a refused change leaves the file as it was
 }
+
+TEST_CASE("sweep file: parallel efficiency over cp at each context and precision, stored and kept current") {
+  const auto point = [](const std::string& id, int64_t context, int32_t cp, const std::string& precision,
+                        std::map<std::string, double> ttft) {
+    pb::SweepPointRecord p{id, context, cp, precision, "planned", ""};
+    p.ttft_ms = std::move(ttft);
+    return p;
+  };
+  // 64k: cp 2 takes 100 ms, cp 4 60 ms (2 x 100 / (4 x 60) = 0.8333), cp 8 25 ms (200 / 200 = 1);
+  // 128k alone at its context; an fp8 point of the same context apart; "all" only where both have it.
+  const std::vector<pb::SweepPointRecord> points = {
+      point("c64-2", 65536, 2, "bf16", {{"baseline", 100.0}, {"all", 80.0}}),
+      point("c64-4", 65536, 4, "bf16", {{"baseline", 60.0}}),
+      point("c64-8", 65536, 8, "bf16", {{"baseline", 25.0}, {"all", 40.0}}),
+      point("c128-8", 131072, 8, "bf16", {{"baseline", 90.0}}),
+      point("c64-4-fp8", 65536, 4, "fp8", {{"baseline", 30.0}})};
+  const auto e = pb::parallel_efficiency(points);
+  CHECK(e.at("c64-2").at("baseline") == doctest::Approx(1.0));
+  CHECK(e.at("c64-4").at("baseline") == doctest::Approx(200.0 / 240.0));
+  CHECK(e.at("c64-8").at("baseline") == doctest::Approx(1.0));
+  CHECK(e.at("c64-8").at("all") == doctest::Approx(160.0 / 320.0));
+  CHECK(e.at("c64-4").count("all") == 0);
+  CHECK(e.count("c128-8") == 0);
+  CHECK(e.count("c64-4-fp8") == 0);
+
+  // In the file: each point's TTFT, and every point's efficiency recomputed as points arrive.
+  pb::test::TempDir dir;
+  const std::string sweep = dir.file("sweep.h5"), run_file = dir.file("point.h5");
+  pb::RunResult root;
+  root.kind = "sweep";
+  pb::write_results(sweep, root, false);
+  pb::write_results(run_file, pb::test::synthetic_run(1.0), false);
+  pb::add_sweep_point(sweep, points[0], run_file, {}, false);
+  CHECK(pb::read_sweep_points(sweep).at(0).efficiency.empty());  // alone so far
+  pb::add_sweep_point(sweep, points[1], run_file, {}, false);
+  pb::add_sweep_point(sweep, points[2], run_file, {}, true);
+  const std::vector<pb::SweepPointRecord> read = pb::read_sweep_points(sweep);
+  REQUIRE(read.size() == 3);
+  CHECK(read[0].ttft_ms == points[0].ttft_ms);
+  CHECK(read[1].efficiency.at("baseline") == doctest::Approx(200.0 / 240.0));
+  CHECK(read[0].efficiency.at("all") == doctest::Approx(1.0));
+  CHECK(read[2].efficiency.at("all") == doctest::Approx(0.5));
+  // A replaced point moves every efficiency of its context: cp 2 now 50 ms, so cp 4's is 100 / 240.
+  pb::SweepPointRecord faster = points[0];
+  faster.ttft_ms = {{"baseline", 50.0}};
+  pb::add_sweep_point(sweep, faster, run_file, {}, true);
+  for (const pb::SweepPointRecord& p : pb::read_sweep_points(sweep))
+    if (p.id == "c64-4") CHECK(p.efficiency.at("baseline") == doctest::Approx(100.0 / 240.0));
+}
