@@ -39,13 +39,8 @@ std::vector<PlannedBytes> planned_link_bytes(const Scenario& s, const CutSet& cu
 // The variant's fabric spans with their planned link bytes; "" when done, else why not. A run
 // (whole_plan) records every planned launch of each rank and rep, a lane the MLA block's.
 std::string restore_variant(const Scenario& s, bool whole_plan, VariantResult& v, std::vector<double>& bytes) {
-  CutSet cuts;  // as the variant recorded them: a name such as "all" meant other cuts to older builds
-  for (const std::string& name : compare_detail::cuts_on(v.cuts)) {
-    Cut cut;
-    if (!cut_from_name(name, &cut)) return fmt::format("variant '{}' records cut '{}', unknown to this build", v.name, name);
-    cuts.set(cut, true);
-  }
-  const std::vector<PlannedBytes> planned = planned_link_bytes(s, cuts);
+  // The cuts as the variant recorded them: a name such as "all" meant other cuts to older builds.
+  const std::vector<PlannedBytes> planned = planned_link_bytes(s, CutSet::from_description(v.cuts));
   std::map<std::pair<int32_t, int32_t>, PlannedBytes> left;  // (rep, rank): the launches not yet matched
   bytes.assign(v.spans.size(), 0);
   for (size_t i = 0; i < v.spans.size(); ++i) {
@@ -106,7 +101,7 @@ bool restore_link_bytes(RunResult& run, const std::string& file) {
     try {
       why = restore_variant(scenario, run.kind == "run", run.variants[v], restored[v]);
     } catch (const Error& error) {
-      why = error.what();
+      why = "variant '" + run.variants[v].name + "': " + error.what();
     }
     if (!why.empty()) {
       run.text[kFabricSpanBytesKey] = "the plan's copy cost (" + why + ")";

@@ -1,5 +1,8 @@
 #include "cuts.h"
 
+#include "check.h"
+#include "text.h"
+
 namespace pb {
 
 namespace {
@@ -161,6 +164,19 @@ std::string CutSet::describe() const {
   std::string s;
   for (Cut c : kAllCuts) s += std::string(s.empty() ? "" : " ") + cut_name(c) + ((*this)[c] ? "=on" : "=off");
   return s;
+}
+
+CutSet CutSet::from_description(const std::string& described) {
+  CutSet cuts;
+  for (const std::string& item : split(described, ' ')) {
+    const size_t equals = item.find('=');
+    if (equals == std::string::npos || item.substr(equals + 1) != "on") continue;
+    Cut cut;
+    PB_CHECK(cut_from_name(item.substr(0, equals), &cut),
+             "recorded cut '" + item.substr(0, equals) + "' is unknown to this build; it knows " + allowed_cut_names());
+    cuts.set(cut, true);
+  }
+  return cuts;
 }
 
 std::string CutSet::short_name(const Precision& p) const {

@@ -97,6 +97,9 @@ struct CutSet {
   // "land=on conv=off ..." in table order (a reader takes a cut the text does
   // not name as off: files written before the cut existed).
   std::string describe() const;
+  // The inverse of describe(): the cuts "<name>=on" names, in any order; the
+  // others off. Throws pb::Error naming a cut this build does not know.
+  static CutSet from_description(const std::string& described);
   // "none", "all" (every cut that applies to p), or the names of the cuts on, joined by '+'.
   std::string short_name(const Precision& p) const;
 };

@@ -93,7 +93,7 @@ TEST_CASE("links: bytes that cannot be matched to the plan stay as recorded, and
     std::vector<double> bytes;
     for (const Span& s : run.variants.front().spans) bytes.push_back(s.bytes);
     CHECK_FALSE(restore_link_bytes(run, file));
-    CHECK(contains(fabric_span_bytes(run), "records cut 'warp', unknown to this build"));
+    CHECK(contains(fabric_span_bytes(run), "recorded cut 'warp' is unknown to this build"));
     for (size_t i = 0; i < bytes.size(); ++i) CHECK(run.variants.front().spans[i].bytes == bytes[i]);  // in no variant
   }
   SUBCASE("the plan of the variant's recorded cuts, not of what its name means today") {

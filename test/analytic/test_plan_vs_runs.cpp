@@ -25,16 +25,6 @@ using namespace pb;
 
 namespace {
 
-CutSet recorded_cuts(const VariantResult& v) {
-  CutSet cuts;
-  for (const std::string& name : compare_detail::cuts_on(v.cuts)) {
-    Cut cut;
-    REQUIRE_MESSAGE(cut_from_name(name, &cut), "variant ", v.name, " records cut ", name);
-    cuts.set(cut, true);
-  }
-  return cuts;
-}
-
 // "" when the recorded spans name the planned launches in order; else the first difference.
 std::string difference(const std::vector<const Span*>& got, const std::vector<Launch>& want, size_t first) {
   if (first + got.size() > want.size())
@@ -66,7 +56,7 @@ TEST_CASE("plan: every committed run and lane names the launches its plan names,
     ++files;
     for (const VariantResult& v : run.variants) {
       CAPTURE(v.name);
-      const CutSet cuts = recorded_cuts(v);
+      const CutSet cuts = CutSet::from_description(v.cuts);
       std::map<std::pair<int32_t, int32_t>, std::vector<const Span*>> recorded;  // (rep, rank)
       for (const Span& span : v.spans) recorded[{span.rep, span.rank}].push_back(&span);
       std::map<int32_t, std::vector<Launch>> planned;
@@ -102,7 +92,7 @@ TEST_CASE("plan: the comparison fails on a list in another order, of another lay
   std::string problem;
   REQUIRE(compare_detail::recorded_scenario(run, file, &s, &problem));
   const VariantResult& v = run.variants.front();
-  const std::vector<Launch> want = plan_rank(s, recorded_cuts(v), 1).launches;
+  const std::vector<Launch> want = plan_rank(s, CutSet::from_description(v.cuts), 1).launches;
   std::vector<Span> spans;
   for (const Span& span : v.spans)
     if (span.rank == 1 && span.rep == v.spans.front().rep) spans.push_back(span);

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 
+#include "check.h"
 #include "cuts.h"
 #include "kernels_bench.h"
 #include "plan.h"
@@ -98,4 +99,18 @@ TEST_CASE("seed, all and each-cut come from the table") {
     CHECK(CutSet::all(Precision{})[info.id] == !info.needs_fp8);
     CHECK(CutSet::all(Precision{Format::fp8, Format::fp8, Format::bf16})[info.id]);
   }
+}
+
+TEST_CASE("a described cut set reads back as itself, and a cut this build does not know is named") {
+  for (const pb::CutSet& cuts : {pb::CutSet::none(), pb::CutSet::all(), pb::CutSet::seed(),
+                                 pb::CutSet::only(pb::Cut::balance), pb::CutSet::all().without(pb::Cut::stripe)}) {
+    CAPTURE(cuts.describe());
+    CHECK(pb::CutSet::from_description(cuts.describe()) == cuts);
+  }
+  // A file of an older build names fewer cuts; the ones it does not name are off.
+  CHECK(pb::CutSet::from_description("land=on conv=off") == pb::CutSet::only(pb::Cut::land));
+  CHECK(pb::CutSet::from_description("") == pb::CutSet::none());
+  CHECK_THROWS_WITH_AS(pb::CutSet::from_description("land=on warp=on"),
+                       doctest::Contains("recorded cut 'warp' is unknown to this build; it knows land, conv"),
+                       pb::Error);
 }
