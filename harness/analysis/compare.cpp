@@ -33,6 +33,7 @@ namespace pb {
 using compare_detail::cold_start_of;
 using compare_detail::pair_variants;
 using compare_detail::print_comparison;
+using compare_detail::read_comparable;
 using compare_detail::recorded_scenario;
 using compare_detail::require_variant;
 using compare_detail::Side;
@@ -73,7 +74,7 @@ int run_compare(const CompareOptions& options, std::ostream& out) {
   if (options.links) {
     PB_CHECK(options.file_b.empty() && options.baseline_file.empty() && options.variant_a.empty(),
              "--links projects one file's gang over each link; give one file, without --baseline or --variants");
-    const RunResult run = read_with_link_bytes(options.file_a);
+    const RunResult run = read_comparable(options.file_a);
     out << link_table(run, options.file_a, format);
     return 0;
   }
@@ -95,8 +96,8 @@ namespace {
 
 // (a) Two files.
 void compare_files(const CompareOptions& options, std::ostream& out) {
-  const RunResult a = read_with_link_bytes(options.file_a);
-  const RunResult b = read_with_link_bytes(options.file_b);
+  const RunResult a = read_comparable(options.file_a);
+  const RunResult b = read_comparable(options.file_b);
   for (const auto& [name_a, name_b] : pair_variants(a, b, options))
     print_comparison(Side{"A", options.file_a, &a, &require_variant(a, options.file_a, name_a)},
                      Side{"B", options.file_b, &b, &require_variant(b, options.file_b, name_b)}, options, out);
@@ -178,7 +179,7 @@ void print_savings(const RunResult& run, const std::string& file, const std::str
 // (b) Two variants of one file.
 void compare_within_file(const CompareOptions& options, std::ostream& out) {
   if (options.variant_a.empty() && options.variant_b.empty()) {
-    const RunResult run = read_results(options.file_a);
+    const RunResult run = read_comparable(options.file_a);
     PB_CHECK(run.find_variant(options.reference) && run.variants.size() >= 2,
              fmt::format("comparing inside one file needs two variant names (--variants A,B), or a file with the "
                          "reference variant '{}' (--reference) and others (then each one's saving is printed); '{}' "
@@ -189,7 +190,7 @@ void compare_within_file(const CompareOptions& options, std::ostream& out) {
   }
   PB_CHECK(!options.variant_a.empty() && !options.variant_b.empty(),
            "comparing inside one file needs two variant names (or give a second file)");
-  const RunResult run = read_with_link_bytes(options.file_a);
+  const RunResult run = read_comparable(options.file_a);
   print_comparison(Side{"A", options.file_a, &run, &require_variant(run, options.file_a, options.variant_a)},
                    Side{"B", options.file_a, &run, &require_variant(run, options.file_a, options.variant_b)},
                    options, out);
@@ -219,6 +220,15 @@ VariantPairs pair_variants(const RunResult& a, const RunResult& b, const Compare
   PB_CHECK(!a.variants.empty(), fmt::format("'{}' has no variants to compare", options.file_a));
   PB_CHECK(!b.variants.empty(), fmt::format("'{}' has no variants to compare", options.file_b));
   return {{a.variants.front().name, b.variants.front().name}};
+}
+
+RunResult read_comparable(const std::string& file) {
+  RunResult run = read_with_link_bytes(file);
+  PB_CHECK(run.kind != "sweep",
+           fmt::format("'{}' is a sweep file: its points are tabulated by scripts/sweep_table.py (text, markdown, "
+                       "csv, json) and drawn by scripts/plot_sweep.py; each point's own file beside it compares",
+                       file));
+  return run;
 }
 
 // The scenario a file recorded, with its overrides; false, with the problem,

@@ -37,6 +37,9 @@ RegressionVerdict print_comparison(const Side& a, const Side& b, const CompareOp
 // none is seen: the file's root text "cold_start", else the rule over the
 // recorded scenario's warmup (a file without one: its samples only).
 std::string cold_start_of(const RunResult& run, const std::string& file, const VariantResult& variant);
+// A file as compare reads it (links.h read_with_link_bytes); a sweep file,
+// which holds points and no variants, is a pb::Error naming its tools.
+RunResult read_comparable(const std::string& file);
 // The named variant of a file, or a pb::Error naming the file's variants.
 const VariantResult& require_variant(const RunResult& run, const std::string& file, const std::string& name);
 // The scenario a file recorded, with its overrides; false, with the problem,

@@ -85,8 +85,8 @@ struct Report {
 
 Report build(const CompareOptions& options, std::vector<Source>& sources) {
   Report report;
-  sources.push_back({options.file_a, read_results(options.file_a)});
-  if (!options.file_b.empty()) sources.push_back({options.file_b, read_results(options.file_b)});
+  sources.push_back({options.file_a, compare_detail::read_comparable(options.file_a)});
+  if (!options.file_b.empty()) sources.push_back({options.file_b, compare_detail::read_comparable(options.file_b)});
   for (const Source& s : sources) report.sources.push_back(&s);
   const Source& a = sources.front();
   using compare_detail::require_variant;

@@ -122,6 +122,7 @@ def compare(out):
     check("compare", OK, pb("compare", "results/h200/cp4-64k.h5", "--links"), out)
     check("compare", USER_ERROR, pb("compare", "results/h200/kernels.h5", "--links"), out)  # no gang in it
     check("compare", USER_ERROR, pb("compare", "results/h200/cp4-64k.h5", base, "--links"), out)
+    check("compare", USER_ERROR, pb("compare", "results/h200/sweep-1m-plan.h5"), out)  # sweep_table.py's
 
 
 @book.case
