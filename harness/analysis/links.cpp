@@ -14,7 +14,6 @@
 #include "compare_detail.h"
 #include "cuts.h"
 #include "plan.h"
-#include "profile.h"
 #include "projection.h"
 #include "text.h"
 
@@ -132,10 +131,12 @@ std::vector<LinkRow> link_rows(const RunResult& run, const std::string& file) {
   std::vector<LinkRow> rows;
   for (const VariantResult& v : run.variants) {
     if (!can_project(v)) continue;
-    const double measured = project_variant(v, kMeasuredLink).ttft_ms;
+    const Projection measured = project_variant(v, kMeasuredLink);
+    const double link_mb = fabric_bytes_of_deepest(v, measured.rep) / 1e6;
     for (const std::string& link : projection_link_names()) {
-      const double ttft = link == kMeasuredLink ? measured : project_variant(v, link).ttft_ms;
-      rows.push_back({v.name, link, ttft, measured > 0 ? ttft / measured - 1 : 0});
+      const Projection p = link == kMeasuredLink ? measured : project_variant(v, link);
+      rows.push_back({v.name, link, p.link_source, p.ttft_ms,
+                      measured.ttft_ms > 0 ? p.ttft_ms / measured.ttft_ms - 1 : 0, link_mb});
     }
   }
   PB_CHECK(!rows.empty(), fmt::format("'{}': no variant can be projected (it needs measured spans, and doorbells "
@@ -154,17 +155,15 @@ std::string link_table(const RunResult& run, const std::string& file, ReportForm
     return *std::find_if(rows.begin(), rows.end(),
                          [&](const LinkRow& r) { return r.variant == variant && r.link == link; });
   };
-  const auto link_mb = [&](const std::string& variant) {
-    const VariantResult& v = *run.find_variant(variant);
-    return fabric_bytes_of_deepest(v, project_variant(v, kMeasuredLink).rep) / 1e6;
-  };
+  const auto link_mb = [&](const std::string& variant) { return ttft(variant, kMeasuredLink).link_mb; };
+  const auto source = [&](const std::string& link) { return ttft(variants.front(), link).link_source; };
   const std::string bytes_note = fabric_span_bytes(run);
   std::ostringstream out;
   if (format == ReportFormat::csv) {
     out << "file,variant,link,ttft_ms,change_pct,link_mb_busiest_rank,fabric_span_bytes\n";
     for (const LinkRow& row : rows)
       out << fmt::format("{},{},{},{:.4f},{:.4f},{:.4f},{}\n", csv_field(file), csv_field(row.variant), row.link,
-                         row.ttft_ms, 100 * row.change, link_mb(row.variant), csv_field(bytes_note));
+                         row.ttft_ms, 100 * row.change, row.link_mb, csv_field(bytes_note));
     return out.str();
   }
   if (format == ReportFormat::json) {
@@ -172,9 +171,7 @@ std::string link_table(const RunResult& run, const std::string& file, ReportForm
                           {"device", device_of(run)}, {"fabric_span_bytes", bytes_note},
                           {"links", nlohmann::json::array()}, {"variants", nlohmann::json::array()}};
     for (const std::string& link : links)
-      doc["links"].push_back(
-          {{"link", link},
-           {"source", link == kMeasuredLink ? "fabric spans as measured in the run" : link_profile(link).source}});
+      doc["links"].push_back({{"link", link}, {"source", source(link)}});
     for (const std::string& variant : variants) {
       nlohmann::json v = {{"variant", variant}, {"link_mb_busiest_rank", link_mb(variant)}, {"ttft_ms", {}}};
       for (const std::string& link : links) v["ttft_ms"][link] = ttft(variant, link).ttft_ms;
@@ -218,7 +215,7 @@ std::string link_table(const RunResult& run, const std::string& file, ReportForm
     out << "\n";
   }
   for (const std::string& link : links)
-    if (link != kMeasuredLink) out << fmt::format("  {}: {}\n", link, link_profile(link).source);
+    if (link != kMeasuredLink) out << fmt::format("  {}: {}\n", link, source(link));
   out << "  (link MB: the bytes that cross the link in one superstep, on the rank with the most)\n";
   return out.str();
 }

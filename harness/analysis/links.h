@@ -46,13 +46,16 @@ RunResult read_with_link_bytes(const std::string& path);
 
 // Per variant that can be projected (projection.h can_project): the projected
 // gang's TTFT with the fabric as measured and over each link profile, the
-// change against measured, and the fabric's bytes per rep on the deepest
-// rank. Throws pb::Error naming the file when no variant can be projected.
+// change against measured, and the fabric's bytes in one superstep on the rank
+// that moves the most. Throws pb::Error naming the file when no variant can be
+// projected.
 struct LinkRow {
   std::string variant;
   std::string link;
+  std::string link_source;  // the projection's: where the link's figures come from
   double ttft_ms = 0;
-  double change = 0;  // against the measured fabric, a fraction
+  double change = 0;   // against the measured fabric, a fraction
+  double link_mb = 0;  // the variant's, the same in each of its rows
 };
 std::vector<LinkRow> link_rows(const RunResult& run, const std::string& file);
 std::string link_table(const RunResult& run, const std::string& file, ReportFormat format);

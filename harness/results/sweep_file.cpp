@@ -144,8 +144,7 @@ std::vector<SweepPointRecord> read_points(const Node& root) {
 }
 
 // Every point's efficiency from every point's TTFT.
-void write_efficiencies(const Node& root) {
-  const std::vector<SweepPointRecord> records = read_points(root);
+void write_efficiencies(const Node& root, const std::vector<SweepPointRecord>& records) {
   const auto efficiency = parallel_efficiency(records);
   Handle points = open_group(root, "points");
   const Node points_node{points, "/points"};
@@ -197,8 +196,9 @@ void add_point(const std::string& path, const SweepPointRecord& point, const std
     write_string_attribute(group, "sweep_error", point.error);
     write_prefixed_numbers(Node{group, points_node.child(point.id)}, kTtftPrefix, point.ttft_ms);
   }
-  write_point_table(root, read_points(root));
-  write_efficiencies(root);
+  const std::vector<SweepPointRecord> records = read_points(root);
+  write_point_table(root, records);
+  write_efficiencies(root, records);
   if (H5Aexists(root.id, "complete") > 0) PB_H5(H5Adelete(root.id, "complete"));
   write_i32_attribute(root.id, "complete", complete ? 1 : 0);
 }
