@@ -140,6 +140,7 @@ class Matcher {
     if (!st.block_engine.empty() && st.block_engine != moe_engine_) return false;
     // tensor work in the launch's precision; memory-bound and f32 rows in either
     if ((l.cost.unit == Unit::tensor && st.fp8) || (l.cost.unit == Unit::tensor_fp8 && !st.fp8)) return false;
+    if (l.cost.unit == Unit::tensor_fp4) return false;  // no bench measures fp4: the roofline stands
     return true;
   }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "check.h"
+
 namespace pb {
 
 double roofline_us(const Cost& c, const GpuProfile& p) {
@@ -10,6 +12,10 @@ double roofline_us(const Cost& c, const GpuProfile& p) {
   double rate = p.fp32_tflops;
   if (c.unit == Unit::tensor) rate = p.gemm_tflops;
   if (c.unit == Unit::tensor_fp8) rate = p.fp8_tflops;
+  if (c.unit == Unit::tensor_fp4) {
+    PB_CHECK(p.fp4_tflops > 0, "gpu_profile " + p.name + " has no FP4 rate (" + p.fp4_source + ")");
+    rate = p.fp4_tflops;
+  }
   const double flop_us = c.flops / (rate * 1e6);
   return std::max(mem_us, flop_us);
 }
@@ -29,6 +35,16 @@ Cost gemm(int64_t m, int64_t n, int64_t k, int split_k, bool bf16_out) {
 namespace {
 constexpr double kFp8 = 1;
 double scale_groups(int64_t rows, int64_t k) { return double(rows) * double((k + 127) / 128); }
+// A block-scaled activation [rows, k] (codes and scales), and a weight [rows, k].
+double act_bytes(int64_t rows, int64_t k, Format f) {
+  if (f == Format::fp4) return double(rows) * k * 0.5 + double(rows) * double((k + 15) / 16);
+  return double(rows) * k * kFp8 + scale_groups(rows, k) * kF32;
+}
+double weight_bytes(int64_t rows, int64_t k, Format f) {
+  if (f == Format::fp4) return act_bytes(rows, k, f);
+  return double(rows) * k * kFp8 + scale_groups((rows + 127) / 128, k) * kF32;
+}
+Unit tensor_unit(Format f) { return f == Format::fp4 ? Unit::tensor_fp4 : Unit::tensor_fp8; }
 }  // namespace
 
 Cost gemm_fp8(int64_t m, int64_t n, int64_t k) {
@@ -38,8 +54,8 @@ Cost gemm_fp8(int64_t m, int64_t n, int64_t k) {
   return {bytes, 2.0 * m * n * k, Unit::tensor_fp8};
 }
 
-Cost quant_act(int64_t rows, int64_t k) {
-  return memory(double(rows) * k * (kBf16 + kFp8) + scale_groups(rows, k) * kF32, 2.0 * rows * k);
+Cost quant_act(int64_t rows, int64_t k, Format f) {
+  return memory(double(rows) * k * kBf16 + act_bytes(rows, k, f), 2.0 * rows * k);
 }
 
 Cost rmsnorm_fp8(int64_t rows, int64_t n, bool bf16_out) {
@@ -54,10 +70,9 @@ Cost situ_fp8(int64_t rows, int64_t width) {
   return memory(n * (2 * kBf16 + kFp8) + scale_groups(rows, width) * kF32, 14.0 * n);
 }
 
-Cost moe_gemm_fp8(int64_t rows, int64_t experts, int64_t n, int64_t k) {
-  const double bytes = double(rows) * k * kFp8 + scale_groups(rows, k) * kF32 + double(experts) * n * k * kFp8 +
-                       scale_groups(experts * n / 128, k) * kF32 + double(rows) * n * kBf16;
-  return {bytes, 2.0 * rows * n * k, Unit::tensor_fp8};
+Cost moe_gemm_scaled(int64_t rows, int64_t experts, int64_t n, int64_t k, Format f) {
+  const double bytes = act_bytes(rows, k, f) + weight_bytes(experts * n, k, f) + double(rows) * n * kBf16;
+  return {bytes, 2.0 * rows * n * k, tensor_unit(f)};
 }
 
 Cost gemm_f32_batched(int64_t batch, int64_t m, int64_t n, int64_t k) {
@@ -219,13 +234,12 @@ Cost moe_permute(int64_t tokens, int64_t top_k, int64_t width) {
 
 Cost moe_weight(int64_t rows, int64_t width) { return memory(2.0 * rows * width * kBf16, double(rows) * width); }
 
-Cost moe_permute_fp8(int64_t tokens, int64_t top_k, int64_t width) {
-  const int64_t rows = tokens * top_k;
-  return memory(2.0 * (double(rows) * width * kFp8 + scale_groups(rows, width) * kF32));
+Cost moe_permute_scaled(int64_t tokens, int64_t top_k, int64_t width, Format f) {
+  return memory(2.0 * act_bytes(tokens * top_k, width, f));
 }
 
-Cost moe_weight_fp8(int64_t rows, int64_t width) {
-  return memory(double(rows) * width * (kBf16 + kFp8) + scale_groups(rows, width) * kF32, 3.0 * rows * width);
+Cost moe_weight_scaled(int64_t rows, int64_t width, Format f) {
+  return memory(double(rows) * width * kBf16 + act_bytes(rows, width, f), 3.0 * rows * width);
 }
 
 Cost moe_combine(int64_t tokens, int64_t top_k, int64_t width) {

@@ -11,8 +11,8 @@
 namespace pb {
 
 // Which ceiling binds a launch's FLOPs: the copy rate alone, the bf16 tensor
-// GEMM, the fp8 (block-scaled) tensor GEMM, plain f32.
-enum class Unit { memory, tensor, tensor_fp8, fp32 };
+// GEMM, the fp8 (block-scaled) tensor GEMM, the fp4 (NVFP4) tensor GEMM, plain f32.
+enum class Unit { memory, tensor, tensor_fp8, tensor_fp4, fp32 };
 
 struct Cost {
   double bytes = 0;
@@ -21,7 +21,8 @@ struct Cost {
 };
 
 // The roofline time of a cost on a profile, in microseconds: the larger of
-// bytes / copy rate and FLOPs / the unit's rate.
+// bytes / copy rate and FLOPs / the unit's rate. Throws pb::Error for tensor
+// work in a format the profile has no rate for (fp4 on Hopper).
 double roofline_us(const Cost& c, const GpuProfile& p);
 
 namespace cost {
@@ -31,8 +32,13 @@ Cost gemm(int64_t m, int64_t n, int64_t k, int split_k = 1, bool bf16_out = fals
 // GEMM e4m3 [m, k] x [n, k]^T with DeepSeek-V3 block scales (1x128 activation
 // scales, 128x128 weight scales padded to whole blocks) -> f32 partial [m, n].
 Cost gemm_fp8(int64_t m, int64_t n, int64_t k);
-// quantize_act_fp8: bf16 [rows, k] -> e4m3 codes and one f32 scale per 128 columns.
-Cost quant_act(int64_t rows, int64_t k);
+// The block-scaled formats' operands (precision.h), read or written once:
+//   fp8  e4m3 codes, 1 byte; activations one f32 scale per row and 128 columns,
+//        weights one f32 scale per 128x128 block
+//   fp4  NVFP4: e2m1 codes, half a byte; one e4m3 scale (1 byte) per row and 16
+//        columns, activations and weights alike (the per-tensor f32 not counted)
+// quantize_act_fp8 (fp8) or its NVFP4 form: bf16 [rows, k] -> codes and scales.
+Cost quant_act(int64_t rows, int64_t k, Format f = Format::fp8);
 // rmsnorm_fp8: the RMSNorm that writes the fp8 twin (and its bf16 rows when asked).
 Cost rmsnorm_fp8(int64_t rows, int64_t n, bool bf16_out);
 // situ_fp8: situ over [rows, width] writing only the fp8 twin.
@@ -84,18 +90,18 @@ Cost router_topk(int64_t tokens, int64_t experts, int64_t top_k);
 Cost moe_plan(int64_t tokens, int64_t top_k, int64_t experts);
 Cost moe_permute(int64_t tokens, int64_t top_k, int64_t width);
 Cost moe_weight(int64_t rows, int64_t width);
-// Their fp8 forms (cut quant_fuse with fp8 experts, moe_route.h): the permuted
-// rows as e4m3 codes with K-major scales; the weighted rows written as them.
-Cost moe_permute_fp8(int64_t tokens, int64_t top_k, int64_t width);
-Cost moe_weight_fp8(int64_t rows, int64_t width);
+// Their block-scaled forms (cut quant_fuse with fp8 or fp4 experts, moe_route.h):
+// the permuted rows as codes with K-major scales; the weighted rows written as them.
+Cost moe_permute_scaled(int64_t tokens, int64_t top_k, int64_t width, Format f);
+Cost moe_weight_scaled(int64_t rows, int64_t width, Format f);
 Cost moe_combine(int64_t tokens, int64_t top_k, int64_t width);
 // Expert GEMMs (kernels/moe/moe_gemm.h), either engine: rows [V, k] bf16 read once,
 // every expert's weight [n, k] bf16 read once (all E: an upper bound when some
 // expert gets no rows), bf16 [V, n] out (all bands together); 2 V n k FLOPs.
 Cost moe_gemm(int64_t rows, int64_t experts, int64_t n, int64_t k);
-// The same in fp8 (moe_gemm.h run_fp8): e4m3 rows and weights with their block
-// scales read once, bf16 out.
-Cost moe_gemm_fp8(int64_t rows, int64_t experts, int64_t n, int64_t k);
+// The same block-scaled (fp8: moe_gemm.h run_fp8; fp4: planned only): rows and
+// weights as codes with their scales read once, bf16 out.
+Cost moe_gemm_scaled(int64_t rows, int64_t experts, int64_t n, int64_t k, Format f);
 Cost embed(int64_t rows, int64_t hidden);
 Cost argmax(int64_t n);
 

@@ -48,9 +48,9 @@ class RankPlanner {
   void gemm_bf16(const std::string& what, int64_t m, int64_t n, int64_t k) {
     add("gemm", "gemm." + what, cost::gemm(m, n, k, s_.split_k));
   }
-  // An fp8 GEMM's input quantized by its own launch (block_common.h quant_act).
-  void quant(const std::string& what, int64_t rows, int64_t k) {
-    add("quant", "quant." + what, cost::quant_act(rows, k));
+  // A block-scaled GEMM's input quantized by its own launch (block_common.h quant_act).
+  void quant(const std::string& what, int64_t rows, int64_t k, Format f = Format::fp8) {
+    add("quant", "quant." + what, cost::quant_act(rows, k, f));
   }
   // An RMSNorm whose rows feed fp8 projections: fused under quant_fuse (the bf16
   // rows written too when something else reads them), else followed by its quant.
@@ -318,17 +318,18 @@ class RankPlanner {
     // per-expert counts to the host, which sizes the grouped GEMMs below.
     add("moe", "moe.plan", cost::moe_plan(t_, k, m_.experts));
     gemm_land("lat_down", b_, lat, h);
-    // fp8 experts: their rows and weighted activations quantized (K-major
-    // scales) before each grouped GEMM; under quant_fuse the latent rows are
-    // quantized before the permutation (rows of a token are copies) and the
-    // permutation and moe.weight write e4m3 themselves.
-    const bool fp8_experts = s_.precision.experts == Format::fp8, fuse_experts = fp8_experts && cuts_[Cut::quant_fuse];
+    // Block-scaled experts (fp8, or fp4 on paper): their rows and weighted
+    // activations quantized (K-major scales) before each grouped GEMM; under
+    // quant_fuse the latent rows are quantized before the permutation (rows of a
+    // token are copies) and the permutation and moe.weight write codes themselves.
+    const Format ef = s_.precision.experts;
+    const bool scaled_experts = ef != Format::bf16, fuse_experts = scaled_experts && cuts_[Cut::quant_fuse];
     if (fuse_experts) {
-      quant("moe_latent", b_, lat);
-      add("moe", "moe.permute", cost::moe_permute_fp8(t_, k, lat));
+      quant("moe_latent", b_, lat, ef);
+      add("moe", "moe.permute", cost::moe_permute_scaled(t_, k, lat, ef));
     } else {
       add("moe", "moe.permute", cost::moe_permute(t_, k, lat));
-      if (fp8_experts) quant("moe_rows", routed_rows, lat);
+      if (scaled_experts) quant("moe_rows", routed_rows, lat, ef);
     }
     // The expert GEMMs write bf16 (gate and up as two bands, kernels/moe/moe_gemm.h),
     // so no landing follows them. Both engines (scenario key moe_gemm) record
@@ -336,15 +337,16 @@ class RankPlanner {
     // one cublasGemmEx per non-empty expert and band inside the same span.
     const auto expert_gemm = [&](const char* what, int64_t n, int64_t kk) {
       add("moe_gemm", std::string("moe_gemm.") + what,
-          fp8_experts ? cost::moe_gemm_fp8(routed_rows, m_.experts, n, kk) : cost::moe_gemm(routed_rows, m_.experts, n, kk));
+          scaled_experts ? cost::moe_gemm_scaled(routed_rows, m_.experts, n, kk, ef)
+                         : cost::moe_gemm(routed_rows, m_.experts, n, kk));
     };
     expert_gemm("gate_up", 2 * inter, lat);
     situ(routed_rows * inter);
     if (fuse_experts) {
-      add("moe", "moe.weight", cost::moe_weight_fp8(routed_rows, inter));
+      add("moe", "moe.weight", cost::moe_weight_scaled(routed_rows, inter, ef));
     } else {
       add("moe", "moe.weight", cost::moe_weight(routed_rows, inter));
-      if (fp8_experts) quant("moe_act", routed_rows, inter);
+      if (scaled_experts) quant("moe_act", routed_rows, inter, ef);
     }
     expert_gemm("down", lat, inter);
     add("moe", "moe.combine", cost::moe_combine(t_, k, lat));

@@ -211,7 +211,7 @@ int bench_expert_gemms_fp8(const ModelShape& m, const MoeBenchOptions& o, const 
     for (int j = 0; j < c.bands; ++j) worst = std::max(worst, output_diff(ys[j], ref[size_t(j)].get(), V * nb, st));
     BenchRow row = make_row("moe_gemm", std::string("moe_gemm.") + c.name, "cutlass_fp8",
                             fmt::format("{}e V{} n{} k{}", E, V, c.n, c.k), t.median_us, t.min_us, t.max_us, t.reps,
-                            cost::moe_gemm_fp8(V, E, c.n, c.k), ceil);
+                            cost::moe_gemm_scaled(V, E, c.n, c.k, Format::fp8), ceil);
     row.speedup = tl.median_us / t.median_us;
     row.error = worst;
     row.error_floor = kFp8GemmDiffFloor;

@@ -96,6 +96,8 @@ int cmd_plan(const Gang& gang, const ScenarioArgs& args) {
   PB_CHECK(problem.empty(), problem);
   const GpuProfile profile =
       at_gemm_ceiling(gpu_profile(args.profile.empty() ? s.gpu_profile : args.profile), args.ceiling);
+  const std::string no_rate = precision_rate_problem(s.precision, profile);
+  PB_CHECK(no_rate.empty(), s.source + ": " + no_rate + " (gpu_profile, or plan --profile)");
   const LinkProfile link = link_profile(args.link.empty() ? profile.link : args.link);
   PB_CHECK(args.measured.empty() || !args.calibrate.empty(), "--measured compares a calibrated plan: give --calibrate too");
   // A plan prints; it writes a results file only where -o names one. Only

@@ -1,6 +1,6 @@
 // `prefill-bench sweep`: every point of a scenario's sweep (config/sweep.h),
 // each as its own `run` under `mpirun -np <cp>` (or `plan`, with --plan, or
-// where the point does not fit the GPU), gathered into one sweep file
+// where the point does not fit the GPU or its precision is planned only), gathered into one sweep file
 // (results/sweep_file.h). docs/sweep.md is the user's guide.
 //
 // The sweep runs as one process and starts a child per point, its output in
@@ -27,6 +27,7 @@
 #include "compare.h"
 #include "device_memory.h"
 #include "efficiency.h"
+#include "precision.h"
 #include "run_info.h"
 #include "sweep.h"
 #include "sweep_file.h"
@@ -224,7 +225,7 @@ int cmd_sweep(const Gang& gang, const SweepArgs& args) {
       code = run_child(run_command(args, point, file), log, {"NCCL_NVLS_ENABLE=0"});
       if (code == 0) {
         record.status = "measured";
-      } else if (const std::string fit = line_with(log, {kDoesNotFitMessage}); !fit.empty()) {
+      } else if (const std::string fit = line_with(log, {kDoesNotFitMessage, kPlannedOnlyMessage}); !fit.empty()) {
         record.error = fit;
         code = run_child(plan_command(args, point, file), log);
         if (code == 0) record.status = "planned";

@@ -26,6 +26,8 @@ GangScenario load_gang_scenario(const Gang& gang, const ScenarioArgs& args, cons
   GangScenario g{load_scenario_on_gang(gang, args), {}};
   const std::string problem = world_size_problem(g.scenario, gang.size(), /*plan=*/false);
   PB_CHECK(problem.empty(), problem);
+  const std::string planned_only = precision_planned_only(g.scenario.precision);
+  PB_CHECK(planned_only.empty(), g.scenario.source + ": " + planned_only);
   g.fabric = check_fabric(g.scenario, gang, command);
   return g;
 }

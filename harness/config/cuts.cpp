@@ -102,7 +102,7 @@ bool cut_requires(Cut c, Cut* prerequisite) {
 bool seed_cut(Cut c) { return cut_info(c).seed; }
 
 bool cut_applies(Cut c, const Precision& p) {
-  return !cut_info(c).needs_fp8 || p.gemm == Format::fp8 || p.experts == Format::fp8;
+  return !cut_info(c).needs_fp8 || p.any_scaled();
 }
 
 CutSet CutSet::all() {
@@ -154,7 +154,7 @@ std::string CutSet::problem() const {
 std::string CutSet::precision_problem(const Precision& p) const {
   for (Cut c : kAllCuts)
     if ((*this)[c] && !cut_applies(c, p))
-      return std::string("cut ") + cut_name(c) + " applies to fp8 only, and this scenario's precision is " +
+      return std::string("cut ") + cut_name(c) + " applies only where a part is fp8 or fp4, and this scenario's precision is " +
              p.describe() + "; set precision: fp8 (or precision.gemm / precision.experts), or leave " + cut_name(c) +
              " off";
   return "";

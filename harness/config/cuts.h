@@ -50,7 +50,7 @@ struct CutInfo {
   Cut prerequisite;          // meaningful when has_prerequisite
   Exactness exactness;
   double floor;              // rel-L2 floor for summation_order / floor; 0 for bit_identical
-  bool needs_fp8;            // applies only where some part runs fp8 (precision.h)
+  bool needs_fp8;            // applies only where some part runs block-scaled, fp8 or fp4 (precision.h)
   PlanEffect plan_effect;
   const char* bench_family;  // the `prefill-bench kernels` family that measures its kernels; "" none
   const char* kernels;       // which kernels and launches it changes, one line (help, docs)
@@ -69,7 +69,7 @@ std::string allowed_cut_names();  // "land, conv, stripe, ..." in table order
 bool cut_requires(Cut c, Cut* prerequisite);
 // Whether the cut is one of the seed's five.
 bool seed_cut(Cut c);
-// Whether the cut applies to a run of this precision (needs_fp8 cuts need an fp8 part).
+// Whether the cut applies to a run of this precision (needs_fp8 cuts need an fp8 or fp4 part).
 bool cut_applies(Cut c, const Precision& p);
 
 // The table as the results file records it (/cuts).

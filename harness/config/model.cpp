@@ -92,29 +92,30 @@ std::string model_inconsistency(const ModelShape& m) {
   return "";
 }
 
-std::string fp8_width_problem(const ModelShape& m, const Precision& p) {
+std::string scaled_width_problem(const ModelShape& m, const Precision& p) {
   struct Width {
+    Format format;
     const char* what;
     int64_t value;
   };
   std::vector<Width> widths;
-  if (p.gemm == Format::fp8)
-    widths = {{"model.hidden (the projections' input)", m.hidden},
-              {"model.q_lora (q_b's input)", m.q_lora},
-              {"model.f_rank (the KDA forget gate's second projection's input)", m.f_rank},
-              {"KDA inner = kda_heads * kda_head_dim (the KDA output projection's input)", m.kda_inner()},
-              {"heads * v_head (the MLA output projection's input)", m.heads * m.v_head},
-              {"model.moe_latent (lat_up's input)", m.moe_latent},
-              {"model.shared_inter (the shared experts' down projection's input)", m.shared_inter},
-              {"model.dense_inter (the dense FFN's down projection's input)", m.dense_inter}};
-  if (p.experts == Format::fp8) {
-    widths.push_back({"model.moe_latent (the experts' gate|up input and down output)", m.moe_latent});
-    widths.push_back({"model.expert_inter (the experts' down input and gate|up bands)", m.expert_inter});
+  if (p.gemm != Format::bf16)
+    widths = {{p.gemm, "model.hidden (the projections' input)", m.hidden},
+              {p.gemm, "model.q_lora (q_b's input)", m.q_lora},
+              {p.gemm, "model.f_rank (the KDA forget gate's second projection's input)", m.f_rank},
+              {p.gemm, "KDA inner = kda_heads * kda_head_dim (the KDA output projection's input)", m.kda_inner()},
+              {p.gemm, "heads * v_head (the MLA output projection's input)", m.heads * m.v_head},
+              {p.gemm, "model.moe_latent (lat_up's input)", m.moe_latent},
+              {p.gemm, "model.shared_inter (the shared experts' down projection's input)", m.shared_inter},
+              {p.gemm, "model.dense_inter (the dense FFN's down projection's input)", m.dense_inter}};
+  if (p.experts != Format::bf16) {
+    widths.push_back({p.experts, "model.moe_latent (the experts' gate|up input and down output)", m.moe_latent});
+    widths.push_back({p.experts, "model.expert_inter (the experts' down input and gate|up bands)", m.expert_inter});
   }
   for (const Width& w : widths)
     if (w.value % 128 != 0)
-      return std::string("fp8 needs whole 128-column groups, and ") + w.what + " is " + std::to_string(w.value) +
-             ", not a multiple of 128";
+      return std::string(format_name(w.format)) + " needs whole 128-column groups, and " + w.what + " is " +
+             std::to_string(w.value) + ", not a multiple of 128";
   return "";
 }
 

@@ -55,9 +55,10 @@ ModelShape model_preset(const std::string& name);
 // Cross-key consistency (e.g. top_k <= experts); returns "" when consistent,
 // else a sentence naming the keys.
 std::string model_inconsistency(const ModelShape& m);
-// "" when every fp8 GEMM of the model under `p` has whole 128-column groups
-// (its input width, and for the experts their weights' row blocks); else the
-// sentence naming the first width that is not a multiple of 128.
-std::string fp8_width_problem(const ModelShape& m, const Precision& p);
+// "" when every block-scaled GEMM of the model under `p` (fp8 or fp4) has whole
+// 128-column groups (its input width, and for the experts their weights' row
+// blocks; fp4's 16-element scale blocks divide them); else the sentence naming
+// the first width that is not a multiple of 128.
+std::string scaled_width_problem(const ModelShape& m, const Precision& p);
 
 }  // namespace pb

@@ -19,6 +19,7 @@ const std::vector<GpuProfile>& profiles() {
        1226.0, "measured: cuBLASLt e4m3 GEMM 8192^3, 1x128 x 128x128 block scales, on the H200 here (shared/FP8.md)",
        1189.0, "measured: cuBLASLt e4m3 GEMM 8192^3 with per-tensor scales back to back for 30 s on the H200 here; "
                "the card at its 700 W cap, SM clock 1.32 GHz (the block-scaled GEMM has no sustained figure yet)",
+       0.0, "none: Hopper has no FP4 tensor cores",
        "nvlink4", ""},
       {"h100", "datasheet peaks (NVIDIA H100 SXM), not measured",
        3.35, "datasheet: NVIDIA H100 SXM, 3.35 TB/s HBM3 (peak, not measured)",
@@ -27,6 +28,7 @@ const std::vector<GpuProfile>& profiles() {
        67.0, "datasheet: NVIDIA H100 SXM, 67 TFLOP/s FP32 (peak)",
        1979.0, "datasheet: NVIDIA H100 SXM, 1979 TFLOP/s dense FP8 (peak, not measured)",
        0.0, "none: a datasheet gives no sustained rate",
+       0.0, "none: Hopper has no FP4 tensor cores",
        "nvlink4",
        "datasheet peaks: the measured H200 reaches 89% of its 4.8 TB/s and 81% of its 989 TFLOP/s datasheet "
        "figures, so a measured H100 would sit that much below this roofline"},
@@ -36,14 +38,17 @@ const std::vector<GpuProfile>& profiles() {
        0.0, "none: a datasheet gives no sustained rate",
        75.0, "datasheet: NVIDIA B300, 75 TFLOP/s FP32 (peak)",
        5000.0, "datasheet: NVIDIA GB300 NVL72, 720 PFLOP/s FP8 with sparsity over 72 GPUs: 5 PFLOP/s dense per GPU "
-               "(peak, not measured; its FP4, 15 PFLOP/s dense, is what the fleet's experts run)",
+               "(peak, not measured)",
        0.0, "none: a datasheet gives no sustained rate",
+       15000.0, "datasheet: NVIDIA GB300 NVL72, 1,080 PFLOP/s dense FP4 over 72 GPUs: 15 PFLOP/s dense per GPU "
+                "(peak, not measured; the format the fleet's experts run)",
        "nvlink5",
        "datasheet peaks, not measured (the H200 here reaches 89% of its datasheet copy rate and 81% of its "
        "GEMM rate). The seed's fleet TTFTs on GB300 (16k: 1,150 -> 946 ms; 65k: 2,810 -> 2,231; 128k: "
        "6,387 -> 5,021) are CP8 gangs: at 16k each GPU holds 2k tokens, so compare them with a cp 8 plan at "
        "that context (--set cp=8 --set bucket=2048 at 16k), not with cp1-16k, where one GPU does all 16k "
-       "tokens. The engine's experts are MXFP4/NVFP4 (the plan's are bf16 or fp8)"},
+       "tokens. The engine's experts are MXFP4/NVFP4: plan them with precision fp4 (NVFP4 experts, fp8 dense "
+       "GEMMs)"},
   };
   return all;
 }
@@ -90,7 +95,17 @@ std::string describe_figures(const GpuProfile& p) {
     out += fmt::format("  GEMM  {:>8.0f} TFLOP/s   sustained (plan --ceiling sustained), {}\n",
                        p.gemm_sustained_tflops, p.gemm_sustained_source);
   out += fmt::format("  fp8   {:>8.0f} TFLOP/s   {}\n", p.fp8_tflops, p.fp8_source);
+  if (p.fp4_tflops > 0) out += fmt::format("  fp4   {:>8.0f} TFLOP/s   {}\n", p.fp4_tflops, p.fp4_source);
   return out + fmt::format("  f32   {:>8.0f} TFLOP/s   {}\n", p.fp32_tflops, p.fp32_source);
+}
+
+std::string precision_rate_problem(const Precision& p, const GpuProfile& profile) {
+  if (p.experts != Format::fp4 || profile.fp4_tflops > 0) return "";
+  std::vector<std::string> with;
+  for (const auto& q : profiles())
+    if (q.fp4_tflops > 0) with.push_back(q.name);
+  return "precision.experts fp4 needs a gpu_profile with an FP4 rate, and " + profile.name + " has none (" +
+         profile.fp4_source + "); allowed: " + join(with);
 }
 
 std::vector<std::string> gemm_ceiling_names() { return {"burst", "sustained"}; }

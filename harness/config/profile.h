@@ -8,11 +8,14 @@
 // and the sustained (the rate the card holds through a superstep, at its
 // power cap). `plan --ceiling sustained` costs tensor work at the second.
 // The bf16 and the fp8 GEMM each have both (precision.h picks which a launch's
-// tensor work runs at: cost.h's Unit).
+// tensor work runs at: cost.h's Unit); the fp4 GEMM (planned experts) has a
+// datasheet burst figure where the GPU has FP4 tensor cores.
 #pragma once
 
 #include <string>
 #include <vector>
+
+#include "precision.h"
 
 namespace pb {
 
@@ -31,6 +34,8 @@ struct GpuProfile {
   std::string fp8_source;
   double fp8_sustained_tflops;  // the same held for a superstep's length; 0: no figure
   std::string fp8_sustained_source;
+  double fp4_tflops;        // dense NVFP4 GEMM (e2m1, e4m3 scales per 16), burst; 0: no FP4 tensor cores
+  std::string fp4_source;
   std::string link;         // the natural GPU-to-GPU link (link_profile name)
   std::string note;         // what a reader must know to compare this profile with a measurement; may be empty
   std::string gemm_ceiling = "burst";  // which of the two gemm_tflops holds (at_gemm_ceiling)
@@ -44,8 +49,12 @@ bool is_datasheet(const std::string& figure_source);
 // The profile's figures, one per line, each with its source:
 //   "  copy   4.25 TB/s       measured: ..."
 // At the burst ceiling, a sustained figure follows the GEMM line as its own
-// line ("  GEMM  659 TFLOP/s   sustained (plan --ceiling sustained), measured: ...").
+// line ("  GEMM  659 TFLOP/s   sustained (plan --ceiling sustained), measured: ...");
+// an fp4 line only where the profile has an FP4 rate.
 std::string describe_figures(const GpuProfile& p);
+// "" when the profile has a rate for every format of `p`; else why, naming the
+// key and the profiles that have one.
+std::string precision_rate_problem(const Precision& p, const GpuProfile& profile);
 
 // The vendor's dense tensor peaks of a profile's GPU, the denominator of the
 // model FLOPs utilization (analysis/efficiency.h); a datasheet's, not measured.

@@ -35,7 +35,9 @@ inline Variant elementwise_variant(const CutSet& cuts) { return cut_variant(cuts
 // bf16, or e4m3 codes with one f32 scale per 128x128 block (kernels/fp8/fp8.h),
 // quantized once from the same seeded bf16 values, so a bf16 run and an fp8
 // run compute the same model. The codes' rows are padded to a multiple of 128
-// with zeros (a partial block's scale is its real rows' amax).
+// with zeros (a partial block's scale is its real rows' amax). fp4 (experts,
+// planned only) is sized and never filled: e2m1 codes two a byte, then one e4m3
+// scale per row and 16 columns, in one buffer.
 struct ProjWeight {
   Format format = Format::bf16;
   int64_t rows = 0, fan_in = 0;
@@ -43,8 +45,9 @@ struct ProjWeight {
   DeviceBuffer<__nv_bfloat16> bf;     // bf16: [rows, fan_in]
   DeviceBuffer<__nv_fp8_e4m3> codes;  // fp8: [rows rounded up to 128, fan_in]
   DeviceBuffer<float> scales;         // fp8: [ceil(rows / 128), ld_sw]
+  DeviceBuffer<uint8_t> nvfp4;        // fp4: [rows, fan_in / 2] codes, then [rows, fan_in / 16] scales
 
-  size_t bytes() const { return bf.bytes() + codes.bytes() + scales.bytes(); }
+  size_t bytes() const { return bf.bytes() + codes.bytes() + scales.bytes() + nvfp4.bytes(); }
   const __nv_bfloat16* bf_rows(int64_t row0) const { return bf.get() + row0 * fan_in; }
   const __nv_fp8_e4m3* code_rows(int64_t row0) const { return codes.get() + row0 * fan_in; }
   // row0 % 128 == 0: the first scale row of a band starting at row0.
@@ -55,9 +58,12 @@ struct ProjWeight {
 // 128 columns, MN-major for the dense GEMM (lds = act_scale_ld(rows)) or
 // K-major for the expert GEMMs (a row's k/128 scales contiguous), from
 // `quant.<what>` (quantize_act_fp8) or a producer that writes it (cut quant_fuse).
+// fp4 experts (planned only) size an NVFP4 twin instead: codes and e4m3 scales
+// per 16 columns in one buffer, taken only when counting.
 struct Fp8Act {
   DeviceBuffer<__nv_fp8_e4m3> codes;
   DeviceBuffer<float> scales;
+  DeviceBuffer<uint8_t> nvfp4;
   int64_t rows = 0, k = 0;
   Fp8ScaleLayout layout;
 
@@ -65,11 +71,16 @@ struct Fp8Act {
   static Fp8Act take(DeviceMemory& mem, const std::string& name, int64_t rows, int64_t k, Home home, Format format,
                      bool k_major = false) {
     Fp8Act a;
-    if (format != Format::fp8) return a;
-    PB_CHECK(k % kFp8Group == 0, "fp8 activation " + name + ": width " + std::to_string(k) +
-                                     " is not a multiple of 128 (one scale per 128 columns)");
+    if (format == Format::bf16) return a;
+    PB_CHECK(k % kFp8Group == 0, std::string(format_name(format)) + " activation " + name + ": width " +
+                                     std::to_string(k) + " is not a multiple of 128 (whole scale groups)");
     a.rows = rows;
     a.k = k;
+    if (format == Format::fp4) {
+      PB_CHECK(mem.counting_only(), "activation " + name + ": " + precision_planned_only(Precision{Format::bf16, format}));
+      a.nvfp4 = mem.take<uint8_t>(name + "_nvfp4", rows * k / 2 + rows * k / 16, home);
+      return a;
+    }
     const int64_t kb = k / kFp8Group, lds = act_scale_ld(rows);
     a.layout = k_major ? act_scales_k_major(kb) : act_scales_mn_major(lds);
     a.codes = mem.take<__nv_fp8_e4m3>(name + "_e4m3", rows * k, home);
@@ -151,6 +162,11 @@ struct WeightFill {
     w.fan_in = fan_in;
     if (format == Format::bf16) {
       w.bf = weight(name, rows, fan_in, seed);
+      return w;
+    }
+    if (format == Format::fp4) {
+      PB_CHECK(mem.counting_only(), "weight " + name + ": " + precision_planned_only(Precision{Format::bf16, format}));
+      w.nvfp4 = mem.take<uint8_t>(name + "_nvfp4", rows * fan_in / 2 + rows * fan_in / 16, Home::weights);
       return w;
     }
     PB_CHECK(fan_in % kFp8Group == 0, "weight " + name + ": fp8 needs its fan-in (" + std::to_string(fan_in) +

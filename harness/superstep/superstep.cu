@@ -181,6 +181,8 @@ MemoryBudget superstep_memory_budget(const Scenario& s, const Placement& p) {
 }
 
 std::string precision_device_problem(const Scenario& s) {
+  const std::string planned = precision_planned_only(s.precision);
+  if (!planned.empty()) return s.source + ": " + planned;
   std::string why;
   if (s.precision.gemm == Format::fp8 && !fp8_block_scaling_supported(&why))
     return s.source + ": precision.gemm fp8: " + why + "; allowed here: precision bf16";

@@ -473,6 +473,50 @@ TEST_CASE("GB300: the cp1-16k roofline sits above the seed's 16k TTFT because th
   CHECK(gb300.note.find("CP8 gangs") != std::string::npos);
 }
 
+TEST_CASE("fp4 experts on GB300, on paper: NVFP4 bytes, the FP4 rate, and no rate on Hopper") {
+  // NVFP4: half a byte a code and one e4m3 scale per 16 columns, activations and weights alike.
+  const Cost g4 = cost::moe_gemm_scaled(1000, 8, 256, 512, Format::fp4);
+  CHECK(g4.unit == Unit::tensor_fp4);
+  CHECK(g4.bytes == doctest::Approx(1000 * 512 * 0.5 + 1000 * 32 + 8 * 256 * 512 * 0.5 + 8 * 256 * 32 + 1000 * 256 * 2));
+  const Cost g8 = cost::moe_gemm_scaled(1000, 8, 256, 512, Format::fp8);
+  CHECK(g8.unit == Unit::tensor_fp8);
+  CHECK(g8.bytes == doctest::Approx(1000 * 512 + 1000 * 4 * 4 + 8 * 256 * 512 + 16 * 4 * 4 + 1000 * 256 * 2));
+  CHECK(g4.flops == g8.flops);
+  CHECK(cost::quant_act(64, 256, Format::fp4).bytes == doctest::Approx(64 * 256 * 2 + 64 * 128 + 64 * 16));
+  // Hopper has no FP4 rate: the roofline refuses, naming the profile.
+  CHECK_THROWS_WITH_AS(roofline_us(g4, gpu_profile("h200")), doctest::Contains("gpu_profile h200 has no FP4 rate"),
+                       Error);
+  const Precision fp4{Format::fp8, Format::fp4, Format::bf16};
+  CHECK(precision_rate_problem(fp4, gpu_profile("h100")).find("allowed: gb300") != std::string::npos);
+  CHECK(precision_rate_problem(fp4, gpu_profile("gb300")).empty());
+  CHECK(precision_rate_problem(Precision{Format::fp8, Format::fp8, Format::bf16}, gpu_profile("h200")).empty());
+  // cp8 16k on GB300: the expert GEMMs of every rank at the FP4 rate, below fp8's, the rest unchanged.
+  const GpuProfile gb300 = gpu_profile("gb300");
+  const auto rank0 = [&](const char* precision) {
+    const Scenario s = parse_scenario(
+        std::string("name: t\nmodel: {preset: k3}\ncp: 8\ncontext: 16384\nbucket: 2048\nprecision: ") + precision + "\n",
+        "t.yaml");
+    return plan_rank(s, CutSet::all(s.precision), 0);
+  };
+  const RankPlan p4 = rank0("fp4"), p8 = rank0("fp8");
+  REQUIRE(p4.launches.size() == p8.launches.size());
+  for (size_t i = 0; i < p4.launches.size(); ++i) {
+    const Launch &a = p4.launches[i], &b = p8.launches[i];
+    CAPTURE(a.kernel);
+    CHECK(a.kernel == b.kernel);
+    if (a.family == "moe_gemm") {
+      CHECK(a.cost.unit == Unit::tensor_fp4);
+      CHECK(a.cost.bytes < b.cost.bytes);
+    } else if (a.kernel == "quant.moe_latent" || a.kernel == "moe.permute" || a.kernel == "moe.weight") {
+      CHECK(a.cost.bytes < b.cost.bytes);
+    } else {
+      CHECK(a.cost.bytes == b.cost.bytes);
+      CHECK(a.cost.unit == b.cost.unit);
+    }
+  }
+  CHECK(family_ms(plan_spans(p4, gb300), "moe_gemm") < family_ms(plan_spans(p8, gb300), "moe_gemm"));
+}
+
 // ---- calibration ----
 
 namespace {

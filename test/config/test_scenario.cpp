@@ -286,14 +286,17 @@ TEST_CASE("bad inputs give errors naming file, line, key and allowed values") {
       {"a variant with balance alone", g + "variants: [{name: b, cuts: balance}]\n",
        {"variants[0].cuts", "needs it on"}},
       {"--cuts balance", g, {"--cuts balance", "needs it on"}, ScenarioOverrides{{}, "balance", {}}},
-      {"precision unknown", g + "precision: fp4\n", {"bad.yaml:6", "precision", "'fp4'", "allowed values: bf16, fp8"}},
+      {"precision unknown", g + "precision: fp16\n", {"bad.yaml:6", "precision", "'fp16'", "allowed values: bf16, fp8, fp4"}},
+      {"fp4 dense GEMMs", g + "precision: {gemm: fp4}\n", {"bad.yaml:6", "precision.gemm", "'fp4'", "allowed values: bf16, fp8"}},
+      {"fp4 experts' widths", "name: t\nmodel: {preset: tiny, expert_inter: 200}\ncp: 1\ncontext: 8\nprecision: {experts: fp4}\n",
+       {"bad.yaml:5", "precision", "fp4 needs whole 128-column groups", "model.expert_inter", "is 200"}},
       {"precision part unknown", g + "precision: {gemm: fp8, router: fp8}\n",
        {"bad.yaml:6", "precision.router", "gemm, experts, fmha"}},
-      {"precision part value", g + "precision: {experts: int8}\n", {"precision.experts", "'int8'", "bf16, fp8"}},
+      {"precision part value", g + "precision: {experts: int8}\n", {"precision.experts", "'int8'", "bf16, fp8, fp4"}},
       {"fp8 attention", g + "precision: {fmha: fp8}\n", {"precision.fmha", "not built", "allowed: bf16"}},
-      {"precision list", g + "precision: [fp8]\n", {"precision", "expected bf16, fp8, or a map"}},
-      {"quant_fuse in bf16", g + "cuts: [quant_fuse]\n", {"cuts", "quant_fuse applies to fp8 only", "precision: fp8"}},
-      {"--cuts quant_fuse in bf16", g, {"--cuts quant_fuse", "applies to fp8 only"}, ScenarioOverrides{{}, "quant_fuse", {}}},
+      {"precision list", g + "precision: [fp8]\n", {"precision", "expected bf16, fp8, fp4, or a map"}},
+      {"quant_fuse in bf16", g + "cuts: [quant_fuse]\n", {"cuts", "quant_fuse applies only where a part is fp8 or fp4", "precision: fp8"}},
+      {"--cuts quant_fuse in bf16", g, {"--cuts quant_fuse", "applies only where a part is fp8 or fp4"}, ScenarioOverrides{{}, "quant_fuse", {}}},
   };
   for (const auto& c : cases) {
     const std::string what = c.what;
@@ -324,6 +327,30 @@ TEST_CASE("precision: bf16 by default, fp8 by word, map or override; all follows
                        Error);
   CHECK(o.precision.describe() == "fp8");
   CHECK(o.variants.at(0).cuts[Cut::quant_fuse]);
+}
+
+TEST_CASE("precision fp4: NVFP4 experts beside fp8 dense GEMMs, planned only") {
+  const Scenario w = parse_scenario(kGoodFp8 + "precision: fp4\ncuts: all\n", "t.yaml");
+  CHECK(w.precision == Precision{Format::fp8, Format::fp4, Format::bf16});
+  CHECK(w.precision.describe() == "fp4");
+  CHECK(w.precision.any_scaled());
+  CHECK(w.precision.any_fp8());  // its dense GEMMs are fp8
+  CHECK(w.variants.at(0).cuts[Cut::quant_fuse]);  // quant_fuse applies to fp4 experts
+  const Scenario m = parse_scenario(std::string(kGood) + "precision: {experts: fp4}\ncuts: all\n", "t.yaml");
+  CHECK(m.precision.describe() == "gemm=bf16 experts=fp4 fmha=bf16");
+  CHECK(m.variants.at(0).cuts[Cut::quant_fuse]);
+  // run, lane and verify refuse it before any device work, naming the key and why.
+  const std::string why = precision_planned_only(m.precision);
+  CHECK(contains(why, "precision.experts fp4"));
+  CHECK(contains(why, kPlannedOnlyMessage));
+  CHECK(contains(why, "allowed here: precision.experts bf16, fp8"));
+  CHECK(precision_planned_only(Precision{Format::fp8, Format::fp8, Format::bf16}).empty());
+  // Format names round-trip.
+  for (const std::string& name : format_names()) {
+    Format f;
+    REQUIRE(format_from_name(name, &f));
+    CHECK(format_name(f) == name);
+  }
 }
 
 TEST_CASE("recorded overrides read back as given: --set, --cuts, --variants") {

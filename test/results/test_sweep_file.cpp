@@ -63,8 +63,8 @@ TEST_CASE("sweep: the key's errors name the file, the key and what is allowed") 
                        doctest::Contains("give context (tokens in all) or segment"), pb::Error);
   CHECK_THROWS_WITH_AS(with_sweep("sweep: {cp: [65]}\n"), doctest::Contains("sweep.cp[0]: must be between 1 and 64"),
                        pb::Error);
-  CHECK_THROWS_WITH_AS(with_sweep("sweep: {precision: [fp4]}\n"),
-                       doctest::Contains("sweep.precision[0]: 'fp4' is not allowed; allowed values: bf16, fp8"),
+  CHECK_THROWS_WITH_AS(with_sweep("sweep: {precision: [fp16]}\n"),
+                       doctest::Contains("sweep.precision[0]: 'fp16' is not allowed; allowed values: bf16, fp8, fp4"),
                        pb::Error);
   CHECK_THROWS_WITH_AS(with_sweep("sweep: {cp: []}\n"), doctest::Contains("sweep.cp: expected a non-empty list"),
                        pb::Error);

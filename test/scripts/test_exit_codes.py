@@ -78,6 +78,9 @@ def plan(out):
     check("plan", USER_ERROR, pb("plan", "scenarios/nope.yaml"), out)
     check("plan", USER_ERROR, pb("plan", "scenarios/smoke.yaml", "--set", "fabric=tcp"), out)
     check("plan", USER_ERROR, pb("plan", "scenarios/smoke.yaml", "--profile", "a100"), out)
+    # fp4 experts are planned on a profile with an FP4 rate, refused on Hopper's
+    check("plan", OK, pb("plan", "scenarios/smoke-fp8.yaml", "--set", "precision=fp4", "--profile", "gb300"), out)
+    check("plan", USER_ERROR, pb("plan", "scenarios/smoke-fp8.yaml", "--set", "precision=fp4"), out)
 
 
 @book.case
@@ -85,6 +88,8 @@ def run(out):
     check("run", USER_ERROR, pb("run", "scenarios/nope.yaml"), out)
     check("run", USER_ERROR, pb("run", "scenarios/smoke.yaml", "--cuts", "fast"), out)
     check("run", USER_ERROR, pb("run", "scenarios/smoke-cp2.yaml", "-o", tmp(out, "run.h5")), out)  # 1 of 2 ranks
+    # fp4 is planned only: refused before any device work, with or without a GPU
+    check("run", USER_ERROR, pb("run", "scenarios/smoke-fp8.yaml", "--set", "precision=fp4"), out, NO_GPU)
     check("run", NO_DEVICE, pb("run", "scenarios/smoke.yaml", "-o", tmp(out, "run.h5")), out, NO_GPU)
 
 

@@ -110,6 +110,24 @@ TEST_CASE("memory goals on one H200: cp8-128k <= 130 GB, cp4-64k <= 90 GB") {
   }
 }
 
+TEST_CASE("the weights by precision: fp8 about half of bf16, fp4 experts (NVFP4, sized only) a quarter of theirs") {
+  const auto weights = [](const char* precision) {
+    ScenarioOverrides o;
+    o.sets = {"serialize_ranks=true", std::string("precision=") + precision};
+    const Scenario s = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/cp8-128k.yaml", o);
+    return double(Superstep::memory_needs(s, 0, Placement{8, true}).weights);
+  };
+  const double bf16 = weights("bf16"), fp8 = weights("fp8"), fp4 = weights("fp4");
+  // fp8 halves every weight GEMM's weights (the router, kv_b and the lm head stay
+  // bf16). fp4 takes the routed experts' gate|up and down (E x 3 x inter x latent
+  // elements, one set for the synthetic layers) from a byte and the f32 128x128
+  // block scales to half a byte and an e4m3 scale per 16.
+  CHECK(fp8 < 0.66 * bf16);
+  const ModelShape m = model_preset("k3");
+  const double experts = double(m.experts) * 3.0 * double(m.expert_inter) * double(m.moe_latent);
+  CHECK(fp8 - fp4 == doctest::Approx(experts * ((1.0 + 4.0 / (128.0 * 128.0)) - (0.5 + 1.0 / 16.0))).epsilon(0.01));
+}
+
 TEST_CASE("buffer labels: <block>.<name>; a weight by its own name and home; each label once") {
   CHECK(buffer_label("kda", "normed", Home::mixer) == "kda.normed");
   CHECK(buffer_label("kda", "moe.router", Home::weights) == "moe.router (weights)");
