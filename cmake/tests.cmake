@@ -319,7 +319,7 @@ add_test(NAME mpi_gpu.run_smoke_cp2_short_warmup
           --output ${CMAKE_BINARY_DIR}/test-out/run-smoke-cp2-short-warmup.h5 --overwrite)
 set_tests_properties(mpi_gpu.run_smoke_cp2_short_warmup PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 3 TIMEOUT 300
   ENVIRONMENT "${PB_MPI_ENV}" FIXTURES_SETUP smoke_cp2
-  PASS_REGULAR_EXPRESSION "rep 0/3 baseline +TTFT [0-9.]+ ms \\(warm-up, layers 0-1\\).*wrote .*run-smoke-cp2-short-warmup.h5")
+  PASS_REGULAR_EXPRESSION "warm-up 1/1 +baseline +serialized wall [0-9.]+ ms \\(layers 0-1\\).*wrote .*run-smoke-cp2-short-warmup.h5")
 add_test(NAME mpi_gpu.short_warmup_outputs_equal
   COMMAND bash -c "[[ -f $1 && -f $2 ]] || { echo 'no run files (no GPU)'; exit 3; }; exec $0 compare $1 $2"
           $<TARGET_FILE:prefill-bench> ${CMAKE_BINARY_DIR}/test-out/run-smoke-cp2.h5

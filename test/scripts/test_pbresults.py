@@ -28,6 +28,10 @@ book = Casebook("test_pbresults.py")
 ELSEWHERE = {
     ("cp4-64k", "bf16", "all"): ("cp4-64k-each-cut.h5", "all"),
     ("cp8-128k", "bf16", "all"): ("cp8-128k-next-round.h5", "all"),
+    ("cp1-16k", "fp8", "baseline"): ("cp1-16k-fp8-rerun.h5", "baseline"),
+    ("cp1-16k", "fp8", "all"): ("cp1-16k-fp8-rerun.h5", "all"),
+    ("cp4-64k", "fp8", "baseline"): ("cp4-64k-fp8-rerun.h5", "baseline"),
+    ("cp4-64k", "fp8", "all"): ("cp4-64k-fp8-rerun.h5", "all"),
 }
 
 
