@@ -27,6 +27,8 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/kernel_hardware_info.h"
 
+#include "cutlass_grouped.cuh"
+
 #if !defined(CUTLASS_ARCH_MMA_MODIFIABLE_TMA_SM90_SUPPORTED)
 #error "moe_gemm_cutlass.cu needs sm_90a and CUDA 12.3+ (ptr-array TMA); cmake/cutlass.cmake compiles it for 90a"
 #endif
@@ -75,39 +77,26 @@ static_assert(cute::is_static_v<decltype(get<1>(StrideA{}))> && cute::is_static_
                   cute::is_static_v<decltype(get<1>(StrideD{}))>,
               "moe_gemm_cutlass: A, B and D must be contiguous along their second mode (K, K, N)");
 
-constexpr size_t kSlots = 4;
-
-size_t align16(size_t b) { return (b + 15) / 16 * 16; }
-
 // One slot's arrays, each P long, in one pinned block mirrored on the device.
 struct Layout {
   size_t shapes, a, b, d, sa, sb, sd, bytes;
   explicit Layout(size_t P) {
-    size_t o = 0;
-    shapes = o, o = align16(o + P * sizeof(Shape3));
-    a = o, o = align16(o + P * sizeof(void*));
-    b = o, o = align16(o + P * sizeof(void*));
-    d = o, o = align16(o + P * sizeof(void*));
-    sa = o, o = align16(o + P * sizeof(StrideA));
-    sb = o, o = align16(o + P * sizeof(StrideB));
-    sd = o, o = align16(o + P * sizeof(StrideD));
-    bytes = o;
+    cutlass_grouped::ArrayOffsets o(P);
+    shapes = o.next(sizeof(Shape3));
+    a = o.next(sizeof(void*));
+    b = o.next(sizeof(void*));
+    d = o.next(sizeof(void*));
+    sa = o.next(sizeof(StrideA));
+    sb = o.next(sizeof(StrideB));
+    sd = o.next(sizeof(StrideD));
+    bytes = o.bytes();
   }
 };
 
 }  // namespace
 
-struct CutlassGroupedGemm::Impl {
-  int max_problems;
-  Layout layout;
-  GroupedStaging staging;
-  cutlass::KernelHardwareInfo hw;
-  Gemm gemm;
-
-  explicit Impl(int p) : max_problems(p), layout(size_t(p)), staging(layout.bytes, kSlots) {
-    PB_CUDA(cudaGetDevice(&hw.device_id));
-    PB_CUDA(cudaDeviceGetAttribute(&hw.sm_count, cudaDevAttrMultiProcessorCount, hw.device_id));
-  }
+struct CutlassGroupedGemm::Impl : cutlass_grouped::Engine<Gemm, Layout> {
+  using Engine::Engine;
 };
 
 bool cutlass_grouped_device_ok() { return sm90_device(); }
@@ -150,15 +139,7 @@ void CutlassGroupedGemm::run(int problems, const int32_t* m, int64_t n, int64_t 
     pa[i] = reinterpret_cast<const Element*>(a[i]);
     pb[i] = reinterpret_cast<const Element*>(b[i]);
     pd[i] = reinterpret_cast<Element*>(d[i]);
-    StrideA s_a{};
-    get<0>(s_a) = lda;
-    StrideB s_b{};
-    get<0>(s_b) = ldb;
-    StrideD s_d{};
-    get<0>(s_d) = ldd;
-    sa[i] = s_a;
-    sb[i] = s_b;
-    sd[i] = s_d;
+    cutlass_grouped::row_strides(sa, sb, sd, i, lda, ldb, ldd);
   }
   im.staging.upload(slot, stream);
 
@@ -169,26 +150,10 @@ void CutlassGroupedGemm::run(int problems, const int32_t* m, int64_t n, int64_t 
                    reinterpret_cast<StrideA*>(slot.device + L.sa),
                    reinterpret_cast<const Element**>(slot.device + L.b),
                    reinterpret_cast<StrideB*>(slot.device + L.sb)};
-  args.epilogue.thread.alpha = 1.0f;
-  args.epilogue.thread.beta = 0.0f;
-  args.epilogue.ptr_C = nullptr;
-  args.epilogue.dC = nullptr;
-  args.epilogue.ptr_D = reinterpret_cast<Element**>(slot.device + L.d);
-  args.epilogue.dD = reinterpret_cast<StrideD*>(slot.device + L.sd);
+  cutlass_grouped::sourceless_epilogue(args, reinterpret_cast<Element**>(slot.device + L.d),
+                                       reinterpret_cast<StrideD*>(slot.device + L.sd));
   args.hw_info = im.hw;
-
-  const cutlass::Status ok = im.gemm.can_implement(args);
-  PB_CHECK(ok == cutlass::Status::kSuccess,
-           std::string("moe_gemm cutlass: can_implement refused: ") + cutlassGetStatusString(ok));
-  cutlass::Status st =
-      im.gemm.initialize(args, GroupedStaging::workspace(slot, Gemm::get_workspace_size(args)), stream);
-  PB_CHECK(st == cutlass::Status::kSuccess,
-           std::string("moe_gemm cutlass: initialize failed: ") + cutlassGetStatusString(st));
-  st = im.gemm.run(stream);
-  PB_CHECK(st == cutlass::Status::kSuccess, std::string("moe_gemm cutlass: launch failed: ") +
-                                                cutlassGetStatusString(st));
-  PB_CUDA(cudaGetLastError());
-  GroupedStaging::launched(slot, stream);
+  cutlass_grouped::launch(im.gemm, args, slot, "moe_gemm cutlass", stream);
 }
 
 }  // namespace pb

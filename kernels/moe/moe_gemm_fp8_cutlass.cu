@@ -30,6 +30,8 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/kernel_hardware_info.h"
 
+#include "cutlass_grouped.cuh"
+
 #if !defined(CUTLASS_ARCH_MMA_MODIFIABLE_TMA_SM90_SUPPORTED)
 #error "moe_gemm_fp8_cutlass.cu needs sm_90a and CUDA 12.3+ (ptr-array TMA); cmake/cutlass.cmake compiles it for 90a"
 #endif
@@ -98,27 +100,23 @@ static_assert(Mainloop::ScaleGranularityM == 1 && Mainloop::ScaleGranularityN ==
                   Mainloop::ScaleGranularityK == kFp8ScaleBlock,
               "moe_gemm_fp8_cutlass: the scale granularity must be 1 x 128 (A) and 128 x 128 (B)");
 
-constexpr size_t kSlots = 4;
-
-size_t align16(size_t b) { return (b + 15) / 16 * 16; }
-
 // One slot's arrays, each P long, in one pinned block mirrored on the device.
 struct Layout {
   size_t shapes, a, b, d, sfa, sfb, sa, sb, sd, lsfa, lsfb, bytes;
   explicit Layout(size_t P) {
-    size_t o = 0;
-    shapes = o, o = align16(o + P * sizeof(Shape3));
-    a = o, o = align16(o + P * sizeof(void*));
-    b = o, o = align16(o + P * sizeof(void*));
-    d = o, o = align16(o + P * sizeof(void*));
-    sfa = o, o = align16(o + P * sizeof(void*));
-    sfb = o, o = align16(o + P * sizeof(void*));
-    sa = o, o = align16(o + P * sizeof(StrideA));
-    sb = o, o = align16(o + P * sizeof(StrideB));
-    sd = o, o = align16(o + P * sizeof(StrideD));
-    lsfa = o, o = align16(o + P * sizeof(InternalLayoutSFA));
-    lsfb = o, o = align16(o + P * sizeof(InternalLayoutSFB));
-    bytes = o;
+    cutlass_grouped::ArrayOffsets o(P);
+    shapes = o.next(sizeof(Shape3));
+    a = o.next(sizeof(void*));
+    b = o.next(sizeof(void*));
+    d = o.next(sizeof(void*));
+    sfa = o.next(sizeof(void*));
+    sfb = o.next(sizeof(void*));
+    sa = o.next(sizeof(StrideA));
+    sb = o.next(sizeof(StrideB));
+    sd = o.next(sizeof(StrideD));
+    lsfa = o.next(sizeof(InternalLayoutSFA));
+    lsfb = o.next(sizeof(InternalLayoutSFB));
+    bytes = o.bytes();
   }
 };
 
@@ -126,17 +124,8 @@ std::string problem_str(int i) { return "problem " + std::to_string(i); }
 
 }  // namespace
 
-struct CutlassFp8GroupedGemm::Impl {
-  int max_problems;
-  Layout layout;
-  GroupedStaging staging;
-  cutlass::KernelHardwareInfo hw;
-  Gemm gemm;
-
-  explicit Impl(int p) : max_problems(p), layout(size_t(p)), staging(layout.bytes, kSlots) {
-    PB_CUDA(cudaGetDevice(&hw.device_id));
-    PB_CUDA(cudaDeviceGetAttribute(&hw.sm_count, cudaDevAttrMultiProcessorCount, hw.device_id));
-  }
+struct CutlassFp8GroupedGemm::Impl : cutlass_grouped::Engine<Gemm, Layout> {
+  using Engine::Engine;
 };
 
 bool cutlass_fp8_grouped_device_ok() { return sm90_device(); }
@@ -206,15 +195,7 @@ void CutlassFp8GroupedGemm::run(int problems, const int32_t* m, int64_t n, int64
     pd[i] = reinterpret_cast<ElementD*>(d[i]);
     psfa[i] = sfa[i];
     psfb[i] = sfb[i];
-    StrideA s_a{};
-    get<0>(s_a) = lda;
-    StrideB s_b{};
-    get<0>(s_b) = ldb;
-    StrideD s_d{};
-    get<0>(s_d) = ldd;
-    sa[i] = s_a;
-    sb[i] = s_b;
-    sd[i] = s_d;
+    cutlass_grouped::row_strides(sa, sb, sd, i, lda, ldb, ldd);
     // The kernel rebuilds these on the device from (M, N, K) (header); they are
     // passed as the API asks, equal to what it rebuilds (ld_sfa == ld_sfb == k / 128).
     lsfa[i] = ScaleConfig::tile_atom_to_shape_SFA(make_shape(int(m[i]), int(n), int(k), 1));
@@ -233,26 +214,10 @@ void CutlassFp8GroupedGemm::run(int problems, const int32_t* m, int64_t n, int64
   args.mainloop.layout_SFA = reinterpret_cast<InternalLayoutSFA*>(slot.device + L.lsfa);
   args.mainloop.ptr_SFB = reinterpret_cast<const float**>(slot.device + L.sfb);
   args.mainloop.layout_SFB = reinterpret_cast<InternalLayoutSFB*>(slot.device + L.lsfb);
-  args.epilogue.thread.alpha = 1.0f;
-  args.epilogue.thread.beta = 0.0f;
-  args.epilogue.ptr_C = nullptr;
-  args.epilogue.dC = nullptr;
-  args.epilogue.ptr_D = reinterpret_cast<ElementD**>(slot.device + L.d);
-  args.epilogue.dD = reinterpret_cast<StrideD*>(slot.device + L.sd);
+  cutlass_grouped::sourceless_epilogue(args, reinterpret_cast<ElementD**>(slot.device + L.d),
+                                       reinterpret_cast<StrideD*>(slot.device + L.sd));
   args.hw_info = im.hw;
-
-  const cutlass::Status ok = im.gemm.can_implement(args);
-  PB_CHECK(ok == cutlass::Status::kSuccess,
-           std::string("moe_gemm fp8 cutlass: can_implement refused: ") + cutlassGetStatusString(ok));
-  cutlass::Status st =
-      im.gemm.initialize(args, GroupedStaging::workspace(slot, Gemm::get_workspace_size(args)), stream);
-  PB_CHECK(st == cutlass::Status::kSuccess,
-           std::string("moe_gemm fp8 cutlass: initialize failed: ") + cutlassGetStatusString(st));
-  st = im.gemm.run(stream);
-  PB_CHECK(st == cutlass::Status::kSuccess,
-           std::string("moe_gemm fp8 cutlass: launch failed: ") + cutlassGetStatusString(st));
-  PB_CUDA(cudaGetLastError());
-  GroupedStaging::launched(slot, stream);
+  cutlass_grouped::launch(im.gemm, args, slot, "moe_gemm fp8 cutlass", stream);
 }
 
 }  // namespace pb
