@@ -14,7 +14,8 @@
   bf16 peak), as `run` and `plan` record it: harness/analysis/efficiency.h).
   Parallel efficiency against cp at each context, as `sweep` stored it:
   T(c0) x c0 / (T(cp) x cp), c0 the smallest cp swept at that context
-  (harness/results/sweep_file.h).
+  (harness/results/sweep_file.h); and at a fixed number of tokens a rank
+  (a sweep over `segment`), MFU(cp) / MFU(c0), since the work grows with cp.
 
 Failed points are listed on stderr and left out.
 """
@@ -88,8 +89,9 @@ def draw_shares(ax, rows, colours):
         xs = [r["context"] for r in pts]
         fmha = [r["shares"].get("fmha", 0.0) for r in pts]
         gemms = [sum(r["shares"].get(k, 0.0) for k in WEIGHT_GEMMS) for r in pts]
-        ax.plot(xs, fmha, "-", color=colour, lw=1.4, label="FMHA, cp {} {} {}".format(cp, precision, variant))
-        ax.plot(xs, gemms, "--", color=colour, lw=1.0)
+        ax.plot(xs, fmha, "-", color=colour, lw=1.4, marker="o", ms=3,
+                label="FMHA, cp {} {} {}".format(cp, precision, variant))
+        ax.plot(xs, gemms, "--", color=colour, lw=1.0, marker="s", ms=3)
         for (x0, f0, g0), (x1, f1, g1) in zip(zip(xs, fmha, gemms), list(zip(xs, fmha, gemms))[1:]):
             if f0 < g0 and f1 >= g1:  # crosses between x0 and x1: linear in log2(context)
                 import math
@@ -136,15 +138,41 @@ def draw_efficiency(ax, rows):
                 label="{} {} {}".format(context_label(context), precision, variant))
         efficiency.append({"context": context, "precision": precision, "variant": variant, "cp": cps,
                            "efficiency": eff})
+    weak = draw_weak_scaling(ax, rows)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("cp (GPUs)")
-    ax.set_ylabel("parallel efficiency, T(c0) c0 / (T(cp) cp)")
-    ax.set_title("Scaling over cp at a fixed context (c0: the smallest cp swept)", fontsize=9)
-    if efficiency:
+    ax.set_ylabel("efficiency against the smallest cp swept, c0")
+    ax.set_title("Scaling over cp: at a fixed context T(c0) c0 / (T(cp) cp) (circles); "
+                 "at fixed tokens a rank MFU(cp) / MFU(c0) (squares)", fontsize=8)
+    if efficiency or weak:
         ax.legend(fontsize=6.5, ncol=2)
     else:
-        ax.text(0.5, 0.5, "no context swept over two or more cp", ha="center", va="center", transform=ax.transAxes)
-    return efficiency
+        ax.text(0.5, 0.5, "no context or tokens a rank swept over two or more cp", ha="center", va="center",
+                transform=ax.transAxes)
+    return efficiency, weak
+
+
+def draw_weak_scaling(ax, rows):
+    """Points of the same tokens a rank (context / cp) and precision over two or
+    more cp: the work grows with cp (the FMHA with the keys before a rank), so
+    the efficiency is the MFU's ratio to the smallest cp's, model FLOPs per GPU
+    second against c0's (at a fixed context it equals T(c0) c0 / (T(cp) cp))."""
+    weak = []
+    groups = {}
+    for r in rows:
+        if r["mfu"] is not None:
+            groups.setdefault((r["context"] // r["cp"], r["precision"], r["variant"]), []).append(r)
+    shade = {k: LINE_COLOURS[(i + 3) % len(LINE_COLOURS)] for i, k in enumerate(sorted({k[:2] for k in groups}))}
+    for (segment, precision, variant), pts in sorted(groups.items()):
+        pts = sorted(pts, key=lambda r: r["cp"])
+        if len({r["cp"] for r in pts}) < 2 or len({r["context"] for r in pts}) < 2:
+            continue  # one cp, or a fixed context (drawn above)
+        cps = [r["cp"] for r in pts]
+        eff = [r["mfu"] / pts[0]["mfu"] for r in pts]
+        ax.plot(cps, eff, style(variant), marker="s", ms=3, lw=1.2, color=shade[(segment, precision)],
+                label="{} a rank {} {}".format(context_label(segment), precision, variant))
+        weak.append({"segment": segment, "precision": precision, "variant": variant, "cp": cps, "efficiency": eff})
+    return weak
 
 
 def main():
@@ -174,7 +202,7 @@ def main():
     draw_ttft(axes[0][0], rows, colours)
     crossings = draw_shares(axes[0][1], rows, colours)
     draw_mfu(axes[1][0], rows, colours)
-    efficiency = draw_efficiency(axes[1][1], rows)
+    efficiency, weak = draw_efficiency(axes[1][1], rows)
     for ax in (axes[0][0], axes[0][1], axes[1][0]):
         contexts = sorted({r["context"] for r in rows} | ({t for t, _, _ in SEED_POINTS} if ax is axes[0][0] else set()))
         ax.set_xticks(contexts)
@@ -187,7 +215,7 @@ def main():
                                                            pbplot.fmt_ms(r["ttft_ms"]),
                                                            "-" if r["mfu"] is None else "{:.1f}%".format(100 * r["mfu"])))
     pbplot.save(fig, a, {"points": [{k: v for k, v in r.items()} for r in rows], "crossings": crossings,
-                         "efficiency": efficiency})
+                         "efficiency": efficiency, "weak_efficiency": weak})
 
 
 if __name__ == "__main__":

@@ -476,6 +476,16 @@ def sweep_panels(out):
                "efficiency {} at {}".format(e["efficiency"], e["context"]))
     expect(any("seed: GB300" in label for label in d["legend"]), "no seed points in the legend")
     refused(out, "plot_sweep.py", [committed("cp1-16k.h5")], "not a sweep")
+    # The measured sweep over cp at 16k tokens a rank: no fixed context, one weak-scaling series a variant,
+    # starting at 1 at cp 1, each value the MFU's ratio to cp 1's.
+    d = plot(out, "plot_sweep.py", [committed("sweep-cp-16k-per-rank.h5")], [], "sweep-cp")
+    expect(d["efficiency"] == [], "fixed-context efficiency drawn for a sweep over tokens a rank")
+    expect(len(d["weak_efficiency"]) == 2, "weak-scaling series {}".format(d["weak_efficiency"]))
+    mfu = {(p["cp"], p["variant"]): p["mfu"] for p in d["points"]}
+    for w in d["weak_efficiency"]:
+        expect(w["segment"] == 16384 and w["cp"] == [1, 2, 4, 8], "series {}".format(w))
+        want = [mfu[(c, w["variant"])] / mfu[(1, w["variant"])] for c in w["cp"]]
+        expect(all(abs(a - b) < 1e-12 for a, b in zip(w["efficiency"], want)), "{} != {}".format(w, want))
 
 
 def candidates_with_modules():
