@@ -6,11 +6,9 @@
 // or earlier phases): blocks split their work that way (mla_block.h, kda_block.h).
 //
 // settle_ms (scenario key turn_settle_ms): a serialized turn starts after the
-// GPU has idled this long. An H200 under load runs at its power cap with the
-// SM clock between ~1.5 and 1.98 GHz, set by the last few hundred ms of work;
-// without a settle a turn inherits the power state of the turns before it
-// (rank 0's FMHA, right after every rank's projection GEMMs, ran ~10% slower
-// per pair than rank 2's on the H200).
+// GPU has idled this long. A GPU at its power cap sets its SM clock from the
+// last few hundred ms of work, so without a settle a turn inherits the power
+// state of the turns before it (measured in docs/lane.md).
 #pragma once
 
 #include <cuda_runtime_api.h>
