@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 
 #include "check.h"
 #include "cost.h"
@@ -157,6 +158,37 @@ int run_gemm_bench(const GemmBenchOptions& o, RunResult& result) {
                   r.median_us, r.tflops, r.fraction, bf16_us > 0 ? fmt::format("{:.2f}x", r.speedup).c_str() : "-",
                   r.error, r.failed() ? " FAIL" : "");
       result.bench.push_back(r);
+      int best = 0;
+      double best_us = r.median_us;
+      for (int rank = 1; rank < o.fp8_algos; ++rank) {
+        std::unique_ptr<Fp8Gemm> other;
+        try {
+          other = std::make_unique<Fp8Gemm>(Fp8Gemm::kDefaultWorkspaceBytes, rank);
+          gemm_fp8_f32out(*other, xq.get(), sx.get(), wq.get(), sw.get(), y.get(), {m, n, k}, stream);
+        } catch (const Error& e) {  // fewer algorithms for this shape
+          std::printf("%-15s %-22s fp8 algorithm %d: none (%s)\n", sh.name.c_str(), r.shape.c_str(), rank, e.what());
+          break;
+        }
+        y.poison(stream);
+        const Timing ta = time_launches(
+            [&](int, cudaStream_t st) {
+              gemm_fp8_f32out(*other, xq.get(), sx.get(), wq.get(), sw.get(), y.get(), {m, n, k}, st);
+            },
+            1, o.warmup, o.reps, stream);
+        const double diff = output_diff(y.get(), y_bf16.get(), m * n, stream);
+        const bool bad = !(diff <= kFp8GemmDiffFloor);
+        failed += bad;
+        const Cost c = cost::gemm_fp8(m, n, k);
+        std::printf("%-15s %-22s fp8#%-2d %10.1f %9.1f %7.3f %8s %10.2e%s\n", sh.name.c_str(), r.shape.c_str(), rank,
+                    ta.median_us, c.flops / (ta.median_us * 1e6), c.flops / (ta.median_us * 1e6) / fp8_ceiling,
+                    fmt::format("{:.2f}x", r.median_us / ta.median_us).c_str(), diff, bad ? " FAIL" : "");
+        result.numbers[fmt::format("fp8_algo_us.{}.{}", sh.name, rank)] = ta.median_us;
+        if (!bad && ta.median_us < best_us) best = rank, best_us = ta.median_us;
+      }
+      if (o.fp8_algos > 1) {
+        result.numbers["fp8_best_algo." + sh.name] = best;
+        result.numbers["fp8_best_algo_speedup." + sh.name] = r.median_us / best_us;
+      }
     }
     std::fflush(stdout);
   }

@@ -6,6 +6,12 @@
 // Every fp8 row is checked against the bf16 GEMM of the same inputs before it
 // is quantized, by DeepGEMM's measure 1 - 2<x,y> / (|x|^2 + |y|^2) over the
 // whole output (output_diff.h; error, floor kFp8GemmDiffFloor).
+// With fp8_algos > 1 each fp8 shape is also timed with cuBLASLt's next
+// heuristic algorithms (Fp8Gemm's heuristic_rank 1, 2, ...; the superstep runs
+// the first), each checked the same way: numbers fp8_algo_us.<gemm>.<rank>,
+// and fp8_best_algo.<gemm> (the fastest rank) with fp8_best_algo_speedup.<gemm>
+// (the first's time over the fastest's). A shape with fewer algorithms stops
+// there. The rows stay the first algorithm's, so calibration reads what runs.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +28,7 @@ struct GemmBenchOptions {
   std::vector<std::string> gemms;          // the superstep GEMMs by name (default all)
   int warmup = 3;
   int reps = 20;
+  int fp8_algos = 1;                       // fp8: cuBLASLt heuristic algorithms timed (the first is the row's)
   std::string output;
   bool overwrite = false;
   std::string command_line;

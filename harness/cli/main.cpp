@@ -211,6 +211,10 @@ int main(int argc, char** argv) {
   add_list(gemm, "--gemm", gopt.gemms, "the GEMMs by name (default all)")->check(CLI::IsMember(pb::gemm_bench_names()));
   gemm->add_option("--reps", gopt.reps, "timed repetitions, median reported (default 20)");
   gemm->add_option("--warmup", gopt.warmup, "untimed repetitions first (default 3)");
+  gemm->add_option("--fp8-algos", gopt.fp8_algos,
+                   "fp8: also time cuBLASLt's next heuristic algorithms, up to this many in all (default 1: the "
+                   "first, the one the superstep runs)")
+      ->check(CLI::Range(1, 16));
   add_output_options(gemm, gopt.output, gopt.overwrite, "runs/gemm-bench-<time>.h5");
 
   try {

@@ -148,7 +148,11 @@ struct Fp8Gemm::Plan {
   }
 };
 
-Fp8Gemm::Fp8Gemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+Fp8Gemm::Fp8Gemm(size_t workspace_bytes, int heuristic_rank)
+    : heuristic_rank_(heuristic_rank), workspace_bytes_(workspace_bytes) {
+  PB_CHECK(heuristic_rank >= 0 && heuristic_rank < kMaxHeuristicRank,
+           "Fp8Gemm: heuristic_rank must be 0 .. " + std::to_string(kMaxHeuristicRank - 1) + ", got " +
+               std::to_string(heuristic_rank));
   std::string why;
   PB_CHECK(fp8_block_scaling_supported(&why), "Fp8Gemm: no block-scaled FP8 GEMM here: " + why);
   PB_CUDA(cudaGetDevice(&device_));
@@ -200,16 +204,18 @@ Fp8Gemm::Plan& Fp8Gemm::plan_for(const Fp8GemmDims& dims, Fp8GemmOut out, const 
   set_pref(pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align.x);
   set_pref(pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align.y);
   set_pref(pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align.y);
-  cublasLtMatmulHeuristicResult_t result = {};
+  cublasLtMatmulHeuristicResult_t results[kMaxHeuristicRank] = {};
   int returned = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a,
-                                                               p->b, p->d, p->d, pref.pref, 1, &result, &returned);
-  PB_CHECK(status == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS,
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b, p->d, p->d, pref.pref,
+                                     heuristic_rank_ + 1, results, &returned);
+  const cublasLtMatmulHeuristicResult_t& result = results[heuristic_rank_];
+  PB_CHECK(status == CUBLAS_STATUS_SUCCESS && returned > heuristic_rank_ && result.state == CUBLAS_STATUS_SUCCESS,
            "gemm_fp8: cuBLASLt offers no algorithm for the block-scaled FP8 GEMM (" + describe(dims, out) +
                ", alignments wq " + str(align.w) + " xq " + str(align.x) + " y " + str(align.y) +
                " bytes; A = weights BLK128x128_32F op T, B = activations VEC128_32F op N): " +
                cublasGetStatusName(status != CUBLAS_STATUS_SUCCESS ? status : result.state) + ", " +
-               std::to_string(returned) + " algorithm(s)");
+               std::to_string(returned) + " algorithm(s), rank " + std::to_string(heuristic_rank_) + " asked");
   p->algo = result.algo;
 #else
   (void)sx;

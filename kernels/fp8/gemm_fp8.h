@@ -75,6 +75,10 @@
 // layouts and the heuristic's algorithm per (m, n, k, ldx, ldw, ldy, out type)
 // and alignment class of (wq, xq, y) (a band or column slice may be only
 // 16-byte aligned where a whole buffer is 256).
+// The plan takes the heuristic's first algorithm unless the Fp8Gemm was made
+// with another rank of its list (heuristic_rank: the gemm benchmark's search
+// for a faster one; every block uses 0). Algorithms differ in their summation
+// order, so their outputs may differ in the last bits, each within the floor.
 // The first call of a shape builds its plan (a heuristic query); later calls
 // only set the two scale pointers on the cached descriptor and call
 // cublasLtMatmul on `stream`: no allocation. Not thread-safe (one per thread or
@@ -117,9 +121,12 @@ Fp8GemmDims checked_fp8_gemm_dims(Fp8GemmDims d, Fp8GemmOut out);
 class Fp8Gemm {
  public:
   static constexpr size_t kDefaultWorkspaceBytes = size_t(32) << 20;
+  static constexpr int kMaxHeuristicRank = 16;  // heuristic_rank below this
 
   // Throws pb::Error when !fp8_block_scaling_supported(), saying why.
-  explicit Fp8Gemm(size_t workspace_bytes = kDefaultWorkspaceBytes);
+  // heuristic_rank: which of cuBLASLt's heuristic algorithms the plans take (0:
+  // its first); a shape with fewer throws pb::Error saying how many it has.
+  explicit Fp8Gemm(size_t workspace_bytes = kDefaultWorkspaceBytes, int heuristic_rank = 0);
   ~Fp8Gemm();
   Fp8Gemm(const Fp8Gemm&) = delete;
   Fp8Gemm& operator=(const Fp8Gemm&) = delete;
@@ -140,6 +147,7 @@ class Fp8Gemm {
   Plan& plan_for(const Fp8GemmDims& d, Fp8GemmOut out, const Alignments& align, const float* sx, const float* sw);
 
   int device_ = -1;
+  int heuristic_rank_ = 0;
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

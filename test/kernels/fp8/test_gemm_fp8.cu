@@ -287,6 +287,28 @@ TEST_CASE("gemm_fp8: plans are cached per shape and output type") {
   CHECK(gemm.workspace_bytes() == Fp8Gemm::kDefaultWorkspaceBytes);
 }
 
+TEST_CASE("gemm_fp8: the heuristic's later algorithms hold the same floor; a rank out of range is named") {
+  // Refused before the device is asked (so on any machine): the rank's range.
+  CHECK(error_message([] { Fp8Gemm g(Fp8Gemm::kDefaultWorkspaceBytes, -1); }).find("heuristic_rank must be 0 .. 15") !=
+        std::string::npos);
+  CHECK(error_message([] { Fp8Gemm g(Fp8Gemm::kDefaultWorkspaceBytes, Fp8Gemm::kMaxHeuristicRank); })
+            .find("got 16") != std::string::npos);
+  if (!have_fp8_gemm()) return;
+  const std::unique_ptr<Problem> p = make_problem({"k3-like", 512, 768, 1536, 0, 0, 0}, 91);
+  int ran = 0;
+  for (int rank = 1; rank < 4; ++rank) {
+    Fp8Gemm gemm(Fp8Gemm::kDefaultWorkspaceBytes, rank);
+    const std::string why = error_message([&] { run_and_check(gemm, *p, false); });
+    if (why != "(no pb::Error)") {  // cuBLASLt has fewer algorithms for this shape: it says how many
+      CHECK(why.find("rank " + std::to_string(rank) + " asked") != std::string::npos);
+      break;
+    }
+    run_and_check(gemm, *p, true);
+    ++ran;
+  }
+  MESSAGE(ran << " later algorithm(s) checked");
+}
+
 TEST_CASE("gemm_fp8: end to end from bf16, through the quantization kernels") {
   if (!have_fp8_gemm()) return;
   // x [m, k] and w [n, k] in bf16 -> quantize_act_fp8 / quantize_weight_fp8 on
