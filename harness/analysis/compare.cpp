@@ -170,7 +170,7 @@ void print_savings(const RunResult& run, const std::string& file, const std::str
   }
   out << "  (MFU: model FLOPs / (TTFT x GPUs x the datasheet's dense bf16 peak); efficiency.h)\n";
   if (const VariantResult* all = run.find_variant("all")) {  // what "all" meant to the build that ran it
-    const std::set<std::string> on = compare_detail::cuts_on(all->cuts);
+    const std::set<std::string> on = cut_names_on(all->cuts);
     out << fmt::format("  (all: {} cuts: {})\n", on.size(), join(std::vector<std::string>(on.begin(), on.end())));
   }
   print_cold_reference(run, file, base, out);

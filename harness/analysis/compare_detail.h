@@ -3,7 +3,6 @@
 #pragma once
 
 #include <ostream>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,8 +48,6 @@ bool recorded_scenario(const RunResult& run, const std::string& file, Scenario* 
 // every name both files hold; else the first variant of each.
 std::vector<std::pair<std::string, std::string>> pair_variants(const RunResult& a, const RunResult& b,
                                                                const CompareOptions& options);
-// The names of the cuts that are on, from VariantResult::cuts ("land=on conv=off ...").
-std::set<std::string> cuts_on(const std::string& described);
 // The regression gate (compare --baseline): exit 0 pass, 1 regressed, 2 cannot judge.
 int check_regressions(const CompareOptions& options, std::ostream& out);
 

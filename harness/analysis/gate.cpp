@@ -208,7 +208,7 @@ std::vector<std::string> variants_to_judge(const RunResult& base, const RunResul
 
 // "" when both sides ran the same cuts (a cut one side does not name is off).
 std::string cuts_difference(const VariantResult& base, const VariantResult& cand) {
-  if (cuts_on(base.cuts) == cuts_on(cand.cuts)) return "";
+  if (cut_names_on(base.cuts) == cut_names_on(cand.cuts)) return "";
   return fmt::format("the cuts differ: baseline '{}', candidate '{}'", base.cuts, cand.cuts);
 }
 
@@ -342,15 +342,6 @@ void write_gate_csv(const GateReport& report, std::ostream& out) {
 }
 
 }  // namespace
-
-std::set<std::string> cuts_on(const std::string& described) {
-  std::set<std::string> on;
-  for (const std::string& item : split(described, ' ')) {
-    const size_t equals = item.find('=');
-    if (equals != std::string::npos && item.substr(equals + 1) == "on") on.insert(item.substr(0, equals));
-  }
-  return on;
-}
 
 // The files' problems, else each variant to judge, candidate
 // against baseline; then what was judged and what was not (compare.h).

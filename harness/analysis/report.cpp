@@ -118,7 +118,7 @@ Report build(const CompareOptions& options, std::vector<Source>& sources) {
 // "land, conv" from "land=on conv=off ..."; "none" when no cut is on.
 std::string cuts_on_text(const std::string& described) {
   std::string on;
-  for (const std::string& name : compare_detail::cuts_on(described)) on += (on.empty() ? "" : ", ") + name;
+  for (const std::string& name : cut_names_on(described)) on += (on.empty() ? "" : ", ") + name;
   return on.empty() ? "none" : on;
 }
 

@@ -166,14 +166,21 @@ std::string CutSet::describe() const {
   return s;
 }
 
-CutSet CutSet::from_description(const std::string& described) {
-  CutSet cuts;
+std::set<std::string> cut_names_on(const std::string& described) {
+  std::set<std::string> on;
   for (const std::string& item : split(described, ' ')) {
     const size_t equals = item.find('=');
-    if (equals == std::string::npos || item.substr(equals + 1) != "on") continue;
+    if (equals != std::string::npos && item.substr(equals + 1) == "on") on.insert(item.substr(0, equals));
+  }
+  return on;
+}
+
+CutSet CutSet::from_description(const std::string& described) {
+  CutSet cuts;
+  for (const std::string& name : cut_names_on(described)) {
     Cut cut;
-    PB_CHECK(cut_from_name(item.substr(0, equals), &cut),
-             "recorded cut '" + item.substr(0, equals) + "' is unknown to this build; it knows " + allowed_cut_names());
+    PB_CHECK(cut_from_name(name, &cut), "recorded cut '" + name + "' is unknown to this build; it knows " +
+                                            allowed_cut_names());
     cuts.set(cut, true);
   }
   return cuts;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <array>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,11 @@ bool cut_requires(Cut c, Cut* prerequisite);
 bool seed_cut(Cut c);
 // Whether the cut applies to a run of this precision (needs_fp8 cuts need an fp8 or fp4 part).
 bool cut_applies(Cut c, const Precision& p);
+
+// The names a describe() text turns on ("<name>=on"), in any order, names this
+// build does not know included (a file of another build): the text form the
+// reports and the gate compare; CutSet::from_description is the checked one.
+std::set<std::string> cut_names_on(const std::string& described);
 
 // The table as the results file records it (/cuts).
 std::vector<CutRecord> cut_records();
