@@ -14,8 +14,9 @@
   bf16 peak), as `run` and `plan` record it: harness/analysis/efficiency.h).
   Parallel efficiency against cp at each context, as `sweep` stored it:
   T(c0) x c0 / (T(cp) x cp), c0 the smallest cp swept at that context
-  (harness/results/sweep_file.h); and at a fixed number of tokens a rank
-  (a sweep over `segment`), MFU(cp) / MFU(c0), since the work grows with cp.
+  (harness/results/sweep_file.h); in a sweep where no context has two cp (a
+  sweep over `segment`), at a fixed number of tokens a rank instead:
+  MFU(cp) / MFU(c0), since the work grows with cp.
 
 Failed points are listed on stderr and left out.
 """
@@ -138,7 +139,7 @@ def draw_efficiency(ax, rows):
                 label="{} {} {}".format(context_label(context), precision, variant))
         efficiency.append({"context": context, "precision": precision, "variant": variant, "cp": cps,
                            "efficiency": eff})
-    weak = draw_weak_scaling(ax, rows)
+    weak = [] if efficiency else draw_weak_scaling(ax, rows)  # one view a panel: weak scaling where no context has two cp
     ax.set_xscale("log", base=2)
     ax.set_xlabel("cp (GPUs)")
     ax.set_ylabel("efficiency against the smallest cp swept, c0")
@@ -165,8 +166,8 @@ def draw_weak_scaling(ax, rows):
     shade = {k: LINE_COLOURS[(i + 3) % len(LINE_COLOURS)] for i, k in enumerate(sorted({k[:2] for k in groups}))}
     for (segment, precision, variant), pts in sorted(groups.items()):
         pts = sorted(pts, key=lambda r: r["cp"])
-        if len({r["cp"] for r in pts}) < 2 or len({r["context"] for r in pts}) < 2:
-            continue  # one cp, or a fixed context (drawn above)
+        if len({r["cp"] for r in pts}) < 2:
+            continue  # one cp: nothing scales (a point's context fixes its cp within a segment)
         cps = [r["cp"] for r in pts]
         eff = [r["mfu"] / pts[0]["mfu"] for r in pts]
         ax.plot(cps, eff, style(variant), marker="s", ms=3, lw=1.2, color=shade[(segment, precision)],

@@ -475,6 +475,7 @@ def sweep_panels(out):
         expect(e["efficiency"][0] == 1.0 and all(0 < x <= 1.05 for x in e["efficiency"]),
                "efficiency {} at {}".format(e["efficiency"], e["context"]))
     expect(any("seed: GB300" in label for label in d["legend"]), "no seed points in the legend")
+    expect(d["weak_efficiency"] == [], "weak scaling drawn beside the fixed-context efficiency")
     refused(out, "plot_sweep.py", [committed("cp1-16k.h5")], "not a sweep")
     # The measured sweep over cp at 16k tokens a rank: no fixed context, one weak-scaling series a variant,
     # starting at 1 at cp 1, each value the MFU's ratio to cp 1's.
