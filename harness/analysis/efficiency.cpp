@@ -47,9 +47,8 @@ Efficiency efficiency_of(const RunResult& run, const VariantResult& variant) {
     return tflops > 0 ? e.model_flops / (e.ttft_ms * 1e-3 * e.gpus * tflops * 1e12) : kNoValue;
   };
   const auto precision = run.text.find("precision");
-  // Some part block-scaled (fp8, or fp4 planned): its MFU is also given against the fp8 peak.
-  const bool fp8 = precision != run.text.end() && (precision->second.find("fp8") != std::string::npos ||
-                                                   precision->second.find("fp4") != std::string::npos);
+  // Some part block-scaled (Precision::describe() other than "bf16"): its MFU is also given against the fp8 peak.
+  const bool fp8 = precision != run.text.end() && precision->second != "bf16";
   if (!e.profile.empty()) {
     const DatasheetPeak peak = datasheet_peak(e.profile);
     e.mfu_bf16_datasheet = mfu(peak.bf16_tflops);

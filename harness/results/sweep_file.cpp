@@ -133,7 +133,6 @@ SweepPointRecord read_point(const Node& points, const std::string& id) {
   return p;
 }
 
-
 std::vector<SweepPointRecord> read_points(const Node& root) {
   std::vector<SweepPointRecord> records;
   if (!has_link(root, "points")) return records;
