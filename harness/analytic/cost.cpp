@@ -37,7 +37,7 @@ constexpr double kFp8 = 1;
 double scale_groups(int64_t rows, int64_t k) { return double(rows) * double((k + 127) / 128); }
 // A block-scaled activation [rows, k] (codes and scales), and a weight [rows, k].
 double act_bytes(int64_t rows, int64_t k, Format f) {
-  if (f == Format::fp4) return double(rows) * k * 0.5 + double(rows) * double((k + 15) / 16);
+  if (f == Format::fp4) return double(nvfp4_bytes(rows, k));
   return double(rows) * k * kFp8 + scale_groups(rows, k) * kF32;
 }
 double weight_bytes(int64_t rows, int64_t k, Format f) {

@@ -24,6 +24,7 @@
 // FP4 kernel is built and Hopper has no FP4 tensor cores.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,10 @@ struct Precision {
   // bf16), else "gemm=fp8 experts=bf16 fmha=bf16".
   std::string describe() const;
 };
+
+// An NVFP4 operand [rows, k]: e2m1 codes two a byte, then one e4m3 scale per
+// row and 16 columns (the tensor's one f32 scale not counted), in bytes.
+inline int64_t nvfp4_bytes(int64_t rows, int64_t k) { return rows * ((k + 1) / 2) + rows * ((k + 15) / 16); }
 
 // The parts of a precision, in the order the map form and describe() spell them.
 std::vector<std::string> precision_part_names();  // gemm, experts, fmha

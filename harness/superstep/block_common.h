@@ -78,7 +78,7 @@ struct Fp8Act {
     a.k = k;
     if (format == Format::fp4) {
       PB_CHECK(mem.counting_only(), "activation " + name + ": " + precision_planned_only(Precision{Format::bf16, format}));
-      a.nvfp4 = mem.take<uint8_t>(name + "_nvfp4", rows * k / 2 + rows * k / 16, home);
+      a.nvfp4 = mem.take<uint8_t>(name + "_nvfp4", nvfp4_bytes(rows, k), home);
       return a;
     }
     const int64_t kb = k / kFp8Group, lds = act_scale_ld(rows);
@@ -166,7 +166,7 @@ struct WeightFill {
     }
     if (format == Format::fp4) {
       PB_CHECK(mem.counting_only(), "weight " + name + ": " + precision_planned_only(Precision{Format::bf16, format}));
-      w.nvfp4 = mem.take<uint8_t>(name + "_nvfp4", rows * fan_in / 2 + rows * fan_in / 16, Home::weights);
+      w.nvfp4 = mem.take<uint8_t>(name + "_nvfp4", nvfp4_bytes(rows, fan_in), Home::weights);
       return w;
     }
     PB_CHECK(fan_in % kFp8Group == 0, "weight " + name + ": fp8 needs its fan-in (" + std::to_string(fan_in) +
