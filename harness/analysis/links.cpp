@@ -30,7 +30,7 @@ using PlannedBytes = std::map<std::pair<int32_t, std::string>, std::deque<double
 std::vector<PlannedBytes> planned_link_bytes(const Scenario& s, const CutSet& cuts) {
   std::vector<PlannedBytes> ranks(size_t(s.cp));
   for (int rank = 0; rank < s.cp; ++rank)
-    for (const Launch& l : plan_rank(s, cuts, rank).launches)
+    for (const Launch& l : fold_stage_queries(plan_rank(s, cuts, rank).launches))  // as such files recorded them
       if (l.family == "fabric") ranks[size_t(rank)][{l.layer, l.kernel}].push_back(span_bytes(l));
   return ranks;
 }

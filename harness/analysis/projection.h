@@ -18,9 +18,10 @@
 //     bytes that cross the link for it) takes the profile's transfer_us(bytes),
 //     after its waits; otherwise a span that waits takes 0 (its measured time
 //     in a serialized run is the wrong thing: the waiting is what the replay
-//     computes), and every other span keeps its measured time. So with the
-//     fabric as measured (link "measured"), a copy inside a waiting span
-//     (wait_queries' staged queries) counts 0.
+//     computes), and every other span keeps its measured time. A copy that
+//     follows a wait is its own span (fabric.stage_queries, plan.h), so with
+//     the fabric as measured (link "measured") it keeps its time; in files
+//     recorded before that split it sat inside fabric.wait_queries and counts 0.
 // A wait whose doorbell no span rings, and a cycle of waits, are errors that
 // name the ranks, spans (layer, kernel) and doorbells.
 //

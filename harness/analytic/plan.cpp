@@ -282,7 +282,11 @@ class RankPlanner {
     const WindowShape shape = window_shape(w, rows_);
     const int64_t tq = shape.tq(), tk = shape.tk();
     const bool helped = w.q != rank_;
-    if (helped) fabric("wait_queries", double(tq) * m_.heads * m_.d_qk() * 2);
+    if (helped) {  // the owner's queries cross the link: staged apart from the wait, or read in place by the FMHA
+      const double queries = double(tq) * m_.heads * m_.d_qk() * 2;
+      fabric("wait_queries", s_.helped_in_place ? queries : 0);
+      if (!s_.helped_in_place) fabric("stage_queries", queries);
+    }
     const char* kind = w.causal ? "fmha.causal" : helped ? "fmha.helped" : "fmha.dense";
     add("fmha", kind, cost::fmha(tq, tk, m_.heads, m_.d_qk(), m_.v_head, w.causal));
     if (helped)
@@ -383,6 +387,26 @@ class RankPlanner {
 };
 
 }  // namespace
+
+std::vector<Launch> fold_stage_queries(const std::vector<Launch>& launches) {
+  std::vector<Launch> out;
+  out.reserve(launches.size());
+  for (const Launch& l : launches) {
+    if (l.kernel != "fabric.stage_queries") {
+      out.push_back(l);
+      continue;
+    }
+    PB_CHECK(!out.empty() && out.back().kernel == "fabric.wait_queries",
+             "fold_stage_queries: fabric.stage_queries of layer " + std::to_string(l.layer) +
+                 " does not follow a fabric.wait_queries");
+    out.back().fabric_bytes += l.fabric_bytes;
+  }
+  return out;
+}
+
+std::vector<Launch> launches_as_recorded(const std::vector<Launch>& launches, const RunResult& run) {
+  return run.text.count(kStageQueriesKey) ? launches : fold_stage_queries(launches);
+}
 
 RankPlan plan_rank(const Scenario& s, const CutSet& cuts, int rank) {
   PB_CHECK(rank >= 0 && rank < s.cp, "plan_rank: rank out of range");

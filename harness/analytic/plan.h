@@ -38,6 +38,19 @@ struct Launch {
 // fabric the bytes that cross the link, for any other family its memory traffic.
 inline double span_bytes(const Launch& l) { return l.family == "fabric" ? l.fabric_bytes : l.cost.bytes; }
 
+// A helped window's queries are copied into this rank's memory by their own
+// launch, fabric.stage_queries, after the wait (fabric.wait_queries) and before
+// the FMHA, so a projection keeps the copy's time. Run and lane files record
+// that in the root text kStageQueriesKey; files without it held the copy
+// inside the wait, and their launch lists are fold_stage_queries of the plan:
+// each stage_queries folded into the wait before it, its bytes with it.
+constexpr const char* kStageQueriesKey = "stage_queries";
+constexpr const char* kStageQueriesLaunch = "own launch";
+std::vector<Launch> fold_stage_queries(const std::vector<Launch>& launches);
+// The plan's launches as `run` recorded them (kind "run" or "lane"): fold_stage_queries
+// unless the file records kStageQueriesKey.
+std::vector<Launch> launches_as_recorded(const std::vector<Launch>& launches, const RunResult& run);
+
 struct RankPlan {
   int rank = 0;
   std::vector<Segment> tokens;  // the token ranges it holds, in local row order (schedule.h rank_tokens)

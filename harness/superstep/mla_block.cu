@@ -352,12 +352,16 @@ void MlaBlock::run_window(const FmhaWindow& w, Timeline& tl) {
         lane_.fabric->await_free(w.q, Bell::consumed, doorbell_value_done(seq_, 2), tl,
                                  label(tl, "rank " + std::to_string(w.q) + " to consume return slot " +
                                                std::to_string(w.slot)));
-      const bool in_place_read = lane_.fabric->transport(w.q) == Transport::ipc;
-      if (in_place_read && !lane_.helped_in_place) {  // fetch the queries: the window runs on local memory
+    });
+    // The work apart from the wait, so a projection keeps its time: over IPC the
+    // owner's queries are copied into this rank's memory (the window runs on
+    // local memory); over NCCL the wait's receive brought them, and the span is empty.
+    if (!lane_.helped_in_place)
+      tl.launch("fabric", "fabric.stage_queries", [&] {
+        if (lane_.fabric->transport(w.q) != Transport::ipc) return;
         PB_CUDA(cudaMemcpyAsync(staged_q_.get(), t.q, size_t(tq * q_width) * 2, cudaMemcpyDeviceToDevice, s));
         t.q = staged_q_.get();
-      }
-    });
+      });
   }
   FmhaShape shape;
   shape.tq = tq;

@@ -6,7 +6,9 @@
 //   gemm.q_b  land.q_b  [fabric.publish_window]
 //   per schedule step:    window: [fabric.wait_window  gemm.kv_b  mla.expand_k]
 //                                 (the keys, before their first window)
-//                                 [fabric.wait_queries]  fmha.*  [fabric.publish_return]
+//                                 [fabric.wait_queries  fabric.stage_queries]  fmha.*
+//                                 [fabric.publish_return]
+//                                 (stage_queries: unless helped_in_place)
 //                         merge:  [fabric.wait_return]  lse_merge  [fabric.release_return]
 //   [fabric.release_window]  o_finalize  mul_sigmoid  gemm.mla_o  land.mla_o
 //

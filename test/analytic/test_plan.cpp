@@ -848,16 +848,69 @@ TEST_CASE("balance at cp4: the helper runs the moved half first; the owner merge
   // tq read off each FMHA and lse_merge (rows): 16384 whole, 8192 half
   const std::vector<std::string> helper = {
       "gemm.kv_b", "mla.expand_k",                                            // its own keys, first
-      "fabric.wait_queries", "fmha.helped 8192", "fabric.publish_return",   // rank 1's rows [8192, 16384)
+      "fabric.wait_queries", "fabric.stage_queries", "fmha.helped 8192",
+      "fabric.publish_return",                                              // rank 1's rows [8192, 16384)
       "fmha.causal 16384", "lse_merge init 16384",                          // its diagonal
-      "fabric.wait_queries", "fmha.helped 16384", "fabric.publish_return"};  // slot 0: rank 2 (the stripe's)
+      "fabric.wait_queries", "fabric.stage_queries", "fmha.helped 16384",
+      "fabric.publish_return"};                                             // slot 0: rank 2 (the stripe's)
   CHECK(attention_launches(plan_rank(s, all_but_overlap(), 0), s.model) == helper);
   const std::vector<std::string> owner = {
       "fabric.wait_window", "gemm.kv_b", "mla.expand_k", "fmha.dense 8192", "lse_merge init 8192",  // (1, 0) rows [0, 8192)
       "fabric.wait_return", "lse_merge init 8192", "fabric.release_return",  // rows [8192, 16384) from rank 0
       "gemm.kv_b", "mla.expand_k", "fmha.causal 16384", "lse_merge 16384",                     // the diagonal
-      "fabric.wait_queries", "fmha.helped 16384", "fabric.publish_return"};                    // slot 0: rank 3
+      "fabric.wait_queries", "fabric.stage_queries", "fmha.helped 16384",
+      "fabric.publish_return"};                                                                // slot 0: rank 3
   CHECK(attention_launches(plan_rank(s, all_but_overlap(), 1), s.model) == owner);
+}
+
+TEST_CASE("stage_queries: a helped window's queries staged by their own launch, with their bytes") {
+  Scenario s = k3(4, 65536);
+  const RankPlan staged = plan_rank(s, all_but_overlap(), 0);
+  const int helped = count(staged, "fmha.helped");
+  REQUIRE(helped > 0);
+  CHECK(count(staged, "fabric.stage_queries") == helped);
+  const double queries = 8192.0 * 96 * 192 * 2;  // the first helped window: half of rank 1's rows
+  for (size_t i = 1; i < staged.launches.size(); ++i) {
+    const Launch& l = staged.launches[i];
+    if (l.kernel != "fabric.stage_queries") continue;
+    CHECK(staged.launches[i - 1].kernel == "fabric.wait_queries");
+    CHECK(staged.launches[i - 1].fabric_bytes == 0);  // the wait moves nothing
+    CHECK(staged.launches[i + 1].kernel == "fmha.helped");
+    CHECK(l.fabric_bytes == queries);
+    break;
+  }
+  // Read in place by the FMHA: no staging, the wait carries the bytes; the link's total is the same.
+  s.helped_in_place = true;
+  const RankPlan in_place = plan_rank(s, all_but_overlap(), 0);
+  CHECK(count(in_place, "fabric.stage_queries") == 0);
+  CHECK(fabric_total(in_place) == fabric_total(staged));
+  // Files recorded before the split: the same list with each copy folded into its wait.
+  const std::vector<Launch> folded = fold_stage_queries(staged.launches);
+  REQUIRE(folded.size() == staged.launches.size() - size_t(helped));
+  REQUIRE(folded.size() == in_place.launches.size());
+  for (size_t i = 0; i < folded.size(); ++i) {
+    CHECK(folded[i].kernel == in_place.launches[i].kernel);
+    CHECK(folded[i].fabric_bytes == in_place.launches[i].fabric_bytes);
+  }
+  RunResult file;
+  file.kind = "run";
+  CHECK(launches_as_recorded(staged.launches, file).size() == folded.size());
+  file.text[kStageQueriesKey] = kStageQueriesLaunch;
+  CHECK(launches_as_recorded(staged.launches, file).size() == staged.launches.size());
+  // Over a link the plan's time does not move: the same bytes, on the copy instead of the wait.
+  const GpuProfile h200 = gpu_profile("h200");
+  for (const char* link : {"nvlink4", "ib400"}) {
+    CAPTURE(link);
+    double a = 0, b = 0;
+    for (const Span& x : plan_spans(staged, h200, link_profile(link))) a += x.time_us;
+    for (const Span& x : plan_spans(in_place, h200, link_profile(link))) b += x.time_us;
+    CHECK(a == doctest::Approx(b).epsilon(1e-12));
+  }
+  // A copy without its wait is not a list any build recorded.
+  std::vector<Launch> broken = staged.launches;
+  broken.erase(std::find_if(broken.begin(), broken.end(),
+                            [](const Launch& l) { return l.kernel == "fabric.wait_queries"; }));
+  CHECK_THROWS_WITH(fold_stage_queries(broken), doctest::Contains("does not follow a fabric.wait_queries"));
 }
 
 TEST_CASE("balance moves half a window of queries and its (o, lse) rows: the helper's fabric bytes") {
@@ -1016,7 +1069,8 @@ TEST_CASE("overlap at cp4 under balance: the owner's diagonal (held) and helped 
   const Scenario s = k3(4, 65536);
   const std::vector<std::string> owner = {
       "gemm.kv_b", "mla.expand_k", "fmha.causal 16384",                           // the diagonal, held
-      "fabric.wait_queries", "fmha.helped 16384", "fabric.publish_return",        // slot 0: rank 3
+      "fabric.wait_queries", "fabric.stage_queries", "fmha.helped 16384",
+      "fabric.publish_return",                                                    // slot 0: rank 3
       "fabric.wait_window", "gemm.kv_b", "mla.expand_k",                          // rank 0's keys
       "fmha.dense 8192", "lse_merge init 8192",                                   // (1, 0) rows [0, 8192)
       "fabric.wait_return", "lse_merge init 8192", "fabric.release_return",       // rows [8192, 16384) from rank 0
