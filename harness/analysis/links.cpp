@@ -27,19 +27,21 @@ bool records_a_gang(const RunResult& run) { return run.kind == "run" || run.kind
 // (layer, kernel), in launch order.
 using PlannedBytes = std::map<std::pair<int32_t, std::string>, std::deque<double>>;
 
-std::vector<PlannedBytes> planned_link_bytes(const Scenario& s, const CutSet& cuts) {
+std::vector<PlannedBytes> planned_link_bytes(const Scenario& s, const CutSet& cuts, int version) {
   std::vector<PlannedBytes> ranks(size_t(s.cp));
   for (int rank = 0; rank < s.cp; ++rank)
-    for (const Launch& l : fold_stage_queries(plan_rank(s, cuts, rank).launches))  // as such files recorded them
+    for (const Launch& l : plan_rank(s, cuts, rank, version).launches)
       if (l.family == "fabric") ranks[size_t(rank)][{l.layer, l.kernel}].push_back(span_bytes(l));
   return ranks;
 }
 
 // The variant's fabric spans with their planned link bytes; "" when done, else why not. A run
 // (whole_plan) records every planned launch of each rank and rep, a lane the MLA block's.
-std::string restore_variant(const Scenario& s, bool whole_plan, VariantResult& v, std::vector<double>& bytes) {
-  // The cuts as the variant recorded them: a name such as "all" meant other cuts to older builds.
-  const std::vector<PlannedBytes> planned = planned_link_bytes(s, CutSet::from_description(v.cuts));
+std::string restore_variant(const Scenario& s, bool whole_plan, int version, VariantResult& v,
+                            std::vector<double>& bytes) {
+  // The cuts as the variant recorded them: a name such as "all" meant other cuts to older builds; the
+  // launches in the file's form.
+  const std::vector<PlannedBytes> planned = planned_link_bytes(s, CutSet::from_description(v.cuts), version);
   std::map<std::pair<int32_t, int32_t>, PlannedBytes> left;  // (rep, rank): the launches not yet matched
   bytes.assign(v.spans.size(), 0);
   for (size_t i = 0; i < v.spans.size(); ++i) {
@@ -98,7 +100,8 @@ bool restore_link_bytes(RunResult& run, const std::string& file) {
   for (size_t v = 0; v < run.variants.size(); ++v) {
     std::string why;
     try {
-      why = restore_variant(scenario, run.kind == "run", run.variants[v], restored[v]);
+      why = restore_variant(scenario, run.kind == "run", recorded_launch_list_version(run), run.variants[v],
+                            restored[v]);
     } catch (const Error& error) {
       why = "variant '" + run.variants[v].name + "': " + error.what();
     }

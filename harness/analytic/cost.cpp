@@ -65,9 +65,14 @@ Cost rmsnorm_fp8(int64_t rows, int64_t n, bool bf16_out) {
   return c;
 }
 
-Cost situ_fp8(int64_t rows, int64_t width) {
+Cost elementwise_fp8(int64_t rows, int64_t width, double flops_per_element) {
   const double n = double(rows) * width;
-  return memory(n * (2 * kBf16 + kFp8) + scale_groups(rows, width) * kF32, 14.0 * n);
+  return memory(n * (2 * kBf16 + kFp8) + scale_groups(rows, width) * kF32, (flops_per_element + 2) * n);
+}
+
+Cost o_norm_gate_fp8(int64_t row_heads, int64_t head_dim) {
+  const double n = double(row_heads) * head_dim;
+  return memory(n * (2 * kBf16 + kFp8) + head_dim * kF32 + scale_groups(row_heads, head_dim) * kF32, n * 10);
 }
 
 Cost moe_gemm_scaled(int64_t rows, int64_t experts, int64_t n, int64_t k, Format f) {

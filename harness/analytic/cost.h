@@ -41,8 +41,9 @@ Cost gemm_fp8(int64_t m, int64_t n, int64_t k);
 Cost quant_act(int64_t rows, int64_t k, Format f = Format::fp8);
 // rmsnorm_fp8: the RMSNorm that writes the fp8 twin (and its bf16 rows when asked).
 Cost rmsnorm_fp8(int64_t rows, int64_t n, bool bf16_out);
-// situ_fp8: situ over [rows, width] writing only the fp8 twin.
-Cost situ_fp8(int64_t rows, int64_t width);
+// situ_fp8, mul_sigmoid_fp8: a two-input elementwise op over [rows, width]
+// writing only the fp8 twin.
+Cost elementwise_fp8(int64_t rows, int64_t width, double flops_per_element);
 // Batched f32 GEMM (the KDA state fold): batch x [m, k] x [k, n] + [m, n].
 Cost gemm_f32_batched(int64_t batch, int64_t m, int64_t n, int64_t k);
 // land: f32 [rows, split_k, nt] columns [off, off+n) -> bf16 [rows, n].
@@ -50,6 +51,8 @@ Cost land(int64_t rows, int split_k, int64_t n);
 // elementwise: `inputs` bf16 operands of n elements -> one bf16 output.
 Cost elementwise(int64_t n, int inputs, double flops_per_element);
 Cost o_norm_gate(int64_t row_heads, int64_t head_dim);
+// o_norm_gate_fp8: o_norm_gate writing only the fp8 twin.
+Cost o_norm_gate_fp8(int64_t row_heads, int64_t head_dim);
 Cost rmsnorm(int64_t rows, int64_t n);
 Cost copy(double bytes_each_way);  // a device copy: read + write
 // conv_silu_chunk (cut): f32 partial in, bf16 out, carry in / next out.

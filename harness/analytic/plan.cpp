@@ -14,8 +14,8 @@ namespace {
 // Appends one rank's launches, block by block, in the superstep's order.
 class RankPlanner {
  public:
-  RankPlanner(const Scenario& s, const CutSet& cuts, int rank)
-      : s_(s), m_(s.model), cuts_(cuts), rank_(rank), cp_(s.cp), sched_(attention_schedule(cuts, s.layout, s.cp)),
+  RankPlanner(const Scenario& s, const CutSet& cuts, int rank, int version)
+      : s_(s), m_(s.model), cuts_(cuts), rank_(rank), cp_(s.cp), version_(version), sched_(attention_schedule(cuts, s.layout, s.cp)),
         rows_(rank_rows(s.layout, s.context, s.cp)), pieces_(kda_pieces(s.layout, s.cp, rank)), b_(s.bucket),
         t_(rows_[size_t(rank)]) {}
 
@@ -40,6 +40,7 @@ class RankPlanner {
   void fabric(const std::string& kernel, double bytes) { add("fabric", "fabric." + kernel, Cost{}, bytes); }
   bool fp8() const { return s_.precision.gemm == Format::fp8; }
   bool fuse() const { return fp8() && cuts_[Cut::quant_fuse]; }
+  bool fuse_output_gates() const { return fuse() && version_ >= 2; }  // mul_sigmoid, o_norm_gate
   // A weight GEMM in the run's GEMM format (the router, kv_b and the lm head stay bf16: gemm_bf16).
   void gemm(const std::string& what, int64_t m, int64_t n, int64_t k) {
     if (fp8()) add("gemm", "gemm." + what, cost::gemm_fp8(m, n, k));
@@ -62,14 +63,19 @@ class RankPlanner {
     rmsnorm(what, rows, n);
     if (fp8()) quant(what, rows, n);
   }
-  // The situ whose output feeds an fp8 projection [rows, width]: fused or followed by its quant.
-  void situ_into_gemm(const std::string& quant_name, int64_t rows, int64_t width) {
-    if (fuse()) {
-      add("elementwise", "situ", cost::situ_fp8(rows, width));
+  // A two-input elementwise op whose output [rows, width] feeds only an fp8
+  // projection: fused under quant_fuse, else followed by quant.<quant_name>.
+  void elementwise_into_gemm(const std::string& op, double flops, const std::string& quant_name, int64_t rows,
+                             int64_t width, bool fused) {
+    if (fused) {
+      add("elementwise", op, cost::elementwise_fp8(rows, width, flops));
       return;
     }
-    situ(rows * width);
+    elementwise(op, rows * width, 2, flops);
     if (fp8()) quant(quant_name, rows, width);
+  }
+  void situ_into_gemm(const std::string& quant_name, int64_t rows, int64_t width) {
+    elementwise_into_gemm("situ", 12, quant_name, rows, width, fuse());
   }
   void land(const std::string& what, int64_t rows, int64_t n) {
     add("land", "land." + what, cost::land(rows, s_.split_k, n));
@@ -149,8 +155,13 @@ class RankPlanner {
       for (const char* stream : {"q", "k", "v"}) conv_path(stream);
     }
     kda_core();
-    add("elementwise", "o_norm_gate", cost::o_norm_gate(b_ * m_.kda_heads, m_.kda_head_dim));
-    quant_gemm_land("kda_o", b_, h, inner);
+    if (fuse_output_gates()) {  // the gated rows feed only the output projection
+      add("elementwise", "o_norm_gate", cost::o_norm_gate_fp8(b_ * m_.kda_heads, m_.kda_head_dim));
+      gemm_land("kda_o", b_, h, inner);
+    } else {
+      add("elementwise", "o_norm_gate", cost::o_norm_gate(b_ * m_.kda_heads, m_.kda_head_dim));
+      quant_gemm_land("kda_o", b_, h, inner);
+    }
   }
 
   // The conv carries: each piece's 3 rows before it come from the piece that
@@ -267,8 +278,8 @@ class RankPlanner {
     }
     if (!windows_read_any(protocol, cp_, rank_).empty()) fabric("release_window", 0);
     add("o_finalize", "o_finalize", cost::o_finalize(t_, heads, m_.v_head));
-    elementwise("mul_sigmoid", b_ * heads * m_.v_head, 2, 6);
-    quant_gemm_land("mla_o", b_, h, heads * m_.v_head);
+    elementwise_into_gemm("mul_sigmoid", 6, "mla_o", b_, heads * m_.v_head, fuse_output_gates());
+    gemm_land("mla_o", b_, h, heads * m_.v_head);
   }
 
   void expand_keys(int k, Parts parts) {
@@ -284,8 +295,9 @@ class RankPlanner {
     const bool helped = w.q != rank_;
     if (helped) {  // the owner's queries cross the link: staged apart from the wait, or read in place by the FMHA
       const double queries = double(tq) * m_.heads * m_.d_qk() * 2;
-      fabric("wait_queries", s_.helped_in_place ? queries : 0);
-      if (!s_.helped_in_place) fabric("stage_queries", queries);
+      const bool staged = !s_.helped_in_place && version_ >= 2;
+      fabric("wait_queries", staged ? 0 : queries);
+      if (staged) fabric("stage_queries", queries);
     }
     const char* kind = w.causal ? "fmha.causal" : helped ? "fmha.helped" : "fmha.dense";
     add("fmha", kind, cost::fmha(tq, tk, m_.heads, m_.d_qk(), m_.v_head, w.causal));
@@ -378,6 +390,7 @@ class RankPlanner {
   const ModelShape& m_;
   CutSet cuts_;
   int rank_, cp_;
+  int version_;  // the launch list's form (plan.h kLaunchListVersion)
   Schedule sched_;
   std::vector<int64_t> rows_;     // every rank's rows
   std::vector<KdaPiece> pieces_;  // this rank's KDA pieces
@@ -388,29 +401,16 @@ class RankPlanner {
 
 }  // namespace
 
-std::vector<Launch> fold_stage_queries(const std::vector<Launch>& launches) {
-  std::vector<Launch> out;
-  out.reserve(launches.size());
-  for (const Launch& l : launches) {
-    if (l.kernel != "fabric.stage_queries") {
-      out.push_back(l);
-      continue;
-    }
-    PB_CHECK(!out.empty() && out.back().kernel == "fabric.wait_queries",
-             "fold_stage_queries: fabric.stage_queries of layer " + std::to_string(l.layer) +
-                 " does not follow a fabric.wait_queries");
-    out.back().fabric_bytes += l.fabric_bytes;
-  }
-  return out;
+int recorded_launch_list_version(const RunResult& run) {
+  const auto found = run.numbers.find(kLaunchListVersionKey);
+  return found == run.numbers.end() ? 1 : int(found->second);
 }
 
-std::vector<Launch> launches_as_recorded(const std::vector<Launch>& launches, const RunResult& run) {
-  return run.text.count(kStageQueriesKey) ? launches : fold_stage_queries(launches);
-}
-
-RankPlan plan_rank(const Scenario& s, const CutSet& cuts, int rank) {
+RankPlan plan_rank(const Scenario& s, const CutSet& cuts, int rank, int version) {
   PB_CHECK(rank >= 0 && rank < s.cp, "plan_rank: rank out of range");
-  return RankPlanner(s, cuts, rank).build();
+  PB_CHECK(version >= 1 && version <= kLaunchListVersion,
+           fmt::format("plan_rank: launch list version {} (this build plans 1 to {})", version, kLaunchListVersion));
+  return RankPlanner(s, cuts, rank, version).build();
 }
 
 std::vector<Span> plan_spans(const RankPlan& plan, const GpuProfile& profile, const LinkProfile& link) {

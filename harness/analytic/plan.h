@@ -38,18 +38,20 @@ struct Launch {
 // fabric the bytes that cross the link, for any other family its memory traffic.
 inline double span_bytes(const Launch& l) { return l.family == "fabric" ? l.fabric_bytes : l.cost.bytes; }
 
-// A helped window's queries are copied into this rank's memory by their own
-// launch, fabric.stage_queries, after the wait (fabric.wait_queries) and before
-// the FMHA, so a projection keeps the copy's time. Run and lane files record
-// that in the root text kStageQueriesKey; files without it held the copy
-// inside the wait, and their launch lists are fold_stage_queries of the plan:
-// each stage_queries folded into the wait before it, its bytes with it.
-constexpr const char* kStageQueriesKey = "stage_queries";
-constexpr const char* kStageQueriesLaunch = "own launch";
-std::vector<Launch> fold_stage_queries(const std::vector<Launch>& launches);
-// The plan's launches as `run` recorded them (kind "run" or "lane"): fold_stage_queries
-// unless the file records kStageQueriesKey.
-std::vector<Launch> launches_as_recorded(const std::vector<Launch>& launches, const RunResult& run);
+// The launch list's form. `run` and `lane` record it (root number
+// kLaunchListVersionKey), and a reader holding a file's launches against a
+// plan plans them in the file's form: a change to the blocks' launch list
+// bumps the version and keeps the older form planned.
+//   1  (files without the key) a helped window's query copy inside
+//      fabric.wait_queries; under quant_fuse mul_sigmoid and o_norm_gate wrote
+//      bf16, quantized by quant.mla_o and quant.kda_o.
+//   2  the copy is its own launch, fabric.stage_queries, after the wait (which
+//      then moves no bytes), so a projection keeps its time; under quant_fuse
+//      mul_sigmoid and o_norm_gate write the fp8 twin themselves.
+constexpr int kLaunchListVersion = 2;
+constexpr const char* kLaunchListVersionKey = "launch_list_version";
+// The version a run or lane file recorded (1 when it records none).
+int recorded_launch_list_version(const RunResult& run);
 
 struct RankPlan {
   int rank = 0;
@@ -58,8 +60,9 @@ struct RankPlan {
   double fmha_pairs = 0;  // per MLA layer
 };
 
-// The launches of `rank` for one superstep of scenario s under cut set `cuts`.
-RankPlan plan_rank(const Scenario& s, const CutSet& cuts, int rank);
+// The launches of `rank` for one superstep of scenario s under cut set `cuts`,
+// in the launch list's form `version` (1 .. kLaunchListVersion).
+RankPlan plan_rank(const Scenario& s, const CutSet& cuts, int rank, int version = kLaunchListVersion);
 
 // Spans (rep = -1) of a rank's plan on a profile: a launch's time is its
 // roofline; a fabric launch's is its bytes over `link` (LinkProfile::transfer_us,

@@ -361,8 +361,9 @@ int64_t count_twins_differing(Fp8Twins& t, const std::function<void(Variant, int
 
 // ---- quant (cut quant_fuse): the producer then quantize_act_fp8, against the
 // producer that writes the fp8 rows itself. RMSNorm over [rows, 7168] (the
-// mixers' and FFNs' inputs) and situ over [rows, 6144] (the shared experts'),
-// neither writing bf16 rows in the fused form.
+// mixers' and FFNs' inputs), situ over [rows, 6144] (the shared experts'),
+// mul_sigmoid over [rows, 12288] (MLA's output gate) and o_norm_gate over 96
+// heads (KDA's), none writing bf16 rows in the fused form.
 Case quant_rmsnorm_case(int64_t rows, int64_t width, cudaStream_t s) {
   Case c;
   c.family = "quant";
@@ -399,34 +400,78 @@ Case quant_rmsnorm_case(int64_t rows, int64_t width, cudaStream_t s) {
   return c;
 }
 
-Case quant_situ_case(int64_t rows, int64_t width, cudaStream_t s) {
+// A two-input op's cut then quantize_act_fp8, against its fp8 form (situ_fp8, mul_sigmoid_fp8).
+using BinaryFp8Op = void (*)(const bf16*, const bf16*, bf16*, __nv_fp8_e4m3*, float*, Fp8ScaleLayout, int64_t,
+                             int64_t, cudaStream_t);
+Case quant_binary_case(const std::string& op, BinaryOp bf16_op, BinaryFp8Op fp8_op, double flops_per_element,
+                       int64_t rows, int64_t width, cudaStream_t s) {
   Case c;
   c.family = "quant";
-  c.tag = "quant.situ.w" + std::to_string(width);
+  c.tag = "quant." + op + ".w" + std::to_string(width);
   c.shape = fmt::format("{}x{}", rows, width);
-  c.cost = cost::elementwise(rows * width, 2, 12);
+  c.cost = cost::elementwise(rows * width, 2, flops_per_element);
   const Cost q = cost::quant_act(rows, width);
   c.cost.bytes += q.bytes;
-  c.cut_cost = cost::situ_fp8(rows, width);
+  c.cut_cost = cost::elementwise_fp8(rows, width, flops_per_element);
   c.slots = rotation_slots(c.cost.bytes);
   const int64_t n = rows * width;
   struct Buffers : Fp8Twins {
     using Fp8Twins::Fp8Twins;
-    std::vector<DeviceBuffer<bf16>> g, u;
+    std::vector<DeviceBuffer<bf16>> a, b;
     DeviceBuffer<bf16> act;
   };
   auto b = std::make_shared<Buffers>(rows, width);
-  b->g = random_slots<bf16>(c.slots, n, 71, 6.0f, s);
-  b->u = random_slots<bf16>(c.slots, n, 72, 6.0f, s);
+  b->a = random_slots<bf16>(c.slots, n, 71, 6.0f, s);
+  b->b = random_slots<bf16>(c.slots, n, 72, 6.0f, s);
   b->act = DeviceBuffer<bf16>(size_t(n));
   auto run = [=](Variant v, int slot, cudaStream_t st) {
     const size_t i = size_t(v);
     if (v == Variant::cut) {
-      situ_fp8(b->g[slot].get(), b->u[slot].get(), nullptr, b->codes[i].get(), b->scales[i].get(), b->layout, rows,
-               width, st);
+      fp8_op(b->a[slot].get(), b->b[slot].get(), nullptr, b->codes[i].get(), b->scales[i].get(), b->layout, rows,
+             width, st);
       return;
     }
-    situ(Variant::cut, b->g[slot].get(), b->u[slot].get(), b->act.get(), n, st);
+    bf16_op(Variant::cut, b->a[slot].get(), b->b[slot].get(), b->act.get(), n, st);
+    quantize_act_fp8(b->act.get(), b->codes[i].get(), b->scales[i].get(), {rows, width, width, width, b->layout},
+                     st);
+  };
+  c.launch = run;
+  c.count_wrong = [=](cudaStream_t st) { return count_twins_differing(*b, run, st); };
+  return c;
+}
+
+// o_norm_gate's cut then quantize_act_fp8, against o_norm_gate_fp8 (a (row, head) one group).
+Case quant_o_norm_gate_case(int64_t rows, int heads, cudaStream_t s) {
+  Case c;
+  c.family = "quant";
+  c.tag = "quant.o_norm_gate.h" + std::to_string(heads);
+  const int64_t width = int64_t(heads) * 128, n = rows * width;
+  c.shape = fmt::format("{}x{}x128", rows, heads);
+  c.cost = cost::o_norm_gate(rows * heads, 128);
+  c.cost.bytes += cost::quant_act(rows, width).bytes;
+  c.cut_cost = cost::o_norm_gate_fp8(rows * heads, 128);
+  c.slots = rotation_slots(c.cost.bytes);
+  struct Buffers : Fp8Twins {
+    using Fp8Twins::Fp8Twins;
+    std::vector<DeviceBuffer<bf16>> x, g;
+    DeviceBuffer<float> gamma;
+    DeviceBuffer<bf16> act;
+  };
+  auto b = std::make_shared<Buffers>(rows, width);
+  b->x = random_slots<bf16>(c.slots, n, 81, 3.0f, s);
+  b->g = random_slots<bf16>(c.slots, n, 82, 6.0f, s);
+  b->gamma = DeviceBuffer<float>(128);
+  fill_uniform_f32(b->gamma.get(), 128, 83, 1.5f, s);
+  b->act = DeviceBuffer<bf16>(size_t(n));
+  const float eps = 1e-5f;
+  auto run = [=](Variant v, int slot, cudaStream_t st) {
+    const size_t i = size_t(v);
+    if (v == Variant::cut) {
+      o_norm_gate_fp8(b->x[slot].get(), b->g[slot].get(), b->gamma.get(), nullptr, b->codes[i].get(),
+                      b->scales[i].get(), b->layout, rows, heads, eps, st);
+      return;
+    }
+    o_norm_gate(Variant::cut, b->x[slot].get(), b->g[slot].get(), b->gamma.get(), b->act.get(), rows * heads, eps, st);
     quantize_act_fp8(b->act.get(), b->codes[i].get(), b->scales[i].get(), {rows, width, width, width, b->layout},
                      st);
   };
@@ -465,7 +510,11 @@ const std::map<std::string, std::function<void(Builders&, int64_t)>>& family_cas
       {"quant",
        [](Builders& b, int64_t r) {
          b.push_back([r](cudaStream_t s) { return quant_rmsnorm_case(r, 7168, s); });
-         b.push_back([r](cudaStream_t s) { return quant_situ_case(r, 6144, s); });
+         b.push_back([r](cudaStream_t s) { return quant_binary_case("situ", situ, situ_fp8, 12, r, 6144, s); });
+         b.push_back([r](cudaStream_t s) {
+           return quant_binary_case("mul_sigmoid", mul_sigmoid, mul_sigmoid_fp8, 6, r, 12288, s);
+         });
+         b.push_back([r](cudaStream_t s) { return quant_o_norm_gate_case(r, 96, s); });
        }},
   };
   return cases;

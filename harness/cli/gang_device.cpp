@@ -7,7 +7,6 @@
 
 #include "check.h"
 #include "links.h"
-#include "plan.h"
 
 namespace pb {
 
@@ -52,7 +51,6 @@ void record_fabric(const FabricPlan& plan, RunResult& result) {
   result.text["fabric_hosts"] = plan.describe_hosts();
   result.numbers["emulated_hosts"] = plan.emulated_hosts;
   result.text[kFabricSpanBytesKey] = kFabricSpanBytesLink;  // the spans take plan.h span_bytes
-  result.text[kStageQueriesKey] = kStageQueriesLaunch;     // and its launches
 }
 
 }  // namespace pb

@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "nccl_comm.h"
+#include "plan.h"
 
 extern char** environ;
 
@@ -42,6 +43,7 @@ void record_scenario(const Scenario& s, RunResult& result) {
   result.text["scenario_yaml"] = s.text;
   result.text["scenario_overrides"] = s.overrides;
   result.text["precision"] = s.precision.describe();
+  result.numbers[kLaunchListVersionKey] = kLaunchListVersion;
   result.cuts = cut_records();
 }
 

@@ -18,7 +18,8 @@ namespace pb {
 // Fills result.text / result.numbers on rank 0 (collective: every rank calls):
 // git, command line, hosts, library versions, NCCL_* settings.
 void record_run_info(const Gang& gang, const std::string& command_line, RunResult& result);
-// The scenario verbatim, with its overrides.
+// The scenario verbatim, with its overrides; its precision, the cut table,
+// and the form of the launch lists (plan.h kLaunchListVersion).
 void record_scenario(const Scenario& s, RunResult& result);
 // Each rank's GPU (name, UUID, PCI bus id), gathered to rank 0 (collective).
 void record_devices(const Gang& gang, int device, RunResult& result);

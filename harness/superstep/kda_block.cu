@@ -415,11 +415,19 @@ void KdaBlock::recur(Timeline& tl, const Blas& blas) {
 
 void KdaBlock::finish(Timeline& tl, const Blas& blas) {
   cudaStream_t s = tl.stream();
-  tl.launch("elementwise", "o_norm_gate", [&] {
-    o_norm_gate(elementwise_variant(cuts_), core_.get(), out_gate_.get(), w_.gamma_o.get(), gated_.get(),
-                b_ * m_.kda_heads, float(m_.rms_eps), s);
-  });
-  if (lane_.gemm == Format::fp8) quant_act(tl, "kda_o", gated_.get(), b_, inner_, gated_q_);
+  const bool fp8 = lane_.gemm == Format::fp8;
+  if (fp8 && cuts_[Cut::quant_fuse]) {  // the gated rows feed only the output projection
+    tl.launch("elementwise", "o_norm_gate", [&] {
+      o_norm_gate_fp8(core_.get(), out_gate_.get(), w_.gamma_o.get(), nullptr, gated_q_.codes.get(),
+                      gated_q_.scales.get(), gated_q_.layout, b_, m_.kda_heads, float(m_.rms_eps), s);
+    });
+  } else {
+    tl.launch("elementwise", "o_norm_gate", [&] {
+      o_norm_gate(elementwise_variant(cuts_), core_.get(), out_gate_.get(), w_.gamma_o.get(), gated_.get(),
+                  b_ * m_.kda_heads, float(m_.rms_eps), s);
+    });
+    if (fp8) quant_act(tl, "kda_o", gated_.get(), b_, inner_, gated_q_);
+  }
   gemm_land(tl, blas, land_variant(cuts_), "kda_o", gated_.get(), gated_q_, w_.w_o, o_partial_.get(), attn_out_.get(),
             b_, m_.hidden, inner_);
 }

@@ -15,7 +15,8 @@
 // With fp8 projections (precision.gemm: fp8, docs/design.md §12) each GEMM's
 // input is quantized first: quant.kda_in after the RMSNorm (under cut
 // quant_fuse the RMSNorm writes it, rmsnorm_fp8), quant.f_a after land.f_a,
-// quant.halo after fabric.wait_halo, quant.kda_o after o_norm_gate.
+// quant.halo after fabric.wait_halo, quant.kda_o after o_norm_gate (under
+// quant_fuse o_norm_gate writes it, o_norm_gate_fp8).
 //
 // Under cut 8 (overlap) the projections launch what needs no halo before the
 // wait for it; the walk is unchanged (a piece's package is already published

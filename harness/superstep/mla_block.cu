@@ -153,10 +153,18 @@ void MlaBlock::run(const bf16* mixed, int64_t seq, const CutSet& cuts, Timeline&
 void MlaBlock::finish(Timeline& tl, const Blas& blas) {
   const int64_t v_width = m_.heads * m_.v_head;
   cudaStream_t s = tl.stream();
-  tl.launch("elementwise", "mul_sigmoid", [&] {
-    mul_sigmoid(elementwise_variant(cuts_), attn_.get(), gate_.get(), gated_.get(), b_ * v_width, s);
-  });
-  if (lane_.gemm == Format::fp8) quant_act(tl, "mla_o", gated_.get(), b_, v_width, gated_q_);
+  const bool fp8 = lane_.gemm == Format::fp8;
+  if (fp8 && cuts_[Cut::quant_fuse]) {  // the gated rows feed only the output projection
+    tl.launch("elementwise", "mul_sigmoid", [&] {
+      mul_sigmoid_fp8(attn_.get(), gate_.get(), nullptr, gated_q_.codes.get(), gated_q_.scales.get(),
+                      gated_q_.layout, b_, v_width, s);
+    });
+  } else {
+    tl.launch("elementwise", "mul_sigmoid", [&] {
+      mul_sigmoid(elementwise_variant(cuts_), attn_.get(), gate_.get(), gated_.get(), b_ * v_width, s);
+    });
+    if (fp8) quant_act(tl, "mla_o", gated_.get(), b_, v_width, gated_q_);
+  }
   gemm_land(tl, blas, land_variant(cuts_), "mla_o", gated_.get(), gated_q_, w_.w_o, partial_.get(), attn_out_.get(),
             b_, m_.hidden, v_width);
 }

@@ -12,6 +12,11 @@
 //                         merge:  [fabric.wait_return]  lse_merge  [fabric.release_return]
 //   [fabric.release_window]  o_finalize  mul_sigmoid  gemm.mla_o  land.mla_o
 //
+// With fp8 projections (precision.gemm: fp8, docs/design.md §12) each GEMM's
+// input is quantized first (quant.mla_in, quant.q_a, quant.mla_o after
+// mul_sigmoid); under cut quant_fuse the producers write it (rmsnorm_fp8,
+// mul_sigmoid_fp8).
+//
 // Under cut 8 (overlap), launch for launch the same work on the same inputs,
 // in another order: land.mla_gate (the gate is this rank's own buffer) moves
 // before fabric.wait_released, and the attention's steps run in

@@ -279,9 +279,20 @@ __global__ void __launch_bounds__(kTableThreads)
 // 32 -> 16 -> 8 values, 8 shuffles per lane stage (16 per 32 columns).
 // Every load instruction of a warp reads 8 (row, head) x 64 contiguous bytes.
 // The grid: at most kNormBlocksPerSm (2) resident blocks per SM, grid-stride.
+// kFp8 (o_norm_gate_fp8, cut quant_fuse): a (row, head) is one 128-column
+// group of the fp8 twin; its 4 lanes reduce the amax of the bf16 outputs
+// (lane xor 1, 2), and each writes its 32 codes, lane 0 the scale; o may be
+// null. The bf16 outputs are the same bits either way.
+struct Fp8Twin {
+  __nv_fp8_e4m3* q = nullptr;
+  float* scales = nullptr;
+  Fp8ScaleLayout layout{};
+  int64_t heads = 1;  // groups per row
+};
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     o_norm_gate_cut_kernel(const bf16* x, const bf16* g, const float* gamma, bf16* o,
-                           int64_t row_heads, float eps) {
+                           int64_t row_heads, float eps, Fp8Twin twin) {
   const int lane = threadIdx.x % kNormLanes;
   const int group = threadIdx.x / kNormLanes;
 
@@ -337,7 +348,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float sum = z0 + z1;
     const float scale = rsqrtf(sum / 128.0f + eps);
 
-    if (live) {
+    // The fp8 form computes every lane's outputs (a group past row_heads on
+    // zeros) so the 4 lanes reach the amax shuffles together.
+    uint4 out[kNormChunks];
+    if (kFp8 || live) {
 #pragma unroll
       for (int k = 0; k < kNormChunks; ++k) {
         float xf[kVec], gate[kVec];
@@ -353,7 +367,30 @@ __global__ void __launch_bounds__(kThreads, 1)
           const bf16x2 y = __floats2bfloat162_rn(xf[j] * scale * gam[j], xf[j + 1] * scale * gam[j + 1]);
           words[p] = as_bits(__hmul2(y, __floats2bfloat162_rn(gate[j], gate[j + 1])));
         }
-        reinterpret_cast<uint4*>(o)[vec0 + 4 * k] = make_uint4(words[0], words[1], words[2], words[3]);
+        out[k] = make_uint4(words[0], words[1], words[2], words[3]);
+        if (live && (!kFp8 || o)) reinterpret_cast<uint4*>(o)[vec0 + 4 * k] = out[k];
+      }
+    }
+    if constexpr (kFp8) {
+      float f[kNormChunks][kVec];
+      float amax = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kNormChunks; ++k) {
+        ptx::unpack_bf16x8(out[k], f[k]);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) amax = nan_max(amax, fabsf(f[k][j]));
+      }
+#pragma unroll
+      for (int lane_mask = 2; lane_mask >= 1; lane_mask >>= 1)
+        amax = nan_max(amax, __shfl_xor_sync(0xffffffffu, amax, lane_mask));
+      const float gs = group_scale(amax);
+      if (live) {
+#pragma unroll
+        for (int k = 0; k < kNormChunks; ++k) reinterpret_cast<uint2*>(twin.q)[vec0 + 4 * k] = encode8(f[k], gs);
+        if (lane == 0) {
+          const int64_t row = rh / twin.heads, head = rh - row * twin.heads;
+          twin.scales[row * twin.layout.s_row + head * twin.layout.s_group] = gs;
+        }
       }
     }
   }
@@ -430,21 +467,23 @@ void launch_binary_table(Op op, const bf16* a, const bf16* b, bf16* o, int64_t n
   PB_CUDA_LAUNCH();
 }
 
-// situ_fp8: situ's cut vector by vector (SituTableVec), each vector's 8 values
-// then quantized in its 128-column group, which is a half warp's 16 vectors
-// (width % 128 == 0; the grid stride is a multiple of 32 and the vector count
-// of 16, so a half warp runs or stops together).
+// The fp8 producers of cut quant_fuse (situ_fp8, mul_sigmoid_fp8): the op's
+// table cut vector by vector (VecOp), each vector's 8 values then quantized in
+// its 128-column group, which is a half warp's 16 vectors (width % 128 == 0;
+// the grid stride is a multiple of 32 and the vector count of 16, so a half
+// warp runs or stops together).
+template <class VecOp>
 __global__ void __launch_bounds__(kTableThreads)
-    situ_fp8_kernel(const bf16* g, const bf16* u, bf16* o, __nv_fp8_e4m3* q, float* scales, Fp8ScaleLayout layout,
-                    int64_t n, int64_t width) {
-  __shared__ alignas(16) unsigned char tab[SituTableVec::kTableBytes];
-  SituTableVec::fill(tab, threadIdx.x, kTableThreads);
+    binary_fp8_kernel(const bf16* a, const bf16* b, bf16* o, __nv_fp8_e4m3* q, float* scales, Fp8ScaleLayout layout,
+                      int64_t n, int64_t width) {
+  __shared__ alignas(16) unsigned char tab[VecOp::kTableBytes];
+  VecOp::fill(tab, threadIdx.x, kTableThreads);
   __syncthreads();
   const int64_t vecs = n / kVec, stride = int64_t(gridDim.x) * kTableThreads;
-  const uint4* vg = reinterpret_cast<const uint4*>(g);
-  const uint4* vu = reinterpret_cast<const uint4*>(u);
+  const uint4* va = reinterpret_cast<const uint4*>(a);
+  const uint4* vb = reinterpret_cast<const uint4*>(b);
   for (int64_t v = int64_t(blockIdx.x) * kTableThreads + threadIdx.x; v < vecs; v += stride) {
-    const uint4 ov = SituTableVec{}(tab, vg[v], vu[v]);
+    const uint4 ov = VecOp{}(tab, va[v], vb[v]);
     if (o) reinterpret_cast<uint4*>(o)[v] = ov;
     float f[kVec];
     ptx::unpack_bf16x8(ov, f);
@@ -457,11 +496,52 @@ __global__ void __launch_bounds__(kTableThreads)
   }
 }
 
+// The checks of an fp8 producer's twin: codes [rows, width] and one scale per
+// row and 128 columns in layout; false when there is nothing to do.
+bool check_fp8_twin(const char* name, const __nv_fp8_e4m3* q, const float* scales, Fp8ScaleLayout layout,
+                    int64_t rows, int64_t width) {
+  PB_CHECK(rows >= 0 && width >= 0, std::string(name) + ": negative shape");
+  PB_CHECK(width % kFp8Group == 0,
+           std::string(name) + ": width " + std::to_string(width) + " is not a multiple of 128");
+  const int64_t kb = width / kFp8Group;
+  PB_CHECK((layout.s_row == 1 && layout.s_group >= rows) || (layout.s_group == 1 && layout.s_row >= kb),
+           std::string(name) +
+               ": the scale layout is neither MN-major (s_group >= rows) nor K-major (s_row >= width/128)");
+  if (rows * width == 0) return false;
+  PB_CHECK(q && scales, std::string(name) + ": null pointer");
+  PB_CHECK(aligned_to(q, 8) && aligned_to(scales, 4), std::string(name) + ": q needs 8-byte alignment");
+  return true;
+}
+
+template <class VecOp>
+void launch_binary_fp8(const char* name, const bf16* a, const bf16* b, bf16* o, __nv_fp8_e4m3* q, float* scales,
+                       Fp8ScaleLayout layout, int64_t rows, int64_t width, cudaStream_t stream) {
+  if (!check_fp8_twin(name, q, scales, layout, rows, width)) return;
+  PB_CHECK(a && b, std::string(name) + ": null pointer");
+  PB_CHECK(aligned16(a) && aligned16(b) && (!o || aligned16(o)),
+           std::string(name) + ": its inputs and o need 16-byte alignment");
+  const int64_t vecs = rows * width / kVec;
+  auto kernel = binary_fp8_kernel<VecOp>;
+  const int blocks = resident_grid(kernel, kTableThreads, (vecs + kTableThreads - 1) / kTableThreads);
+  kernel<<<blocks, kTableThreads, 0, stream>>>(a, b, o, q, scales, layout, rows * width, width);
+  PB_CUDA_LAUNCH();
+}
+
 void launch_o_norm_gate_baseline(const bf16* x, const bf16* g, const float* gamma, bf16* o,
                                  int64_t row_heads, float eps, cudaStream_t stream) {
   const int64_t blocks = std::min<int64_t>(row_heads, INT_MAX);
   o_norm_gate_baseline_kernel<<<unsigned(blocks), kHeadDim, 0, stream>>>(x, g, gamma, o,
                                                                           row_heads, eps);
+  PB_CUDA_LAUNCH();
+}
+
+template <bool kFp8>
+void launch_o_norm_gate_cut(const bf16* x, const bf16* g, const float* gamma, bf16* o, int64_t row_heads, float eps,
+                            Fp8Twin twin, cudaStream_t stream) {
+  auto kernel = o_norm_gate_cut_kernel<kFp8>;
+  const int blocks =
+      resident_grid(kernel, kThreads, (row_heads + kNormRowsPerBlock - 1) / kNormRowsPerBlock, kNormBlocksPerSm);
+  kernel<<<blocks, kThreads, 0, stream>>>(x, g, gamma, o, row_heads, eps, twin);
   PB_CUDA_LAUNCH();
 }
 
@@ -485,6 +565,11 @@ void mul_sigmoid_cut(const bf16* a, const bf16* g, bf16* o, int64_t n, cudaStrea
     launch_binary_table<MulSigmoidTableVec>(MulSigmoidOp{}, a, g, o, n, stream);
 }
 
+void mul_sigmoid_fp8(const bf16* a, const bf16* g, bf16* o, __nv_fp8_e4m3* q, float* scales,
+                     Fp8ScaleLayout layout, int64_t rows, int64_t width, cudaStream_t stream) {
+  launch_binary_fp8<MulSigmoidTableVec>("mul_sigmoid_fp8", a, g, o, q, scales, layout, rows, width, stream);
+}
+
 // ---- situ ----
 void situ_baseline(const bf16* g, const bf16* u, bf16* o, int64_t n, cudaStream_t stream) {
   if (check_binary("situ_baseline", g, u, o, n)) launch_binary_baseline(SituOp{}, g, u, o, n, stream);
@@ -496,20 +581,7 @@ void situ_cut(const bf16* g, const bf16* u, bf16* o, int64_t n, cudaStream_t str
 
 void situ_fp8(const bf16* g, const bf16* u, bf16* o, __nv_fp8_e4m3* q, float* scales, Fp8ScaleLayout layout,
               int64_t rows, int64_t width, cudaStream_t stream) {
-  PB_CHECK(rows >= 0 && width >= 0, "situ_fp8: negative shape");
-  PB_CHECK(width % kFp8Group == 0, "situ_fp8: width " + std::to_string(width) + " is not a multiple of 128");
-  const int64_t kb = width / kFp8Group;
-  PB_CHECK((layout.s_row == 1 && layout.s_group >= rows) || (layout.s_group == 1 && layout.s_row >= kb),
-           "situ_fp8: the scale layout is neither MN-major (s_group >= rows) nor K-major (s_row >= width/128)");
-  const int64_t n = rows * width;
-  if (n == 0) return;
-  PB_CHECK(g && u && q && scales, "situ_fp8: null pointer");
-  PB_CHECK(aligned16(g) && aligned16(u) && (!o || aligned16(o)) && aligned_to(q, 8) && aligned_to(scales, 4),
-           "situ_fp8: g, u, o need 16-byte alignment, q 8-byte");
-  const int64_t vecs = n / kVec;
-  const int blocks = resident_grid(situ_fp8_kernel, kTableThreads, (vecs + kTableThreads - 1) / kTableThreads);
-  situ_fp8_kernel<<<blocks, kTableThreads, 0, stream>>>(g, u, o, q, scales, layout, n, width);
-  PB_CUDA_LAUNCH();
+  launch_binary_fp8<SituTableVec>("situ_fp8", g, u, o, q, scales, layout, rows, width, stream);
 }
 
 // ---- o_norm_gate ----
@@ -525,11 +597,18 @@ void o_norm_gate_cut(const bf16* x, const bf16* g, const float* gamma, bf16* o,
     launch_o_norm_gate_baseline(x, g, gamma, o, row_heads, eps, stream);
     return;
   }
-  const int blocks = resident_grid(o_norm_gate_cut_kernel, kThreads,
-                                   (row_heads + kNormRowsPerBlock - 1) / kNormRowsPerBlock,
-                                   kNormBlocksPerSm);
-  o_norm_gate_cut_kernel<<<blocks, kThreads, 0, stream>>>(x, g, gamma, o, row_heads, eps);
-  PB_CUDA_LAUNCH();
+  launch_o_norm_gate_cut<false>(x, g, gamma, o, row_heads, eps, Fp8Twin{}, stream);
+}
+
+void o_norm_gate_fp8(const bf16* x, const bf16* g, const float* gamma, bf16* o, __nv_fp8_e4m3* q, float* scales,
+                     Fp8ScaleLayout layout, int64_t rows, int64_t heads, float eps, cudaStream_t stream) {
+  PB_CHECK(heads >= 1, "o_norm_gate_fp8: heads must be >= 1");
+  if (!check_fp8_twin("o_norm_gate_fp8", q, scales, layout, rows, heads * kHeadDim)) return;
+  PB_CHECK(x && g && gamma, "o_norm_gate_fp8: null pointer");
+  PB_CHECK(eps >= 0, "o_norm_gate_fp8: eps must be >= 0");
+  PB_CHECK(aligned16(x) && aligned16(g) && aligned16(gamma) && (!o || aligned16(o)),
+           "o_norm_gate_fp8: x, g, gamma and o need 16-byte alignment");
+  launch_o_norm_gate_cut<true>(x, g, gamma, o, rows * heads, eps, Fp8Twin{q, scales, layout, heads}, stream);
 }
 
 // ---- dispatch on the cut switch ----

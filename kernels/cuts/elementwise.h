@@ -53,6 +53,9 @@ void mul_sigmoid_cut(const __nv_bfloat16* a, const __nv_bfloat16* g, __nv_bfloat
                      cudaStream_t stream);
 void mul_sigmoid(Variant v, const __nv_bfloat16* a, const __nv_bfloat16* g, __nv_bfloat16* o,
                  int64_t n, cudaStream_t stream);
+// mul_sigmoid over [rows, width] with its fp8 twin, as situ_fp8 below.
+void mul_sigmoid_fp8(const __nv_bfloat16* a, const __nv_bfloat16* g, __nv_bfloat16* o, __nv_fp8_e4m3* q,
+                     float* scales, Fp8ScaleLayout layout, int64_t rows, int64_t width, cudaStream_t stream);
 
 void situ_baseline(const __nv_bfloat16* g, const __nv_bfloat16* u, __nv_bfloat16* o, int64_t n,
                    cudaStream_t stream);
@@ -76,6 +79,14 @@ void o_norm_gate_cut(const __nv_bfloat16* x, const __nv_bfloat16* g, const float
                      __nv_bfloat16* o, int64_t row_heads, float eps, cudaStream_t stream);
 void o_norm_gate(Variant v, const __nv_bfloat16* x, const __nv_bfloat16* g, const float* gamma,
                  __nv_bfloat16* o, int64_t row_heads, float eps, cudaStream_t stream);
+// o_norm_gate over rows x heads (row_heads = rows * heads) with its fp8 twin
+// (cut quant_fuse): each (row, head) is one 128-column group of codes q
+// [rows, heads * 128], its scale at scales[row * s_row + head * s_group]; bit
+// for bit o_norm_gate() then quantize_act_fp8. o may be null. x, g, gamma, o
+// 16-byte aligned, q 8-byte.
+void o_norm_gate_fp8(const __nv_bfloat16* x, const __nv_bfloat16* g, const float* gamma, __nv_bfloat16* o,
+                     __nv_fp8_e4m3* q, float* scales, Fp8ScaleLayout layout, int64_t rows, int64_t heads, float eps,
+                     cudaStream_t stream);
 
 // Plain C++ references on bf16 bit patterns. Every expf / tanhf / rsqrtf of
 // the contract is taken from m (ref_math.h).

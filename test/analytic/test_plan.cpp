@@ -517,6 +517,38 @@ TEST_CASE("fp4 experts on GB300, on paper: NVFP4 bytes, the FP4 rate, and no rat
   CHECK(family_ms(plan_spans(p4, gb300), "moe_gemm") < family_ms(plan_spans(p8, gb300), "moe_gemm"));
 }
 
+TEST_CASE("quant_fuse: the output gates write the fp8 twin (launch list 2); list 1 quantized them apart") {
+  const Scenario s = parse_scenario(
+      "name: t\nmodel: {preset: k3}\ncp: 1\ncontext: 16384\nbucket: 16384\nprecision: fp8\n", "t.yaml");
+  const CutSet fused = CutSet::all(s.precision), apart = fused.without(Cut::quant_fuse);
+  const RankPlan now = plan_rank(s, fused, 0), v1 = plan_rank(s, fused, 0, 1), off = plan_rank(s, apart, 0);
+  for (const char* quant : {"quant.mla_o", "quant.kda_o"}) {
+    CAPTURE(quant);
+    CHECK(count(now, quant) == 0);
+    CHECK(count(v1, quant) > 0);
+    CHECK(count(v1, quant) == count(off, quant));
+  }
+  CHECK(now.launches.size() + size_t(count(v1, "quant.mla_o") + count(v1, "quant.kda_o")) == v1.launches.size());
+  // The fused producer moves the bf16 op's bytes with its fp8 twin in place of the bf16 write, and less in
+  // all than the op and its quant apart.
+  const ModelShape& m = s.model;
+  const auto bytes_of = [](const RankPlan& p, const std::string& kernel) {
+    for (const Launch& l : p.launches)
+      if (l.kernel == kernel) return l.cost.bytes;
+    return -1.0;
+  };
+  const int64_t v_width = m.heads * m.v_head, rows = s.bucket;
+  CHECK(bytes_of(now, "mul_sigmoid") == cost::elementwise_fp8(rows, v_width, 6).bytes);
+  CHECK(bytes_of(now, "mul_sigmoid") < bytes_of(off, "mul_sigmoid") + bytes_of(off, "quant.mla_o"));
+  CHECK(bytes_of(now, "o_norm_gate") == cost::o_norm_gate_fp8(rows * m.kda_heads, m.kda_head_dim).bytes);
+  CHECK(bytes_of(now, "o_norm_gate") < bytes_of(off, "o_norm_gate") + bytes_of(off, "quant.kda_o"));
+  // bf16 runs are untouched: the cut does not apply there, and the lists of both versions agree.
+  const Scenario b = parse_scenario("name: t\nmodel: {preset: k3}\ncp: 1\ncontext: 16384\nbucket: 16384\n", "t.yaml");
+  const RankPlan b2 = plan_rank(b, CutSet::all(b.precision), 0), b1 = plan_rank(b, CutSet::all(b.precision), 0, 1);
+  REQUIRE(b2.launches.size() == b1.launches.size());
+  for (size_t i = 0; i < b2.launches.size(); ++i) CHECK(b2.launches[i].cost.bytes == b1.launches[i].cost.bytes);
+}
+
 // ---- calibration ----
 
 namespace {
@@ -884,19 +916,20 @@ TEST_CASE("stage_queries: a helped window's queries staged by their own launch, 
   const RankPlan in_place = plan_rank(s, all_but_overlap(), 0);
   CHECK(count(in_place, "fabric.stage_queries") == 0);
   CHECK(fabric_total(in_place) == fabric_total(staged));
-  // Files recorded before the split: the same list with each copy folded into its wait.
-  const std::vector<Launch> folded = fold_stage_queries(staged.launches);
-  REQUIRE(folded.size() == staged.launches.size() - size_t(helped));
-  REQUIRE(folded.size() == in_place.launches.size());
-  for (size_t i = 0; i < folded.size(); ++i) {
-    CHECK(folded[i].kernel == in_place.launches[i].kernel);
-    CHECK(folded[i].fabric_bytes == in_place.launches[i].fabric_bytes);
+  // Launch list version 1 (files recorded before the split): the copy inside the wait, with its bytes.
+  s.helped_in_place = false;
+  const RankPlan v1 = plan_rank(s, all_but_overlap(), 0, 1);
+  REQUIRE(v1.launches.size() == staged.launches.size() - size_t(helped));
+  REQUIRE(v1.launches.size() == in_place.launches.size());
+  for (size_t i = 0; i < v1.launches.size(); ++i) {
+    CHECK(v1.launches[i].kernel == in_place.launches[i].kernel);
+    CHECK(v1.launches[i].fabric_bytes == in_place.launches[i].fabric_bytes);
   }
   RunResult file;
   file.kind = "run";
-  CHECK(launches_as_recorded(staged.launches, file).size() == folded.size());
-  file.text[kStageQueriesKey] = kStageQueriesLaunch;
-  CHECK(launches_as_recorded(staged.launches, file).size() == staged.launches.size());
+  CHECK(recorded_launch_list_version(file) == 1);
+  file.numbers[kLaunchListVersionKey] = kLaunchListVersion;
+  CHECK(recorded_launch_list_version(file) == kLaunchListVersion);
   // Over a link the plan's time does not move: the same bytes, on the copy instead of the wait.
   const GpuProfile h200 = gpu_profile("h200");
   for (const char* link : {"nvlink4", "ib400"}) {
@@ -906,11 +939,6 @@ TEST_CASE("stage_queries: a helped window's queries staged by their own launch, 
     for (const Span& x : plan_spans(in_place, h200, link_profile(link))) b += x.time_us;
     CHECK(a == doctest::Approx(b).epsilon(1e-12));
   }
-  // A copy without its wait is not a list any build recorded.
-  std::vector<Launch> broken = staged.launches;
-  broken.erase(std::find_if(broken.begin(), broken.end(),
-                            [](const Launch& l) { return l.kernel == "fabric.wait_queries"; }));
-  CHECK_THROWS_WITH(fold_stage_queries(broken), doctest::Contains("does not follow a fabric.wait_queries"));
 }
 
 TEST_CASE("balance moves half a window of queries and its (o, lse) rows: the helper's fabric bytes") {

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "compare_detail.h"
@@ -62,7 +63,7 @@ TEST_CASE("plan: every committed run and lane names the launches its plan names,
       std::map<int32_t, std::vector<Launch>> planned;
       for (const auto& [rep_rank, spans] : recorded) {
         const int32_t rank = rep_rank.second;
-        if (!planned.count(rank)) planned[rank] = launches_as_recorded(plan_rank(s, cuts, rank).launches, run);
+        if (!planned.count(rank)) planned[rank] = plan_rank(s, cuts, rank, recorded_launch_list_version(run)).launches;
         const std::vector<Launch>& want = planned[rank];
         size_t first = 0;
         if (run.kind == "lane") {  // the MLA block of the layer it ran, from its first launch
@@ -92,7 +93,8 @@ TEST_CASE("plan: the comparison fails on a list in another order, of another lay
   std::string problem;
   REQUIRE(compare_detail::recorded_scenario(run, file, &s, &problem));
   const VariantResult& v = run.variants.front();
-  const std::vector<Launch> want = launches_as_recorded(plan_rank(s, CutSet::from_description(v.cuts), 1).launches, run);
+  const std::vector<Launch> want =
+      plan_rank(s, CutSet::from_description(v.cuts), 1, recorded_launch_list_version(run)).launches;
   std::vector<Span> spans;
   for (const Span& span : v.spans)
     if (span.rank == 1 && span.rep == v.spans.front().rep) spans.push_back(span);
@@ -115,19 +117,32 @@ TEST_CASE("plan: the comparison fails on a list in another order, of another lay
   CHECK(difference(pointers(longer), want, 0) != "");
 }
 
-TEST_CASE("plan: a file recorded before stage_queries was a launch matches the folded plan only") {
-  const std::string file = std::string(PB_SOURCE_DIR) + "/results/h200/cp4-64k.h5";
-  const RunResult run = read_results(file);
-  REQUIRE_FALSE(run.text.count(kStageQueriesKey));
-  Scenario s;
-  std::string problem;
-  REQUIRE(compare_detail::recorded_scenario(run, file, &s, &problem));
-  const VariantResult& v = run.variants.back();  // all cuts: the stripe's helped windows
-  std::vector<const Span*> spans;
-  for (const Span& span : v.spans)
-    if (span.rank == 0 && span.rep == v.spans.front().rep) spans.push_back(&span);
-  const std::vector<Launch> plan = plan_rank(s, CutSet::from_description(v.cuts), 0).launches;
-  REQUIRE(std::count_if(plan.begin(), plan.end(), [](const Launch& l) { return l.kernel == "fabric.stage_queries"; }) > 0);
-  CHECK(difference(spans, launches_as_recorded(plan, run), 0) == "");
-  CHECK(difference(spans, plan, 0) != "");
+TEST_CASE("plan: a file of launch list version 1 matches that form of its plan only") {
+  const auto list_of = [](const std::string& name, int rank) {
+    const std::string file = std::string(PB_SOURCE_DIR) + "/results/h200/" + name;
+    const RunResult run = read_results(file);
+    REQUIRE(recorded_launch_list_version(run) == 1);
+    Scenario s;
+    std::string problem;
+    REQUIRE(compare_detail::recorded_scenario(run, file, &s, &problem));
+    const VariantResult& v = run.variants.back();  // all cuts
+    std::vector<Span> spans;
+    for (const Span& span : v.spans)
+      if (span.rank == rank && span.rep == v.spans.front().rep) spans.push_back(span);
+    return std::make_tuple(spans, s, CutSet::from_description(v.cuts));
+  };
+  const auto pointers = [](const std::vector<Span>& list) {
+    std::vector<const Span*> out;
+    for (const Span& span : list) out.push_back(&span);
+    return out;
+  };
+  // the stripe's helped windows: their query copy inside the wait
+  const auto [cp4, s4, cuts4] = list_of("cp4-64k.h5", 0);
+  CHECK(difference(pointers(cp4), plan_rank(s4, cuts4, 0, 1).launches, 0) == "");
+  CHECK(difference(pointers(cp4), plan_rank(s4, cuts4, 0).launches, 0) != "");
+  // fp8 under quant_fuse: the output gates quantized by their own launches
+  const auto [fp8, s1, cuts1] = list_of("cp1-16k-fp8-rerun.h5", 0);
+  CHECK(difference(pointers(fp8), plan_rank(s1, cuts1, 0, 1).launches, 0) == "");
+  CHECK(difference(pointers(fp8), plan_rank(s1, cuts1, 0).launches, 0) != "");
+  CHECK_THROWS_WITH(plan_rank(s1, cuts1, 0, kLaunchListVersion + 1), doctest::Contains("launch list version"));
 }
