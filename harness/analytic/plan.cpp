@@ -15,9 +15,9 @@ namespace {
 class RankPlanner {
  public:
   RankPlanner(const Scenario& s, const CutSet& cuts, int rank, int version)
-      : s_(s), m_(s.model), cuts_(cuts), rank_(rank), cp_(s.cp), version_(version), sched_(attention_schedule(cuts, s.layout, s.cp)),
-        rows_(rank_rows(s.layout, s.context, s.cp)), pieces_(kda_pieces(s.layout, s.cp, rank)), b_(s.bucket),
-        t_(rows_[size_t(rank)]) {}
+      : s_(s), m_(s.model), cuts_(cuts), rank_(rank), cp_(s.cp), version_(version),
+        sched_(attention_schedule(cuts, s.layout, s.cp)), rows_(rank_rows(s.layout, s.context, s.cp)),
+        pieces_(kda_pieces(s.layout, s.cp, rank)), b_(s.bucket), t_(rows_[size_t(rank)]) {}
 
   RankPlan build() {
     RankPlan plan;
