@@ -2,6 +2,7 @@
 // benchmarks' measured fractions, and the calibrated plan against the committed
 // measured runs.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <string>
@@ -176,6 +177,14 @@ Calibration committed_calibration() {
   return load_calibration(files);
 }
 
+// The K3 each-cut scenario a committed run file was made from (cutlass expert engine).
+Scenario each_cut_k3(const std::string& name, int cp, int64_t context, const std::string& more = "") {
+  return parse_scenario(fmt::format("name: {}\nmodel: {{preset: k3}}\ncp: {}\ncontext: {}\nbucket: 16896\n"
+                                    "variants: each-cut\nmoe_gemm: cutlass\n{}",
+                                    name, cp, context, more),
+                        name + ".yaml");
+}
+
 }  // namespace
 
 TEST_CASE("the calibrated plan of cp4-64k against the committed serialized run's projected gang: within 10%") {
@@ -183,9 +192,7 @@ TEST_CASE("the calibrated plan of cp4-64k against the committed serialized run's
   // the projection; the plan's deepest calibrated rank predicts it.
   const std::string dir = committed_results_dir();
   const Calibration cal = committed_calibration();
-  Scenario s = parse_scenario("name: ab-each-cut\nmodel: {preset: k3}\ncp: 4\ncontext: 65536\nbucket: 16896\n"
-                              "variants: each-cut\nmoe_gemm: cutlass\nserialize_ranks: true\n",
-                              "ab-each-cut.yaml");
+  const Scenario s = each_cut_k3("ab-each-cut", 4, 65536, "serialize_ranks: true\n");
   const RunResult run = read_measured_run(dir + "cp4-64k-each-cut.h5", s);
   const GpuProfile h200 = gpu_profile("h200");
   for (const auto& variant : s.variants) {
@@ -207,9 +214,7 @@ TEST_CASE("the calibrated plan of cp1-16k against the committed run: within 10% 
   // balance and overlap lacks those two).
   const std::string dir = committed_results_dir();
   const Calibration cal = committed_calibration();
-  Scenario s = parse_scenario("name: cp1-16k\nmodel: {preset: k3}\ncp: 1\ncontext: 16384\nbucket: 16896\n"
-                              "variants: each-cut\nmoe_gemm: cutlass\n",
-                              "cp1-16k.yaml");
+  const Scenario s = each_cut_k3("cp1-16k", 1, 16384);
   const RunResult run = read_measured_run(dir + "cp1-16k-each-cut.h5", s);
   const GpuProfile h200 = gpu_profile("h200");
   REQUIRE(s.variants.size() == 10);
