@@ -12,6 +12,9 @@
 #   bench=<kind>=<name>[=opts]     prefill-bench <kind> (kernels, fmha, kda, moe) -o $OUT/<name>.h5
 #   sanitize[=tool,suite,...]      scripts/dev/sanitize.sh (its logs come back in logs.tgz)
 #   regress=<scenario>=<baseline>  scripts/regress.sh scenarios/<scenario>.yaml <baseline> (the gate as CI runs it)
+#   sweep=<scenario>=<name>[=opts] prefill-bench sweep scenarios/<scenario>.yaml -o $OUT/<name>.h5; a carried
+#                                  build-carry/<name>.h5 (an earlier call's file) is copied there first, so the
+#                                  sweep resumes: the points it holds are skipped
 # The build comes first (carry .deps): every target, or PB_BUILD_TARGETS (e.g. prefill-bench,
 # when no test step follows: about half the build). With a carried .pb-bin.tar.xz whose stamp
 # equals the carried .pb-source (scripts/dev/pack-build.sh), it configures and unpacks instead.
@@ -71,6 +74,13 @@ for step in "$@"; do
         >"$OUT/sanitize.log" 2>&1
       summary+=("$step: exit $?")
       tail -30 "$OUT/sanitize.log"
+      ;;
+    sweep)
+      [[ -n ${c:-} ]] && IFS=',' read -r -a opts <<<"$c"
+      [[ -f build-carry/$b.h5 ]] && cp "build-carry/$b.h5" "$OUT/$b.h5"
+      timeout "$limit" "$B/prefill-bench" sweep "scenarios/$a.yaml" -o "$OUT/$b.h5" "${opts[@]}" >"$OUT/sweep-$b.log" 2>&1
+      summary+=("$step: exit $?")
+      grep -E "^point|measured|planned|FAILED|wrote" "$OUT/sweep-$b.log" | tail -20
       ;;
     regress)
       timeout "$limit" bash scripts/regress.sh "scenarios/$a.yaml" "$b" >"$OUT/regress-$a.log" 2>&1
