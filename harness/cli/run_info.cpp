@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "check.h"
+#include "fmha.h"
 #include "nccl_comm.h"
 #include "plan.h"
 
@@ -89,6 +90,7 @@ void record_run_info(const Gang& gang, const std::string& command_line, RunResul
   result.text["cublas_version"] = std::to_string(CUBLAS_VER_MAJOR) + "." + std::to_string(CUBLAS_VER_MINOR) +
                                   "." + std::to_string(CUBLAS_VER_PATCH);
   result.text["nccl_version"] = nccl_runtime_version();  // the library loaded at run time, or why none
+  result.text["cudnn_version"] = fmha_cudnn_version();   // likewise
   result.text["nccl_env"] = nccl_environment();
   result.numbers["world_size"] = gang.size();
 }

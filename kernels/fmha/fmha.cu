@@ -422,6 +422,8 @@ void fmha_native(const FmhaTensors& t, const FmhaShape& s, cudaStream_t stream) 
 #ifndef PB_HAVE_CUDNN
 bool fmha_cudnn_available() { return false; }
 
+std::string fmha_cudnn_version() { return "none: built without cuDNN"; }
+
 void fmha_cudnn(const FmhaTensors&, const FmhaShape&, cudaStream_t) {
   PB_CHECK(false, "fmha_cudnn: built without cuDNN (PB_HAVE_CUDNN is not defined)");
 }

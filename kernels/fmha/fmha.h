@@ -86,6 +86,8 @@ void fmha_native(const FmhaTensors& t, const FmhaShape& s, cudaStream_t stream);
 
 // cuDNN engine: false when built without cuDNN (then fmha_cudnn throws pb::Error).
 bool fmha_cudnn_available();
+// The cuDNN library loaded at run time ("9.14.0"), or "none: " and why.
+std::string fmha_cudnn_version();
 void fmha_cudnn(const FmhaTensors& t, const FmhaShape& s, cudaStream_t stream);
 
 // The one dispatch point.

@@ -346,6 +346,11 @@ void run_call(Engine& e, const Call& c, const FmhaTensors& t, cudaStream_t strea
 
 }  // namespace
 
+std::string fmha_cudnn_version() {
+  const size_t v = cudnnGetVersion();  // cuDNN 9: major * 10000 + minor * 100 + patch
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
 bool fmha_cudnn_available() {
   // Linked against libcudnn, so the library is there; the graph sub-library
   // must load and match. Neither call needs a device.
