@@ -44,11 +44,34 @@ struct GateReport {
 struct Machine {
   std::string gpu;  // rank 0's GPU name
   double burst = kNoValue, sustained = kNoValue, sustained_mhz = kNoValue, sustained_w = kNoValue;
+  std::vector<std::pair<std::string, std::string>> libraries;  // (name, version), "" where not recorded
 };
 
+// The software a run's time depends on, as run_info.h records it: (name, root text).
+const std::pair<const char*, const char*> kLibraries[] = {{"CUDA driver", "cuda_driver"},
+                                                           {"CUDA runtime", "cuda_runtime"},
+                                                           {"cuBLAS", "cublas_version"},
+                                                           {"cuDNN", "cudnn_version"},
+                                                           {"NCCL", "nccl_version"}};
+
 Machine machine_of(const RunResult& run) {
-  return Machine{gpu_name(run), positive_number(run, "gemm_tflops"), positive_number(run, "gemm_tflops_sustained"),
-                 positive_number(run, "gemm_sustained_sm_mhz"), positive_number(run, "gemm_sustained_power_w")};
+  Machine m{gpu_name(run), positive_number(run, "gemm_tflops"), positive_number(run, "gemm_tflops_sustained"),
+            positive_number(run, "gemm_sustained_sm_mhz"), positive_number(run, "gemm_sustained_power_w"), {}};
+  for (const auto& [name, key] : kLibraries) {
+    const auto found = run.text.find(key);
+    m.libraries.emplace_back(name, found == run.text.end() ? "" : found->second);
+  }
+  return m;
+}
+
+// "cuDNN 9.14.0 | 9.19.0" for each library both files record at different versions.
+std::vector<std::string> library_changes(const Machine& base, const Machine& cand) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < base.libraries.size(); ++i) {
+    const std::string &b = base.libraries[i].second, &c = cand.libraries[i].second;
+    if (!b.empty() && !c.empty() && b != c) out.push_back(base.libraries[i].first + " " + b + " | " + c);
+  }
+  return out;
 }
 
 std::string value_text(double value, const char* format_spec) {
@@ -77,6 +100,8 @@ void print_machines(const Machine& base, const Machine& cand, const CompareOptio
   row("  at SM clock, MHz", value_text(base.sustained_mhz, "{:.0f}"), value_text(cand.sustained_mhz, "{:.0f}"),
       change_text(base.sustained_mhz, cand.sustained_mhz));
   row("  at power, W", value_text(base.sustained_w, "{:.0f}"), value_text(cand.sustained_w, "{:.0f}"), "");
+  for (const std::string& change : library_changes(base, cand))
+    out << "  the libraries differ: " << change << " (a library's kernels may change a family's time)\n";
   if (std::isnan(base.sustained) || std::isnan(cand.sustained)) {
     out << fmt::format("  the {} records no sustained GEMM ceiling: the gate cannot see a change of machine\n",
                        std::isnan(base.sustained) ? "baseline" : "candidate");
@@ -274,7 +299,13 @@ void write_gate_json(const GateReport& report, const Machine& base, const Machin
                 {"gemm_tflops_burst", number_or_null(m.burst)},
                 {"gemm_tflops_sustained", number_or_null(m.sustained)},
                 {"sustained_sm_mhz", number_or_null(m.sustained_mhz)},
-                {"sustained_power_w", number_or_null(m.sustained_w)}};
+                {"sustained_power_w", number_or_null(m.sustained_w)},
+                {"libraries", [&] {
+                   json libraries = json::object();
+                   for (const auto& [name, version] : m.libraries)
+                     libraries[name] = version.empty() ? json(nullptr) : json(version);
+                   return libraries;
+                 }()}};
   };
   json doc = {{"baseline", options.baseline_file},
               {"candidate", options.file_a},
@@ -312,7 +343,11 @@ void write_gate_markdown(const GateReport& report, const Machine& base, const Ma
                        value_text(m->burst, "{:.1f}"), value_text(m->sustained, "{:.1f}"),
                        value_text(m->sustained_mhz, "{:.0f}"));
   out << "\n";
-  for (const std::string& problem : report.file_problems) out << "- cannot judge the files: " << problem << "\n";
+  std::vector<std::string> notes;
+  for (const std::string& change : library_changes(base, cand)) notes.push_back("the libraries differ: " + change);
+  for (const std::string& problem : report.file_problems) notes.push_back("cannot judge the files: " + problem);
+  for (const std::string& note : notes) out << "- " << note << "\n";
+  if (!notes.empty()) out << "\n";  // a list ends before a table starts
   if (!report.judged.empty() || !report.not_judged.empty()) {
     out << "| variant | verdict | median change | test | why |\n|---|---|---:|---|---|\n";
     for (const auto& [name, verdict] : report.judged)

@@ -2,6 +2,7 @@
 // samples, and run_compare on files (report sections, modes, the gate's exit
 // codes and what it says it judged), and --max-regression's grammar.
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -338,6 +339,42 @@ TEST_CASE("gate: the machines side by side, and --normalize sustained") {
   options.normalize = "sustained";
   options.baseline_file.clear();
   CHECK_THROWS_AS(pb::run_compare(options, bad), pb::Error);  // only the gate normalizes
+}
+
+TEST_CASE("gate: the libraries each file loaded, named where they differ, in every form") {
+  TempDir dir;
+  pb::RunResult base = synthetic_run(1.0), cand = synthetic_run(1.0);
+  base.text["cudnn_version"] = "9.14.0";
+  cand.text["cudnn_version"] = "9.19.0";
+  base.text["nccl_version"] = cand.text["nccl_version"] = "2.28.9";
+  cand.text["cublas_version"] = "13.1.0";  // recorded by one file only: not a difference
+  pb::write_results(dir.file("base.h5"), base, false);
+  pb::write_results(dir.file("cand.h5"), cand, false);
+  pb::CompareOptions options;
+  options.baseline_file = dir.file("base.h5");
+  options.file_a = dir.file("cand.h5");
+  std::ostringstream text;
+  CHECK(pb::run_compare(options, text) == 0);
+  CHECK(contains(text.str(), "  the libraries differ: cuDNN 9.14.0 | 9.19.0 (a library's kernels may change"));
+  CHECK_FALSE(contains(text.str(), "NCCL 2.28.9 |"));
+  CHECK_FALSE(contains(text.str(), "cuBLAS"));
+  options.format = "markdown";
+  std::ostringstream markdown;
+  CHECK(pb::run_compare(options, markdown) == 0);
+  CHECK(contains(markdown.str(), "- the libraries differ: cuDNN 9.14.0 | 9.19.0\n\n| variant |"));
+  options.format = "json";
+  std::ostringstream json;
+  CHECK(pb::run_compare(options, json) == 0);
+  const nlohmann::json doc = nlohmann::json::parse(json.str());
+  CHECK(doc["machines"]["baseline"]["libraries"]["cuDNN"] == "9.14.0");
+  CHECK(doc["machines"]["candidate"]["libraries"]["cuDNN"] == "9.19.0");
+  CHECK(doc["machines"]["baseline"]["libraries"]["cuBLAS"].is_null());
+  // the same libraries: nothing said
+  options.format = "text";
+  options.file_a = dir.file("base.h5");
+  std::ostringstream same;
+  CHECK(pb::run_compare(options, same) == 0);
+  CHECK_FALSE(contains(same.str(), "the libraries differ"));
 }
 
 TEST_CASE("compare: savings against a reference that may hold a cold start are warned of") {
