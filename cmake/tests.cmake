@@ -106,7 +106,8 @@ foreach(family ${PB_KERNEL_FAMILIES})
 endforeach()
 
 # The host subsystems.
-foreach(src results/test_results results/test_sweep_file config/test_scenario analytic/test_plan analytic/test_plan_cp analytic/test_calibration analytic/test_schedule
+foreach(src results/test_results results/test_sweep_file config/test_scenario analytic/test_plan
+            analytic/test_plan_cp analytic/test_calibration analytic/test_schedule analytic/test_schedule_kda
             analytic/test_slab_layout analytic/test_doorbell_protocol analysis/test_compare
             analysis/test_projection analysis/test_trace analysis/test_power_state analysis/test_wall_split
             analysis/test_gemm_ceiling analysis/test_activity_spans analysis/test_headline
