@@ -30,6 +30,14 @@ using pb::test::TempDir;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// The gate's options: candidate against baseline, both files of dir.
+pb::CompareOptions gate_options(const TempDir& dir, const std::string& baseline, const std::string& candidate) {
+  pb::CompareOptions options;
+  options.baseline_file = dir.file(baseline);
+  options.file_a = dir.file(candidate);
+  return options;
+}
+
 }  // namespace
 
 // ---- statistics ----
@@ -247,9 +255,7 @@ TEST_CASE("run_compare: regression mode flags a slower candidate with exit code 
   pb::write_results(dir.file("slow.h5"), synthetic_run(1.1), false);
   pb::write_results(dir.file("same.h5"), synthetic_run(1.0), false);
 
-  pb::CompareOptions options;
-  options.baseline_file = dir.file("base.h5");
-  options.file_a = dir.file("slow.h5");
+  pb::CompareOptions options = gate_options(dir, "base.h5", "slow.h5");
   std::ostringstream quiet;  // by default one line per variant
   CHECK(pb::run_compare(options, quiet) == 1);
   CHECK_FALSE(contains(quiet.str(), "time per superstep"));
@@ -299,9 +305,7 @@ TEST_CASE("gate: the machines side by side, and --normalize sustained") {
   bare.numbers.clear();
   pb::write_results(dir.file("bare.h5"), bare, false);
 
-  pb::CompareOptions options;
-  options.baseline_file = dir.file("base.h5");
-  options.file_a = dir.file("slower.h5");
+  pb::CompareOptions options = gate_options(dir, "base.h5", "slower.h5");
   std::ostringstream raw;
   CHECK(pb::run_compare(options, raw) == 1);
   CHECK(contains(raw.str(), "machines (baseline | candidate):\n  GPU"));
@@ -350,9 +354,7 @@ TEST_CASE("gate: the libraries each file loaded, named where they differ, in eve
   cand.text["cublas_version"] = "13.1.0";  // recorded by one file only: not a difference
   pb::write_results(dir.file("base.h5"), base, false);
   pb::write_results(dir.file("cand.h5"), cand, false);
-  pb::CompareOptions options;
-  options.baseline_file = dir.file("base.h5");
-  options.file_a = dir.file("cand.h5");
+  pb::CompareOptions options = gate_options(dir, "base.h5", "cand.h5");
   std::ostringstream text;
   CHECK(pb::run_compare(options, text) == 0);
   CHECK(contains(text.str(), "  the libraries differ: cuDNN 9.14.0 | 9.19.0 (a library's kernels may change"));
