@@ -76,7 +76,9 @@
 // machines side by side and says when the sustained ceilings differ by more
 // than max_regression: then the machine alone can move TTFT past the allowance.
 // It names every library (CUDA driver and runtime, cuBLAS, cuDNN, NCCL) both
-// files record at different versions: a library's kernels move their family.
+// files record at different versions (a library's kernels move their family),
+// and the launch lists' form when it differs (plan.h kLaunchListVersion: the
+// families a new form moves differ by design). Neither is judged.
 // normalize = "sustained" judges the candidate's TTFT samples times
 //   S_candidate / S_baseline      (S: gemm_tflops_sustained)
 // i.e. the candidate as if it had run on the baseline's machine; the verdict

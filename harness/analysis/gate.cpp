@@ -13,6 +13,7 @@
 #include "check.h"
 #include "headline.h"
 #include "links.h"
+#include "plan.h"
 #include "compare_detail.h"
 #include "report.h"
 #include "text.h"
@@ -40,11 +41,12 @@ struct GateReport {
 
 // ---- the machines -----------------------------------------------------------
 
-// What a file records of its machine (gemm_ceiling.h; NaN: not recorded).
+// What a file records of its machine and build (gemm_ceiling.h; NaN: not recorded).
 struct Machine {
   std::string gpu;  // rank 0's GPU name
   double burst = kNoValue, sustained = kNoValue, sustained_mhz = kNoValue, sustained_w = kNoValue;
   std::vector<std::pair<std::string, std::string>> libraries;  // (name, version), "" where not recorded
+  int launch_list = 1;                                         // plan.h recorded_launch_list_version
 };
 
 // The software a run's time depends on, as run_info.h records it: (name, root text).
@@ -56,7 +58,8 @@ const std::pair<const char*, const char*> kLibraries[] = {{"CUDA driver", "cuda_
 
 Machine machine_of(const RunResult& run) {
   Machine m{gpu_name(run), positive_number(run, "gemm_tflops"), positive_number(run, "gemm_tflops_sustained"),
-            positive_number(run, "gemm_sustained_sm_mhz"), positive_number(run, "gemm_sustained_power_w"), {}};
+            positive_number(run, "gemm_sustained_sm_mhz"), positive_number(run, "gemm_sustained_power_w"), {},
+            recorded_launch_list_version(run)};
   for (const auto& [name, key] : kLibraries) {
     const auto found = run.text.find(key);
     m.libraries.emplace_back(name, found == run.text.end() ? "" : found->second);
@@ -64,13 +67,20 @@ Machine machine_of(const RunResult& run) {
   return m;
 }
 
-// "cuDNN 9.14.0 | 9.19.0" for each library both files record at different versions.
-std::vector<std::string> library_changes(const Machine& base, const Machine& cand) {
+// What differs in the software behind the two files: "the libraries differ:
+// cuDNN 9.14.0 | 9.19.0" for each library both record at different versions,
+// and the launch lists' form (plan.h kLaunchListVersion) when it differs.
+std::vector<std::string> software_changes(const Machine& base, const Machine& cand) {
   std::vector<std::string> out;
   for (size_t i = 0; i < base.libraries.size(); ++i) {
     const std::string &b = base.libraries[i].second, &c = cand.libraries[i].second;
-    if (!b.empty() && !c.empty() && b != c) out.push_back(base.libraries[i].first + " " + b + " | " + c);
+    if (!b.empty() && !c.empty() && b != c)
+      out.push_back("the libraries differ: " + base.libraries[i].first + " " + b + " | " + c);
   }
+  if (base.launch_list != cand.launch_list)
+    out.push_back(fmt::format("the launch lists differ: form {} | {} (harness/analytic/plan.h says what each form "
+                              "launches; the families it moves differ by design)",
+                              base.launch_list, cand.launch_list));
   return out;
 }
 
@@ -100,8 +110,7 @@ void print_machines(const Machine& base, const Machine& cand, const CompareOptio
   row("  at SM clock, MHz", value_text(base.sustained_mhz, "{:.0f}"), value_text(cand.sustained_mhz, "{:.0f}"),
       change_text(base.sustained_mhz, cand.sustained_mhz));
   row("  at power, W", value_text(base.sustained_w, "{:.0f}"), value_text(cand.sustained_w, "{:.0f}"), "");
-  for (const std::string& change : library_changes(base, cand))
-    out << "  the libraries differ: " << change << " (a library's kernels may change a family's time)\n";
+  for (const std::string& change : software_changes(base, cand)) out << "  " << change << "\n";
   if (std::isnan(base.sustained) || std::isnan(cand.sustained)) {
     out << fmt::format("  the {} records no sustained GEMM ceiling: the gate cannot see a change of machine\n",
                        std::isnan(base.sustained) ? "baseline" : "candidate");
@@ -300,6 +309,7 @@ void write_gate_json(const GateReport& report, const Machine& base, const Machin
                 {"gemm_tflops_sustained", number_or_null(m.sustained)},
                 {"sustained_sm_mhz", number_or_null(m.sustained_mhz)},
                 {"sustained_power_w", number_or_null(m.sustained_w)},
+                {"launch_list_version", m.launch_list},
                 {"libraries", [&] {
                    json libraries = json::object();
                    for (const auto& [name, version] : m.libraries)
@@ -344,7 +354,7 @@ void write_gate_markdown(const GateReport& report, const Machine& base, const Ma
                        value_text(m->sustained_mhz, "{:.0f}"));
   out << "\n";
   std::vector<std::string> notes;
-  for (const std::string& change : library_changes(base, cand)) notes.push_back("the libraries differ: " + change);
+  for (const std::string& change : software_changes(base, cand)) notes.push_back(change);
   for (const std::string& problem : report.file_problems) notes.push_back("cannot judge the files: " + problem);
   for (const std::string& note : notes) out << "- " << note << "\n";
   if (!notes.empty()) out << "\n";  // a list ends before a table starts

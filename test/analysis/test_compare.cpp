@@ -2,6 +2,7 @@
 // samples, and run_compare on files (report sections, modes, the gate's exit
 // codes and what it says it judged), and --max-regression's grammar.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 
 #include "check.h"
 #include "compare.h"
+#include "plan.h"
 #include "results.h"
 #include "scenario.h"
 #include "stats.h"
@@ -357,7 +359,8 @@ TEST_CASE("gate: the libraries each file loaded, named where they differ, in eve
   pb::CompareOptions options = gate_options(dir, "base.h5", "cand.h5");
   std::ostringstream text;
   CHECK(pb::run_compare(options, text) == 0);
-  CHECK(contains(text.str(), "  the libraries differ: cuDNN 9.14.0 | 9.19.0 (a library's kernels may change"));
+  CHECK(contains(text.str(), "  the libraries differ: cuDNN 9.14.0 | 9.19.0\n"));
+  CHECK_FALSE(contains(text.str(), "the launch lists differ"));
   CHECK_FALSE(contains(text.str(), "NCCL 2.28.9 |"));
   CHECK_FALSE(contains(text.str(), "cuBLAS"));
   options.format = "markdown";
@@ -371,12 +374,30 @@ TEST_CASE("gate: the libraries each file loaded, named where they differ, in eve
   CHECK(doc["machines"]["baseline"]["libraries"]["cuDNN"] == "9.14.0");
   CHECK(doc["machines"]["candidate"]["libraries"]["cuDNN"] == "9.19.0");
   CHECK(doc["machines"]["baseline"]["libraries"]["cuBLAS"].is_null());
+  CHECK(doc["machines"]["baseline"]["launch_list_version"] == 1);  // recorded by neither: form 1
   // the same libraries: nothing said
   options.format = "text";
   options.file_a = dir.file("base.h5");
   std::ostringstream same;
   CHECK(pb::run_compare(options, same) == 0);
   CHECK_FALSE(contains(same.str(), "the libraries differ"));
+}
+
+TEST_CASE("gate: launch lists of another form are named, not judged") {
+  TempDir dir;
+  pb::RunResult base = synthetic_run(1.0), cand = synthetic_run(1.0);
+  cand.numbers[pb::kLaunchListVersionKey] = pb::kLaunchListVersion;
+  pb::write_results(dir.file("base.h5"), base, false);
+  pb::write_results(dir.file("cand.h5"), cand, false);
+  pb::CompareOptions options = gate_options(dir, "base.h5", "cand.h5");
+  std::ostringstream text;
+  CHECK(pb::run_compare(options, text) == 0);  // the same TTFT: the form alone fails nothing
+  CHECK(contains(text.str(), fmt::format("  the launch lists differ: form 1 | {} (harness/analytic/plan.h",
+                                         pb::kLaunchListVersion)));
+  options.format = "json";
+  std::ostringstream json;
+  CHECK(pb::run_compare(options, json) == 0);
+  CHECK(nlohmann::json::parse(json.str())["machines"]["candidate"]["launch_list_version"] == pb::kLaunchListVersion);
 }
 
 TEST_CASE("compare: savings against a reference that may hold a cold start are warned of") {
