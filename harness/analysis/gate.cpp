@@ -353,8 +353,7 @@ void write_gate_markdown(const GateReport& report, const Machine& base, const Ma
                        value_text(m->burst, "{:.1f}"), value_text(m->sustained, "{:.1f}"),
                        value_text(m->sustained_mhz, "{:.0f}"));
   out << "\n";
-  std::vector<std::string> notes;
-  for (const std::string& change : software_changes(base, cand)) notes.push_back(change);
+  std::vector<std::string> notes = software_changes(base, cand);
   for (const std::string& problem : report.file_problems) notes.push_back("cannot judge the files: " + problem);
   for (const std::string& note : notes) out << "- " << note << "\n";
   if (!notes.empty()) out << "\n";  // a list ends before a table starts

@@ -84,11 +84,6 @@ class RankPlanner {
     gemm(what, m, n, k);
     land(what, m, n);
   }
-  // gemm_land of an input from a producer that has no fp8 form: quant.<what> first in fp8.
-  void quant_gemm_land(const std::string& what, int64_t m, int64_t n, int64_t k) {
-    if (fp8()) quant(what, m, k);
-    gemm_land(what, m, n, k);
-  }
   void rmsnorm(const std::string& what, int64_t rows, int64_t n) {
     add("rmsnorm", "rmsnorm." + what, cost::rmsnorm(rows, n));
   }
@@ -155,13 +150,11 @@ class RankPlanner {
       for (const char* stream : {"q", "k", "v"}) conv_path(stream);
     }
     kda_core();
-    if (fuse_output_gates()) {  // the gated rows feed only the output projection
-      add("elementwise", "o_norm_gate", cost::o_norm_gate_fp8(b_ * m_.kda_heads, m_.kda_head_dim));
-      gemm_land("kda_o", b_, h, inner);
-    } else {
-      add("elementwise", "o_norm_gate", cost::o_norm_gate(b_ * m_.kda_heads, m_.kda_head_dim));
-      quant_gemm_land("kda_o", b_, h, inner);
-    }
+    const bool fused = fuse_output_gates();  // the gated rows feed only the output projection
+    add("elementwise", "o_norm_gate",
+        (fused ? cost::o_norm_gate_fp8 : cost::o_norm_gate)(b_ * m_.kda_heads, m_.kda_head_dim));
+    if (fp8() && !fused) quant("kda_o", b_, inner);
+    gemm_land("kda_o", b_, h, inner);
   }
 
   // The conv carries: each piece's 3 rows before it come from the piece that

@@ -42,6 +42,7 @@
 #include "elementwise.cuh"
 #include "fp8_device.cuh"
 #include "ptx.cuh"
+#include "quant.h"
 
 namespace pb {
 
@@ -494,23 +495,6 @@ __global__ void __launch_bounds__(kTableThreads)
       scales[row * layout.s_row + group * layout.s_group] = gs;
     }
   }
-}
-
-// The checks of an fp8 producer's twin: codes [rows, width] and one scale per
-// row and 128 columns in layout; false when there is nothing to do.
-bool check_fp8_twin(const char* name, const __nv_fp8_e4m3* q, const float* scales, Fp8ScaleLayout layout,
-                    int64_t rows, int64_t width) {
-  PB_CHECK(rows >= 0 && width >= 0, std::string(name) + ": negative shape");
-  PB_CHECK(width % kFp8Group == 0,
-           std::string(name) + ": width " + std::to_string(width) + " is not a multiple of 128");
-  const int64_t kb = width / kFp8Group;
-  PB_CHECK((layout.s_row == 1 && layout.s_group >= rows) || (layout.s_group == 1 && layout.s_row >= kb),
-           std::string(name) +
-               ": the scale layout is neither MN-major (s_group >= rows) nor K-major (s_row >= width/128)");
-  if (rows * width == 0) return false;
-  PB_CHECK(q && scales, std::string(name) + ": null pointer");
-  PB_CHECK(aligned_to(q, 8) && aligned_to(scales, 4), std::string(name) + ": q needs 8-byte alignment");
-  return true;
 }
 
 template <class VecOp>

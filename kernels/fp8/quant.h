@@ -59,6 +59,16 @@ struct WeightQuantShape {
 ActQuantShape checked_act_quant_shape(ActQuantShape s);
 WeightQuantShape checked_weight_quant_shape(WeightQuantShape s);
 
+// The checks of a producer's fp8 twin (cut quant_fuse: rmsnorm_fp8, situ_fp8,
+// mul_sigmoid_fp8, o_norm_gate_fp8 write it beside or instead of their bf16
+// rows): codes q [rows, k], one scale per row and 128 columns at
+// scales[r * s_row + g * s_group]. rows, k >= 0; k % 128 == 0; the layout
+// MN-major (s_row 1, s_group >= rows) or K-major (s_group 1, s_row >= k/128);
+// then, unless there is nothing to write (false), q and scales non-null, q
+// 8-byte and scales 4-byte aligned. pb::Error names `who` and the rule.
+bool check_fp8_twin(const char* who, const void* q, const float* scales, Fp8ScaleLayout layout, int64_t rows,
+                    int64_t k);
+
 void quantize_act_fp8(const __nv_bfloat16* x, __nv_fp8_e4m3* q, float* s, const ActQuantShape& shape,
                       cudaStream_t stream);
 void quantize_weight_fp8(const __nv_bfloat16* w, __nv_fp8_e4m3* q, float* sw, const WeightQuantShape& shape,

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "check.h"
+#include "launch.h"
 #include "ref_math.h"
 
 namespace pb {
@@ -25,6 +26,20 @@ bool extent_fits(int64_t rows, int64_t ld, int64_t cols) {
 }
 
 }  // namespace
+
+bool check_fp8_twin(const char* who, const void* q, const float* scales, Fp8ScaleLayout layout, int64_t rows,
+                    int64_t k) {
+  const std::string name(who);
+  PB_CHECK(rows >= 0 && k >= 0, name + ": negative shape");
+  PB_CHECK(k % kFp8Group == 0, name + ": width " + str(k) + " is not a multiple of 128");
+  const int64_t kb = k / kFp8Group;
+  PB_CHECK((layout.s_row == 1 && layout.s_group >= rows) || (layout.s_group == 1 && layout.s_row >= kb),
+           name + ": the scale layout is neither MN-major (s_group >= rows) nor K-major (s_row >= width/128)");
+  if (rows == 0 || k == 0) return false;
+  PB_CHECK(q && scales, name + ": null pointer");
+  PB_CHECK(aligned_to(q, 8) && aligned_to(scales, 4), name + ": q needs 8-byte alignment, scales 4-byte");
+  return true;
+}
 
 ActQuantShape checked_act_quant_shape(ActQuantShape s) {
   const char* who = "quantize_act_fp8: ";

@@ -5,6 +5,7 @@
 #include "check.h"
 #include "fp8_device.cuh"
 #include "launch.h"
+#include "quant.h"
 
 namespace pb {
 
@@ -104,15 +105,10 @@ void rmsnorm_fp8(const bf16* x, const float* gamma, bf16* out, __nv_fp8_e4m3* q,
            "rmsnorm_fp8: bad shape (rows >= 0, n >= 1, ld >= n)");
   PB_CHECK(s.rows <= INT32_MAX, "rmsnorm_fp8: rows above 2^31 - 1");
   PB_CHECK(eps >= 0, "rmsnorm_fp8: eps must be >= 0");
-  PB_CHECK(s.n % kFp8Group == 0, "rmsnorm_fp8: n = " + std::to_string(s.n) + " is not a multiple of 128");
-  const int64_t kb = s.n / kFp8Group;
-  PB_CHECK((layout.s_row == 1 && layout.s_group >= s.rows) || (layout.s_group == 1 && layout.s_row >= kb),
-           "rmsnorm_fp8: the scale layout is neither MN-major (s_group >= rows) nor K-major (s_row >= n/128)");
-  if (s.rows == 0) return;
-  PB_CHECK(x && q && scales, "rmsnorm_fp8: null pointer");
-  PB_CHECK(s.ldx % 8 == 0 && aligned16(x) && aligned_to(q, 8) && aligned_to(scales, 4) &&
-               (!out || (s.ldo % 8 == 0 && aligned16(out))),
-           "rmsnorm_fp8: x and out need 16-byte rows (ld % 8 == 0, 16-byte aligned), q 8-byte alignment");
+  if (!check_fp8_twin("rmsnorm_fp8", q, scales, layout, s.rows, s.n)) return;
+  PB_CHECK(x, "rmsnorm_fp8: null pointer");
+  PB_CHECK(s.ldx % 8 == 0 && aligned16(x) && (!out || (s.ldo % 8 == 0 && aligned16(out))),
+           "rmsnorm_fp8: x and out need 16-byte rows (ld % 8 == 0, 16-byte aligned)");
   rmsnorm_kernel<true, true><<<unsigned(s.rows), kThreads, 0, stream>>>(x, gamma, out, s, eps,
                                                                           Fp8Out{q, scales, layout});
   PB_CUDA_LAUNCH();
