@@ -166,72 +166,92 @@ struct ExpertCase {
   int bands;          // gate_up: 2 (gate, up), down: 1
 };
 
-// The fp8 experts (precision experts: fp8): the cutlass fp8 engine on the same
-// rows and weights quantized (1x128 row scales K-major, 128x128 weight blocks),
-// judged against the loop engine's bf16 output of the unquantized operands by
-// DeepGEMM's diff (output_diff.h) within kFp8GemmDiffFloor. A build or device
-// without the engine reports it and fails, as a missing bf16 engine does.
-int bench_expert_gemms_fp8(const ModelShape& m, const MoeBenchOptions& o, const MoeWeights& w, const Ceilings& ceil,
-                           const Blas& blas, const Routing& r, const ExpertCase (&cases)[2], bf16* const (&ys)[2],
-                           cudaStream_t st, RunResult& result) {
-  if (!cutlass_fp8_gemm_available()) {
+// The fp8 experts (precision experts: fp8): both fp8 engines (moe_gemm.h: the
+// cutlass grouped kernel, the superstep's, and the cuBLASLt per-expert loop,
+// its A/B) on the same rows and weights quantized (1x128 row scales K-major,
+// 128x128 weight blocks), each judged against the bf16 loop engine's output of
+// the unquantized operands by DeepGEMM's diff (output_diff.h) within
+// kFp8GemmDiffFloor. A build or device without an engine reports it and fails,
+// as a missing bf16 engine does. ys hold kMoeFp8LoopSlackRows rows past V.
+int bench_expert_gemms_fp8(const ModelShape& m, const MoeBenchOptions& o, const Ceilings& ceil, const Blas& blas,
+                           const Routing& r, const ExpertCase (&cases)[2], bf16* const (&ys)[2], cudaStream_t st,
+                           RunResult& result) {
+  int failed = 0;
+  std::vector<MoeGemmEngine> engines;
+  if (cutlass_fp8_gemm_available()) {
+    engines.push_back(MoeGemmEngine::cutlass);
+  } else {
+    ++failed;
     std::printf("cutlass fp8 engine: not in this build or not an sm_90 device (scripts/setup.sh, carry .deps/)\n");
-    return 1;
   }
-  (void)w;
+  std::string why;
+  if (fp8_block_scaling_supported(&why)) {
+    engines.push_back(MoeGemmEngine::loop);
+  } else {
+    ++failed;
+    std::printf("loop fp8 engine (cuBLASLt block scaling): %s\n", why.c_str());
+  }
+  if (engines.empty()) return failed;
   const int E = int(m.experts);
   const int64_t V = r.offsets.back();
   MoeGemm gemm(E);
-  int failed = 0;
-  double both_us = 0, both_loop_us = 0;
+  std::vector<double> both_us(engines.size(), 0.0);
+  double both_loop_us = 0;
   std::printf("%-18s %-16s %10s %10s %9s %7s %8s %10s\n", "case", "variant", "median_us", "min_us", "TFLOP/s",
               "frac", "vs loop", "diff");
   for (const ExpertCase& c : cases) {
     const MoeGemmShape shape{E, c.n, c.k, 0, 0, c.bands};
-    const int64_t kb = c.k / kFp8Group, nb = c.n / c.bands;
-    DeviceBuffer<__nv_fp8_e4m3> xq(size_t(V * c.k)), wq(size_t(E * c.n * c.k));
+    const int64_t kb = c.k / kFp8Group, nb = c.n / c.bands, rows = V + kMoeFp8LoopSlackRows;
+    DeviceBuffer<__nv_fp8_e4m3> xq(size_t(rows * c.k)), wq(size_t(E * c.n * c.k));
     DeviceBuffer<float> sx(size_t(V * kb)), sw(size_t(E * c.n / kFp8Group * kb));
+    PB_CUDA(cudaMemsetAsync(xq.get() + V * c.k, 0, size_t(kMoeFp8LoopSlackRows * c.k), st));  // the loop's slack
     quantize_act_fp8(c.x, xq.get(), sx.get(), {V, c.k, c.k, c.k, act_scales_k_major(kb)}, st);
     quantize_weight_fp8(c.w, wq.get(), sw.get(), {E * c.n, c.k, c.k, c.k, kb}, st);
     // The loop engine's bf16 output: the reference and the speedup's base.
     const Timing tl = time_launches([&](int, cudaStream_t s) { gemm.run(MoeGemmEngine::loop, blas, r.counts.data(), c.x, c.w, ys, shape, s); },
                                     1, o.warmup, o.reps, st);
+    both_loop_us += tl.median_us;
     std::vector<DeviceBuffer<bf16>> ref;
     for (int j = 0; j < c.bands; ++j) {
       ref.emplace_back(size_t(V * nb));
       PB_CUDA(cudaMemcpyAsync(ref.back().get(), ys[j], size_t(V * nb) * 2, cudaMemcpyDeviceToDevice, st));
     }
-    const auto run = [&](cudaStream_t s) {
-      gemm.run_fp8(MoeGemmEngine::cutlass, r.counts.data(), xq.get(), sx.get(), wq.get(), sw.get(), ys, shape, s);
-    };
-    const Timing t = time_launches([&](int, cudaStream_t s) { run(s); }, 1, o.warmup, o.reps, st);
-    for (int j = 0; j < c.bands; ++j) PB_CUDA(cudaMemsetAsync(ys[j], 0xff, size_t(V * nb) * 2, st));
-    run(st);
-    double worst = 0;
-    for (int j = 0; j < c.bands; ++j) worst = std::max(worst, output_diff(ys[j], ref[size_t(j)].get(), V * nb, st));
-    BenchRow row = make_row("moe_gemm", std::string("moe_gemm.") + c.name, "cutlass_fp8",
-                            fmt::format("{}e V{} n{} k{}", E, V, c.n, c.k), t.median_us, t.min_us, t.max_us, t.reps,
-                            cost::moe_gemm_scaled(V, E, c.n, c.k, Format::fp8), ceil);
-    row.speedup = tl.median_us / t.median_us;
-    row.error = worst;
-    row.error_floor = kFp8GemmDiffFloor;
-    row.wrong = row.failed() ? 1 : 0;
-    failed += row.failed();
-    std::printf("%-18s %-16s %10.1f %10.1f %9.1f %7.3f %7.2fx %10.2e%s\n", row.kernel.c_str(), row.variant.c_str(),
-                row.median_us, row.min_us, row.tflops, row.fraction, row.speedup, worst, row.failed() ? " FAIL" : "");
-    result.bench.push_back(row);
-    both_us += t.median_us;
-    both_loop_us += tl.median_us;
+    for (size_t i = 0; i < engines.size(); ++i) {
+      const auto run = [&](cudaStream_t s) {
+        gemm.run_fp8(engines[i], blas, r.counts.data(), xq.get(), sx.get(), wq.get(), sw.get(), ys, shape, s);
+      };
+      const Timing t = time_launches([&](int, cudaStream_t s) { run(s); }, 1, o.warmup, o.reps, st);
+      for (int j = 0; j < c.bands; ++j) PB_CUDA(cudaMemsetAsync(ys[j], 0xff, size_t(V * nb) * 2, st));
+      run(st);
+      double worst = 0;
+      for (int j = 0; j < c.bands; ++j) worst = std::max(worst, output_diff(ys[j], ref[size_t(j)].get(), V * nb, st));
+      const std::string variant = std::string(moe_gemm_engine_name(engines[i])) + "_fp8";
+      BenchRow row = make_row("moe_gemm", std::string("moe_gemm.") + c.name, variant,
+                              fmt::format("{}e V{} n{} k{}", E, V, c.n, c.k), t.median_us, t.min_us, t.max_us, t.reps,
+                              cost::moe_gemm_scaled(V, E, c.n, c.k, Format::fp8), ceil);
+      row.speedup = tl.median_us / t.median_us;
+      row.error = worst;
+      row.error_floor = kFp8GemmDiffFloor;
+      row.wrong = row.failed() ? 1 : 0;
+      failed += row.failed();
+      std::printf("%-18s %-16s %10.1f %10.1f %9.1f %7.3f %7.2fx %10.2e%s\n", row.kernel.c_str(), row.variant.c_str(),
+                  row.median_us, row.min_us, row.tflops, row.fraction, row.speedup, worst, row.failed() ? " FAIL" : "");
+      result.bench.push_back(row);
+      both_us[i] += t.median_us;
+    }
   }
   const double flops = moe_gemm_flops(r.counts.data(), E, 2 * m.expert_inter, m.moe_latent) +
                        moe_gemm_flops(r.counts.data(), E, m.moe_latent, m.expert_inter);
-  const double tflops = flops / (both_us * 1e6);
-  result.numbers["moe_gemm_cutlass_fp8_tflops"] = tflops;
-  result.numbers["moe_gemm_cutlass_fp8_fraction"] = tflops / ceil.fp8_tflops;
-  result.numbers["moe_gemm_cutlass_fp8_ms"] = both_us * 1e-3;
-  std::printf("expert GEMMs (gate_up + down), cutlass_fp8     : %.1f us, %.1f TFLOP/s, %.3f of the fp8 burst "
-              "ceiling, %.2fx the bf16 loop\n",
-              both_us, tflops, tflops / ceil.fp8_tflops, both_loop_us / both_us);
+  for (size_t i = 0; i < engines.size(); ++i) {
+    const std::string variant = std::string(moe_gemm_engine_name(engines[i])) + "_fp8";
+    const double tflops = flops / (both_us[i] * 1e6);
+    result.numbers["moe_gemm_" + variant + "_tflops"] = tflops;
+    result.numbers["moe_gemm_" + variant + "_fraction"] = tflops / ceil.fp8_tflops;
+    result.numbers["moe_gemm_" + variant + "_ms"] = both_us[i] * 1e-3;
+    std::printf("expert GEMMs (gate_up + down), %-16s: %.1f us, %.1f TFLOP/s, %.3f of the fp8 burst "
+                "ceiling, %.2fx the bf16 loop\n",
+                variant.c_str(), both_us[i], tflops, tflops / ceil.fp8_tflops, both_loop_us / both_us[i]);
+  }
   return failed;
 }
 
@@ -256,7 +276,9 @@ int bench_expert_gemms(const ModelShape& m, const MoeBenchOptions& o, const MoeW
               empty, imbalance);
 
   DeviceBuffer<bf16> xp{size_t(V * lat)}, act{size_t(V * I)};
-  DeviceBuffer<bf16> y0{size_t(V * std::max(I, lat))}, y1{size_t(V * I)};  // bands: gate | up, or down
+  // bands: gate | up, or down; with the fp8 loop engine's slack rows
+  DeviceBuffer<bf16> y0{size_t((V + kMoeFp8LoopSlackRows) * std::max(I, lat))},
+      y1{size_t((V + kMoeFp8LoopSlackRows) * I)};
   bf16* const ys[2] = {y0.get(), y1.get()};
   fill_uniform_bf16(xp.get(), V * lat, o.seed + 41, 1.0f, st);
   fill_uniform_bf16(act.get(), V * I, o.seed + 42, 1.0f, st);
@@ -367,7 +389,7 @@ int bench_expert_gemms(const ModelShape& m, const MoeBenchOptions& o, const MoeW
     std::printf("expert GEMMs (gate_up + down), %-16s: %.1f us, %.1f TFLOP/s, %.3f of the GEMM burst ceiling\n",
                 variants[i].name.c_str(), us, tflops, tflops / ceil.gemm_tflops);
   }
-  return failed + bench_expert_gemms_fp8(m, o, w, ceil, blas, r, cases, ys, st, result);
+  return failed + bench_expert_gemms_fp8(m, o, ceil, blas, r, cases, ys, st, result);
 }
 
 // ---- blocks ----
@@ -512,7 +534,7 @@ int run_moe_bench(const MoeBenchOptions& o, RunResult& result) {
   Ceilings ceil;
   ceil.gemm_tflops = measure_gemm_tflops(st);
   ceil.copy_tbps = measure_copy_tbps(st);
-  if (cutlass_fp8_gemm_available()) {
+  if (fp8_block_scaling_supported()) {
     ceil.fp8_tflops = measure_fp8_gemm_tflops(blas.fp8(), st);
     result.numbers["gemm_fp8_tflops"] = ceil.fp8_tflops;
     std::printf("ceiling: fp8 GEMM burst %.1f TFLOP/s (cuBLASLt e4m3 8192^3, 1x128 x 128x128 block scales)\n",

@@ -45,21 +45,22 @@ MoeWeights make_moe_weights(const ModelShape& m, uint64_t seed, cudaStream_t str
 }
 
 MoeBlockBuffers MoeBlockBuffers::take(DeviceMemory& mem, const ModelShape& m, int64_t bucket, int64_t max_tokens,
-                                      Format gemm, Format experts) {
+                                      Format gemm, Format experts, bool loop_engine) {
   mem.begin_block("moe");
   const int64_t h = m.hidden, E = m.experts, k = m.top_k, lat = m.moe_latent, I = m.expert_inter,
                 S = m.shared_inter;
-  const int64_t b = bucket, routed = max_tokens * k;
+  const bool fp8_loop = experts == Format::fp8 && loop_engine;
+  const int64_t b = bucket, routed = max_tokens * k, slack = fp8_loop ? kMoeFp8LoopSlackRows : 0;
   const auto bf = [&](const char* name, int64_t n) { return mem.take<bf16>(name, n, Home::ffn); };
   const auto i32 = [&](const char* name, int64_t n) { return mem.take<int32_t>(name, n, Home::ffn); };
   MoeBlockBuffers x;
   x.normed_ = bf("normed", b * h);
   x.latent_ = bf("latent", b * lat);
   x.xp_ = bf("permuted", routed * lat);
-  x.gate_ = bf("expert_gate", routed * I);
-  x.up_ = bf("expert_up", routed * I);
+  x.gate_ = bf("expert_gate", (routed + slack) * I);
+  x.up_ = bf("expert_up", (routed + slack) * I);
   x.act_ = bf("expert_act", routed * I);
-  x.yd_ = bf("expert_down", routed * lat);
+  x.yd_ = bf("expert_down", (routed + slack) * lat);
   x.routed_latent_ = bf("routed_latent", b * lat);
   x.routed_norm_ = bf("routed_norm", b * lat);
   x.routed_ = bf("routed", b * h);
@@ -83,8 +84,11 @@ MoeBlockBuffers MoeBlockBuffers::take(DeviceMemory& mem, const ModelShape& m, in
   x.routed_norm_q_ = Fp8Act::take(mem, "routed_norm", b, lat, Home::ffn, gemm);
   x.sh_act_q_ = Fp8Act::take(mem, "shared_act", b, S, Home::ffn, gemm);
   x.latent_q_ = Fp8Act::take(mem, "latent", b, lat, Home::ffn, experts, /*k_major=*/true);
-  x.xp_q_ = Fp8Act::take(mem, "permuted", routed, lat, Home::ffn, experts, /*k_major=*/true);
-  x.act_q_ = Fp8Act::take(mem, "expert_act", routed, I, Home::ffn, experts, /*k_major=*/true);
+  x.xp_q_ = Fp8Act::take(mem, "permuted", routed + slack, lat, Home::ffn, experts, /*k_major=*/true);
+  x.act_q_ = Fp8Act::take(mem, "expert_act", routed + slack, I, Home::ffn, experts, /*k_major=*/true);
+  if (fp8_loop)
+    x.loop_scales_ = mem.take<float>(
+        "expert_scale_blocks", moe_fp8_loop_scale_floats(routed, int(E), std::max(lat, I) / kFp8Group), Home::ffn);
   return x;
 }
 
@@ -156,8 +160,9 @@ void MoeBlock::run(Timeline& tl, const Blas& blas, const CutSet& cuts, MoeGemmEn
     bf16* const bands[2] = {gate_.get(), up_.get()};  // W_gu[e] rows 0..I-1 -> gate, I..2I-1 -> up
     const MoeGemmShape shape{int(E), 2 * I, lat, 0, 0, 2};
     if (fp8_experts)
-      gemm_gate_up_.run_fp8(engine, counts_.data(), xp_q_.codes.get(), xp_q_.scales.get(),
-                            w_.expert_gate_up.codes.get(), w_.expert_gate_up.scales.get(), bands, shape, st);
+      gemm_gate_up_.run_fp8(engine, blas, counts_.data(), xp_q_.codes.get(), xp_q_.scales.get(),
+                            w_.expert_gate_up.codes.get(), w_.expert_gate_up.scales.get(), bands, shape, st,
+                            loop_scales_.get());
     else
       gemm_gate_up_.run(engine, blas, counts_.data(), xp_.get(), w_.expert_gate_up.bf.get(), bands, shape, st);
   });
@@ -175,8 +180,8 @@ void MoeBlock::run(Timeline& tl, const Blas& blas, const CutSet& cuts, MoeGemmEn
     bf16* const band[1] = {yd_.get()};
     const MoeGemmShape shape{int(E), lat, I, 0, 0, 1};
     if (fp8_experts)
-      gemm_down_.run_fp8(engine, counts_.data(), act_q_.codes.get(), act_q_.scales.get(), w_.expert_down.codes.get(),
-                         w_.expert_down.scales.get(), band, shape, st);
+      gemm_down_.run_fp8(engine, blas, counts_.data(), act_q_.codes.get(), act_q_.scales.get(), w_.expert_down.codes.get(),
+                         w_.expert_down.scales.get(), band, shape, st, loop_scales_.get());
     else
       gemm_down_.run(engine, blas, counts_.data(), act_.get(), w_.expert_down.bf.get(), band, shape, st);
   });

@@ -77,13 +77,16 @@ MoeWeights make_moe_weights(const ModelShape& m, uint64_t seed, cudaStream_t str
                             Format experts = Format::bf16);
 
 // The block's buffers for b = bucket rows and up to max_tokens live rows, all
-// in the ffn lane (device_memory.h): the block runs within one turn.
+// in the ffn lane (device_memory.h): the block runs within one turn. With fp8
+// experts on the loop engine (moe_gemm: loop), the expert GEMMs' inputs and
+// outputs get that engine's kMoeFp8LoopSlackRows and its scale blocks
+// (moe_gemm.h); other runs take neither.
 struct MoeBlockBuffers {
   static MoeBlockBuffers take(DeviceMemory& mem, const ModelShape& m, int64_t bucket, int64_t max_tokens,
-                              Format gemm = Format::bf16, Format experts = Format::bf16);
+                              Format gemm = Format::bf16, Format experts = Format::bf16, bool loop_engine = false);
   DeviceBuffer<__nv_bfloat16> normed_, latent_, xp_, gate_, up_, act_, yd_, routed_latent_, routed_norm_, routed_,
       sh_gate_, sh_up_, sh_act_, shared_;
-  DeviceBuffer<float> partial_, logits_, topw_;
+  DeviceBuffer<float> partial_, logits_, topw_, loop_scales_;
   DeviceBuffer<int32_t> ids_, plan_counts_, plan_offsets_, perm_src_, perm_dst_, plan_ws_;
   // The GEMM inputs' fp8 twins: the dense projections' (fp8 gemm) and the
   // experts' (fp8 experts; K-major scales).

@@ -78,7 +78,8 @@ Superstep::Parts Superstep::take_parts(DeviceMemory& mem, const Scenario& s, int
   if (any_layer(m, [](const ModelShape& x, int64_t l) { return !x.is_dense_ffn(l); })) {
     p.moe_w = std::make_unique<MoeWeights>(
         make_moe_weights(m, seed + 30, stream, mem, s.precision.gemm, s.precision.experts));
-    p.moe = std::make_unique<MoeBlockBuffers>(MoeBlockBuffers::take(mem, m, b, t, s.precision.gemm, s.precision.experts));
+    p.moe = std::make_unique<MoeBlockBuffers>(MoeBlockBuffers::take(mem, m, b, t, s.precision.gemm, s.precision.experts,
+                                                                         s.moe_gemm == "loop"));
   }
   if (any_layer(m, [](const ModelShape& x, int64_t l) { return x.is_dense_ffn(l); }))
     p.dense = std::make_unique<DenseFfn>(m, b, seed + 40, stream, mem, s.precision.gemm);
@@ -189,10 +190,20 @@ std::string precision_device_problem(const Scenario& s) {
   if (s.precision.experts == Format::fp8 && any_layer(s.model, [](const ModelShape& x, int64_t l) {
         return !x.is_dense_ffn(l);
       })) {
+    if (s.moe_gemm == "loop") {
+      if (!fp8_block_scaling_supported(&why))
+        return s.source + ": precision.experts fp8 on moe_gemm loop (cuBLASLt): " + why + "; allowed here: precision.experts bf16";
+      const ModelShape& m = s.model;
+      if ((m.moe_latent / kFp8Group) % 4 != 0 || (m.expert_inter / kFp8Group) % 4 != 0)
+        return s.source + ": precision.experts fp8 on moe_gemm loop needs model.moe_latent and model.expert_inter " +
+               "multiples of 512 (cuBLASLt's weight scale rows, moe_gemm.h), got " + std::to_string(m.moe_latent) +
+               " and " + std::to_string(m.expert_inter) + "; allowed: moe_gemm cutlass";
+      return "";
+    }
     if (moe_gemm_engine_from_name(s.moe_gemm.c_str()) != MoeGemmEngine::cutlass)
-      return s.source + ": precision.experts fp8 runs on the cutlass expert engine, and moe_gemm is " + s.moe_gemm +
-             (s.moe_gemm == "auto" ? " (this build or device has no cutlass engine)" : "") +
-             "; allowed with fp8 experts: moe_gemm cutlass (or auto, where cutlass is built)";
+      return s.source + ": precision.experts fp8 runs on the cutlass or the loop expert engine, and moe_gemm is " +
+             s.moe_gemm + (s.moe_gemm == "auto" ? " (this build or device has no cutlass engine)" : "") +
+             "; allowed with fp8 experts: moe_gemm cutlass (or auto, where cutlass is built), loop";
     if (!cutlass_fp8_gemm_available())
       return s.source + ": precision.experts fp8: the cutlass fp8 engine needs a build with CUTLASS and an sm_90 "
                         "device; allowed here: precision.experts bf16";

@@ -2,11 +2,15 @@
 
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "check.h"
+#include "gemm_fp8.h"
+#include "launch.h"
 #include "moe_gemm_cutlass.h"
+#include "moe_route.h"
 #if defined(PB_HAVE_CUTLASS)
 #include "moe_gemm_fp8_cutlass.h"
 #else
@@ -41,6 +45,39 @@ void check_counts(const int32_t* counts, int experts) {
   PB_CHECK(counts != nullptr, "moe_gemm: counts is null");
   for (int e = 0; e < experts; ++e)
     PB_CHECK(counts[e] >= 0, "moe_gemm: counts[" + std::to_string(e) + "] is negative");
+}
+
+// The experts' row offsets, by value (4100 bytes of kernel parameters: CUDA
+// 12.1+ takes up to 32764).
+struct ExpertOffsets {
+  int32_t v[kMoeMaxExperts + 1];
+};
+
+int64_t round_up4(int64_t v) { return (v + 3) / 4 * 4; }
+
+// One thread per (row, group), rows fastest (the writes of a group are
+// contiguous); the offsets are searched in shared memory. A row that ends its
+// expert also zeroes the expert's padding rows of its group.
+__global__ void scales_by_expert_kernel(const float* __restrict__ sx, int64_t kb, int64_t kbp, int experts,
+                                        ExpertOffsets offsets, float* __restrict__ out) {
+  __shared__ int32_t off[kMoeMaxExperts + 1];
+  for (int i = threadIdx.x; i <= experts; i += blockDim.x) off[i] = offsets.v[i];
+  __syncthreads();
+  const int64_t rows = off[experts], total = rows * kb;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i % rows, g = i / rows;
+    int lo = 0, hi = experts - 1;  // the last e with off[e] <= r (empty experts share an offset)
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (off[mid] <= r) lo = mid;
+      else hi = mid - 1;
+    }
+    const int64_t first = off[lo], count = off[lo + 1] - first, m4 = (count + 3) / 4 * 4;
+    float* block = out + kbp * (first + 3 * int64_t(lo)) + g * m4;
+    block[r - first] = sx[r * kb + g];
+    if (r - first == count - 1)
+      for (int64_t p = count; p < m4; ++p) block[p] = 0.0f;
+  }
 }
 
 // One 16 x 16 x 16 grouped call, bf16 A/B/C, f32 compute; the status says
@@ -146,6 +183,35 @@ bool grouped_gemm_supported(const Blas& blas) {
   return known == 1;
 }
 
+// ---- The fp8 loop engine's scale blocks ----
+
+int64_t moe_fp8_loop_scale_floats(int64_t rows, int experts, int64_t kb) {
+  return round_up4(kb) * (rows + 3 * int64_t(experts));
+}
+
+void moe_scales_by_expert(const float* sx, int64_t kb, const int32_t* offsets, int experts, float* out,
+                          cudaStream_t stream) {
+  PB_CHECK(experts >= 1 && experts <= kMoeMaxExperts,
+           "moe_scales_by_expert: experts must be 1 .. " + std::to_string(kMoeMaxExperts) + ", got " +
+               std::to_string(experts));
+  PB_CHECK(kb >= 1, "moe_scales_by_expert: kb must be positive, got " + std::to_string(kb));
+  PB_CHECK(offsets != nullptr && offsets[0] == 0, "moe_scales_by_expert: offsets must start at 0");
+  ExpertOffsets o{};
+  for (int e = 0; e <= experts; ++e) {
+    PB_CHECK(e == 0 || offsets[e] >= offsets[e - 1],
+             "moe_scales_by_expert: offsets must not decrease (offsets[" + std::to_string(e) + "])");
+    o.v[e] = offsets[e];
+  }
+  const int64_t rows = offsets[experts];
+  if (rows == 0) return;
+  PB_CHECK(sx != nullptr && out != nullptr, "moe_scales_by_expert: null scales");
+  PB_CHECK(aligned_to(out, 16), "moe_scales_by_expert: out must be 16-byte aligned (cuBLASLt's scale blocks)");
+  constexpr int kThreads = 256;
+  const int64_t blocks = std::min<int64_t>((rows * kb + kThreads - 1) / kThreads, 4096);
+  scales_by_expert_kernel<<<int(blocks), kThreads, 0, stream>>>(sx, kb, round_up4(kb), experts, o, out);
+  PB_CUDA(cudaGetLastError());
+}
+
 // ---- MoeGroupSizes ----
 
 MoeGroupSizes::MoeGroupSizes(int experts) : experts_(experts) {
@@ -186,6 +252,7 @@ MoeGemm::MoeGemm(int experts)
 }
 
 MoeGemm::~MoeGemm() {
+  if (loop_scales_) PB_CUDA_NOTHROW(cudaFree(loop_scales_));
   for (Slot& s : slots_) {
     if (s.done) PB_CUDA_NOTHROW(cudaEventDestroy(s.done));
     if (s.device) PB_CUDA_NOTHROW(cudaFree(s.device));
@@ -257,15 +324,15 @@ void MoeGemm::run_cutlass(const int32_t* counts, const __nv_bfloat16* x, const _
   cutlass_->run(int(m.size()), m.data(), nb, s.k, a.data(), s.ldx, b.data(), s.k, d.data(), s.ldy, stream);
 }
 
-void MoeGemm::run_fp8(MoeGemmEngine engine, const int32_t* counts, const __nv_fp8_e4m3* xq, const float* sx,
-                      const __nv_fp8_e4m3* wq, const float* sw, __nv_bfloat16* const* y, MoeGemmShape s,
-                      cudaStream_t stream) {
+void MoeGemm::run_fp8(MoeGemmEngine engine, const Blas& blas, const int32_t* counts, const __nv_fp8_e4m3* xq,
+                      const float* sx, const __nv_fp8_e4m3* wq, const float* sw, __nv_bfloat16* const* y,
+                      MoeGemmShape s, cudaStream_t stream, float* loop_scales) {
   s = packed(s);
   PB_CHECK(s.experts == experts_, "moe_gemm fp8: shape's experts differ from this MoeGemm's");
-  PB_CHECK(engine == MoeGemmEngine::cutlass,
+  PB_CHECK(engine != MoeGemmEngine::grouped,
            std::string("moe_gemm fp8: the ") + moe_gemm_engine_name(engine) +
-               " engine has no fp8 form; allowed with fp8 experts: cutlass (moe_gemm: cutlass or auto)");
-  PB_CHECK(cutlass_fp8_gemm_available(),
+               " engine has no fp8 form; allowed with fp8 experts: cutlass (moe_gemm: cutlass or auto), loop");
+  PB_CHECK(engine == MoeGemmEngine::loop || cutlass_fp8_gemm_available(),
            "moe_gemm fp8: the cutlass fp8 engine is not available here (needs a build with CUTLASS and an sm_90 "
            "device)");
   check_counts(counts, s.experts);
@@ -274,6 +341,10 @@ void MoeGemm::run_fp8(MoeGemmEngine engine, const int32_t* counts, const __nv_fp
   if (rows == 0 || s.n == 0) return;
   PB_CHECK(xq && sx && wq && sw && y, "moe_gemm fp8: null operand");
   for (int j = 0; j < s.bands; ++j) PB_CHECK(y[j] != nullptr, "moe_gemm fp8: null output band");
+  if (engine == MoeGemmEngine::loop) {
+    run_fp8_loop(blas, counts, xq, sx, wq, sw, y, s, stream, loop_scales);
+    return;
+  }
 #if defined(PB_HAVE_CUTLASS)
   if (!cutlass_fp8_) cutlass_fp8_ = std::make_unique<CutlassFp8GroupedGemm>(kMoeGemmMaxBands * experts_);
   const int64_t nb = s.n / s.bands, kb = s.k / 128;
@@ -300,6 +371,49 @@ void MoeGemm::run_fp8(MoeGemmEngine engine, const int32_t* counts, const __nv_fp
 #else
   (void)stream;
 #endif
+}
+
+void MoeGemm::run_fp8_loop(const Blas& blas, const int32_t* counts, const __nv_fp8_e4m3* xq, const float* sx,
+                           const __nv_fp8_e4m3* wq, const float* sw, __nv_bfloat16* const* y, const MoeGemmShape& s,
+                           cudaStream_t stream, float* scales) {
+  const int64_t nb = s.n / s.bands, kb = s.k / kFp8Group;
+  PB_CHECK(s.k % kFp8Group == 0 && kb % 4 == 0,
+           "moe_gemm fp8 loop: k / 128 must be a multiple of 4 (cuBLASLt reads the weights' block scales with "
+           "row stride round_up(k / 128, 4), the experts' are compact), got k = " + std::to_string(s.k));
+  PB_CHECK(nb % kFp8Group == 0, "moe_gemm fp8 loop: n / bands must be a multiple of 128 (whole weight "
+                                     "scale blocks), got " + std::to_string(nb));
+  std::vector<int32_t> offsets(size_t(s.experts) + 1, 0);
+  for (int e = 0; e < s.experts; ++e) offsets[size_t(e) + 1] = offsets[size_t(e)] + counts[e];
+  if (!scales) {
+    const int64_t floats = moe_fp8_loop_scale_floats(offsets.back(), s.experts, kb);
+    if (floats > loop_scales_floats_) {
+      if (loop_scales_) PB_CUDA(cudaFree(loop_scales_));  // synchronizes: no GEMM still reads it
+      loop_scales_ = nullptr;
+      PB_CUDA(cudaMalloc(&loop_scales_, size_t(floats) * sizeof(float)));
+      loop_scales_floats_ = floats;
+    }
+    scales = loop_scales_;
+  }
+  moe_scales_by_expert(sx, kb, offsets.data(), s.experts, scales, stream);
+  Fp8Gemm& gemm = blas.fp8();
+  const int64_t kbp = round_up4(kb);
+  for (int e = 0; e < s.experts; ++e) {
+    if (counts[e] == 0) continue;
+    const int64_t row = offsets[size_t(e)];
+    Fp8GemmDims d;
+    d.m = round_up4(counts[e]);
+    d.n = nb;
+    d.k = s.k;
+    d.ldx = s.ldx;
+    d.ldw = s.k;
+    d.ldy = s.ldy;
+    const float* block = scales + kbp * (row + 3 * int64_t(e));
+    for (int j = 0; j < s.bands; ++j) {
+      const int64_t w_row = int64_t(e) * s.n + j * nb;  // of the [E * n, k] weight rows
+      gemm_fp8_bf16out(gemm, xq + row * s.ldx, block, wq + w_row * s.k, sw + w_row / kFp8Group * kb,
+                       y[j] + row * s.ldy, d, stream);
+    }
+  }
 }
 
 void MoeGemm::run_loop(const Blas& blas, const int32_t* counts, const __nv_bfloat16* x, const __nv_bfloat16* w,

@@ -39,6 +39,24 @@
 //            (PB_HAVE_CUTLASS); cutlass_gemm_available() says whether this
 //            build and device run it. Needs k, n / bands, ldx, ldy multiples
 //            of 8 (TMA's 16-byte alignment).
+// The fp8 engines (run_fp8, docs/design.md §12; codes and scales as fp8.h):
+//   cutlass  ONE CUTLASS 4.2 grouped blockwise-scaled GEMM per call
+//            (moe_gemm_fp8_cutlass.h); the superstep's.
+//   loop     the A/B: ONE relayout of the activation scales into per-expert
+//            MN-major blocks (moe_scales_by_expert), then one cuBLASLt
+//            block-scaled GEMM (gemm_fp8.h) per non-empty expert and band, in
+//            expert order on the stream. cuBLASLt takes m % 4 == 0 only, so
+//            expert e's GEMM runs over m4 = round_up(counts[e], 4) rows from
+//            its first: it reads up to 3 rows of codes past the expert's and
+//            writes as many output rows past them. Inside the permuted rows
+//            those belong to later experts, whose GEMMs rewrite them after
+//            (expert order); past the last expert's rows, x and every y need
+//            kMoeFp8LoopSlackRows readable and writable rows. The weights'
+//            block scales are read with cuBLASLt's row stride round_up(k/128,
+//            4), which is the compact K-major layout only when (k/128) % 4 ==
+//            0: the engine refuses other k. Its scale blocks are the
+//            caller's or the MoeGemm's (run_fp8). The superstep runs it under
+//            moe_gemm: loop; `prefill-bench moe` times both engines.
 // Bench-only experiment (not an engine, not in scenarios): run_grouped_chunks,
 // the grouped cuBLAS call with every expert cut into chunk-row pieces, so that
 // all full chunks form ONE group of identical (m, n, k) (cuBLAS batches best
@@ -80,6 +98,20 @@ namespace pb {
 enum class MoeGemmEngine { grouped, loop, cutlass };
 
 constexpr int kMoeGemmMaxBands = 2;
+// Rows past the last expert's that the fp8 loop engine reads (x) and writes (y).
+constexpr int64_t kMoeFp8LoopSlackRows = 3;
+
+// The fp8 loop engine's activation scales, per expert: expert e's block starts at
+// float kbp * (offsets[e] + 3 e), kbp = round_up(kb, 4) (16-byte aligned), and
+// holds its m4 = round_up(counts[e], 4) rows MN-major, scale (r, g) at
+// g * m4 + r (cuBLASLt's VEC128 layout for that expert's GEMM); rows past
+// counts[e] hold 0. floats: kbp * (rows + 3 * experts).
+int64_t moe_fp8_loop_scale_floats(int64_t rows, int experts, int64_t kb);
+// sx [rows, kb] f32, K-major (row stride kb) -> out in the layout above;
+// offsets: the host's exclusive scan of counts, experts + 1 long (experts <=
+// kMoeMaxExperts), offsets[experts] = rows. One launch.
+void moe_scales_by_expert(const float* sx, int64_t kb, const int32_t* offsets, int experts, float* out,
+                          cudaStream_t stream);
 
 const char* moe_gemm_engine_name(MoeGemmEngine e);
 // "grouped", "loop" or "cutlass"; throws pb::Error naming the allowed values otherwise.
@@ -147,11 +179,14 @@ class MoeGemm {
   // twin, codes [V, k] (row stride s.ldx) with one f32 scale per row and 128
   // columns, K-major, row stride k/128; the weights' codes [E, n, k] with their
   // 128x128 block scales [E, n/128, k/128] (K-major, no padding); y as run().
-  // The cutlass engine only (moe_gemm_fp8_cutlass.h: one grouped launch,
-  // blockwise-scaled, bf16 out); another engine is refused by name.
-  void run_fp8(MoeGemmEngine engine, const int32_t* counts, const __nv_fp8_e4m3* xq, const float* sx,
-               const __nv_fp8_e4m3* wq, const float* sw, __nv_bfloat16* const* y, MoeGemmShape s,
-               cudaStream_t stream);
+  // Engines cutlass and loop (the fp8 engines above; loop needs the slack rows
+  // and (k/128) % 4 == 0); grouped is refused by name. loop_scales: the loop
+  // engine's scale blocks, at least moe_fp8_loop_scale_floats(V, E, k/128)
+  // floats, 16-byte aligned (the superstep's, from its memory plan); null
+  // takes the MoeGemm's own, grown on demand (tests, benchmarks).
+  void run_fp8(MoeGemmEngine engine, const Blas& blas, const int32_t* counts, const __nv_fp8_e4m3* xq,
+               const float* sx, const __nv_fp8_e4m3* wq, const float* sw, __nv_bfloat16* const* y, MoeGemmShape s,
+               cudaStream_t stream, float* loop_scales = nullptr);
 
   // The bench experiment (header above): one cublasGemmGroupedBatchedEx with
   // every expert's rows cut into `chunk`-row pieces (chunk >= 1).
@@ -171,6 +206,9 @@ class MoeGemm {
                 __nv_bfloat16* const* y, const MoeGemmShape& s, cudaStream_t stream);
   void run_cutlass(const int32_t* counts, const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* const* y,
                    const MoeGemmShape& s, cudaStream_t stream);
+  void run_fp8_loop(const Blas& blas, const int32_t* counts, const __nv_fp8_e4m3* xq, const float* sx,
+                    const __nv_fp8_e4m3* wq, const float* sw, __nv_bfloat16* const* y, const MoeGemmShape& s,
+                    cudaStream_t stream, float* scales);
   // Takes the next staging slot, grown (after the device is done with every
   // slot) to hold `problems` problems.
   Slot& take_slot(size_t problems);
@@ -180,6 +218,8 @@ class MoeGemm {
   size_t next_slot_ = 0;
   std::unique_ptr<CutlassGroupedGemm> cutlass_;  // made on first use
   std::unique_ptr<CutlassFp8GroupedGemm> cutlass_fp8_;  // made on first fp8 use
+  float* loop_scales_ = nullptr;  // the fp8 loop engine's scale blocks, grown on demand
+  int64_t loop_scales_floats_ = 0;
 };
 
 // Σ over experts of 2·counts[e]·n·k (n: all bands together).

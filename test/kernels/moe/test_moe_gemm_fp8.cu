@@ -5,7 +5,10 @@
 // counts with 1-row experts, counts that are not multiples of 8 or 128, empty
 // experts skipped as the bf16 engine skips them, padded row strides, one case
 // at the real KB = 28 (k = 3584); the staging ring past its slots; the host
-// contract.
+// contract. The same cases (at k with KB % 4 == 0) on the loop engine
+// (MoeGemm::run_fp8, one cuBLASLt GEMM per expert and band over m rounded up
+// to 4), whose rows past the experts' it may write stay within its slack; its
+// scale relayout (moe_scales_by_expert) bit for bit against a host one.
 //
 // Operands: e4m3 codes, three in four a quantized N(0, 1) with ±4 sigma at
 // ±448 (what a block quantizer writes), one in four any finite code (so ±448,
@@ -37,6 +40,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -45,6 +49,8 @@
 #include "gpu_test.h"
 
 #if defined(PB_HAVE_CUTLASS)
+#include "gemm_fp8.h"
+#include "moe_gemm.h"
 #include "moe_gemm_fp8_cutlass.h"
 #endif
 
@@ -129,12 +135,13 @@ struct Operands {
   DeviceBuffer<float> dsx, dsw;
 };
 
-Operands make_operands(const Fp8Case& c, uint64_t seed) {
+// slack_rows: rows of random codes after the V rows (the loop engine reads them).
+Operands make_operands(const Fp8Case& c, uint64_t seed, int64_t slack_rows = 0) {
   Operands o;
   std::mt19937_64 rng(seed);
   const int64_t V = total_rows(c), E = int64_t(c.counts.size()), KB = c.k / kBlock;
-  o.x.assign(size_t(V * c.ldx), 0);
-  for (int64_t r = 0; r < V; ++r)
+  o.x.assign(size_t((V + slack_rows) * c.ldx), 0);
+  for (int64_t r = 0; r < V + slack_rows; ++r)
     for (int64_t l = 0; l < c.ldx; ++l) o.x[size_t(r * c.ldx + l)] = l < c.k ? random_code(rng) : 0x7f;  // NaN pad
   o.w.resize(size_t(E * c.n_total * c.k));
   for (auto& v : o.w) v = random_code(rng);
@@ -156,13 +163,16 @@ Operands make_operands(const Fp8Case& c, uint64_t seed) {
   return o;
 }
 
-// One poisoned output per band, [V + guard, ldy] each.
+// One poisoned output per band, [V + writable + guard, ldy] each: the engine
+// may write the `writable` rows after the experts' (the loop engine's slack),
+// and no row after those.
 struct Outputs {
   std::vector<DeviceBuffer<bf16>> bands;
   std::vector<bf16*> ptrs;
-  Outputs(const Fp8Case& c, cudaStream_t st) {
+  int64_t writable = 0;
+  Outputs(const Fp8Case& c, cudaStream_t st, int64_t writable_rows = 0) : writable(writable_rows) {
     for (int j = 0; j < c.bands; ++j) {
-      bands.emplace_back(size_t((total_rows(c) + kGuardRows) * c.ldy));
+      bands.emplace_back(size_t((total_rows(c) + writable + kGuardRows) * c.ldy));
       bands.back().poison(st);
       ptrs.push_back(bands.back().get());
     }
@@ -275,13 +285,13 @@ void check_against_reference(const Fp8Case& c, const Operands& o, Outputs& y, Wo
         }
       }
     }
-    for (int64_t i = row * c.ldy; i < int64_t(got.size()); ++i)
+    for (int64_t i = (row + y.writable) * c.ldy; i < int64_t(got.size()); ++i)
       guard_written += !std::isnan(double(ref::bf16_to_f32(got[size_t(i)])));
   }
   CHECK_MESSAGE(bad == 0, bad << " elements outside floor (1)");
   CHECK_MESSAGE(bad_l2 == 0, bad_l2 << " problems outside floor (2)");
   CHECK_MESSAGE(padding_written == 0, "columns past n of a padded ldy were written");
-  CHECK_MESSAGE(guard_written == 0, "rows past the experts' were written");
+  CHECK_MESSAGE(guard_written == 0, "rows past the experts' (and past the engine's slack) were written");
 }
 
 std::string describe(const Fp8Case& c) {
@@ -440,6 +450,115 @@ TEST_CASE("moe_gemm fp8 cutlass checks its contract") {
   int64_t touched = 0;
   for (int64_t i = 4 * 256; i < 8 * 256; ++i) touched += out[size_t(i)] != 0xffff;
   CHECK(touched == 0);  // rows 4 .. 7 (past problem 0's m = 4) keep the poison
+}
+
+
+// ---- The loop engine (MoeGemm::run_fp8 with MoeGemmEngine::loop) ----
+
+TEST_CASE("moe_scales_by_expert: per-expert MN-major blocks, zero padding rows, == the host relayout") {
+  const std::vector<int32_t> counts = {5, 0, 1, 8, 0, 0, 3, 130, 2};
+  const int E = int(counts.size());
+  std::vector<int32_t> off(size_t(E) + 1, 0);
+  for (int e = 0; e < E; ++e) off[size_t(e) + 1] = off[size_t(e)] + counts[size_t(e)];
+  const int64_t V = off.back();
+  for (const int64_t kb : {1, 3, 28}) {
+    INFO("kb " << kb);
+    std::mt19937_64 rng(900 + uint64_t(kb));
+    std::vector<float> sx(size_t(V * kb));
+    for (auto& v : sx) v = random_scale(rng, 0.05);
+    const int64_t floats = moe_fp8_loop_scale_floats(V, E, kb);
+    const int64_t kbp = (kb + 3) / 4 * 4;
+    CHECK(floats == kbp * (V + 3 * E));
+    std::vector<float> want(size_t(floats), std::nanf(""));  // untouched: NaN (the poison below)
+    for (int e = 0; e < E; ++e) {
+      const int64_t m4 = (counts[size_t(e)] + 3) / 4 * 4, start = kbp * (off[size_t(e)] + 3 * e);
+      for (int64_t g = 0; g < kb; ++g)
+        for (int64_t r = 0; r < m4; ++r)
+          want[size_t(start + g * m4 + r)] = r < counts[size_t(e)] ? sx[size_t((off[size_t(e)] + r) * kb + g)] : 0.0f;
+    }
+    DeviceBuffer<float> dsx{sx.size()}, out{size_t(floats)};
+    dsx.upload(sx);
+    out.poison();
+    moe_scales_by_expert(dsx.get(), kb, off.data(), E, out.get(), nullptr);
+    PB_CUDA(cudaDeviceSynchronize());
+    const std::vector<uint32_t> got = out.download<uint32_t>();
+    int64_t differ = 0;
+    for (int64_t i = 0; i < floats; ++i) {
+      uint32_t w;
+      std::memcpy(&w, &want[size_t(i)], 4);
+      differ += std::isnan(want[size_t(i)]) ? got[size_t(i)] != 0xffffffffu : got[size_t(i)] != w;
+    }
+    CHECK_MESSAGE(differ == 0, differ << " of " << floats << " floats differ from the host relayout");
+  }
+  DeviceBuffer<float> dummy(64);
+  const int32_t bad_start[3] = {1, 2, 3}, falling[3] = {0, 4, 2};
+  CHECK_THROWS_WITH_AS(moe_scales_by_expert(dummy.get(), 1, bad_start, 2, dummy.get(), nullptr),
+                       doctest::Contains("start at 0"), pb::Error);
+  CHECK_THROWS_WITH_AS(moe_scales_by_expert(dummy.get(), 1, falling, 2, dummy.get(), nullptr),
+                       doctest::Contains("offsets[2]"), pb::Error);
+  CHECK_THROWS_WITH_AS(moe_scales_by_expert(dummy.get(), 1, falling, 0, dummy.get(), nullptr),
+                       doctest::Contains("experts must be 1 .."), pb::Error);
+  CHECK_THROWS_WITH_AS(moe_scales_by_expert(dummy.get(), 1, off.data(), E, dummy.get() + 1, nullptr),
+                       doctest::Contains("16-byte aligned"), pb::Error);
+}
+
+TEST_CASE("moe_gemm fp8 loop: skewed experts, gate|up and down, == float64 of the dequantized operands") {
+  std::string why;
+  REQUIRE_MESSAGE(fp8_block_scaling_supported(&why), why);
+  const std::vector<Fp8Case> cases = {
+      // gate|up: two bands of 128, k 512 (KB 4), 1-row experts, empties, ldy padded by 8 columns
+      {{37, 0, 1, 200, 0, 9, 1, 130}, 256, 512, 512, 136, 2},
+      // down: one band of 256, k 1024 (KB 8), a padded ldx, the first expert large
+      {{300, 1, 0, 0, 5, 77, 0, 2}, 256, 1024, 1040, 256, 1},
+      // gate|up with two bands of 256, empty first and last, counts 1 .. 3 mod 4
+      {{0, 129, 3, 0, 66, 1, 7, 0}, 512, 512, 512, 256, 2},
+      // the real K block count of K3's k = 3584 (KB 28)
+      {{33, 0, 64}, 256, 3584, 3584, 128, 2},
+      // one row
+      {{1}, 128, 512, 512, 128, 1},
+  };
+  Blas blas;
+  uint64_t seed = 5000;
+  Worst worst;
+  for (const Fp8Case& c : cases) {
+    INFO(describe(c));
+    const Operands o = make_operands(c, seed += 17, kMoeFp8LoopSlackRows);
+    Outputs y(c, nullptr, kMoeFp8LoopSlackRows);
+    MoeGemm gemm(int(c.counts.size()));
+    const MoeGemmShape shape{int(c.counts.size()), c.n_total, c.k, c.ldx, c.ldy, c.bands};
+    gemm.run_fp8(MoeGemmEngine::loop, blas, c.counts.data(), reinterpret_cast<const fp8*>(o.dx.get()), o.dsx.get(),
+                 reinterpret_cast<const fp8*>(o.dw.get()), o.dsw.get(), y.ptrs.data(), shape, nullptr);
+    PB_CUDA(cudaDeviceSynchronize());
+    check_against_reference(c, o, y, worst);
+  }
+  report(worst);
+}
+
+TEST_CASE("moe_gemm fp8 loop: a caller's scale blocks, and its refusals") {
+  std::string why;
+  REQUIRE_MESSAGE(fp8_block_scaling_supported(&why), why);
+  Blas blas;
+  const Fp8Case c{{3, 0, 6}, 256, 512, 512, 256, 1};
+  const Operands o = make_operands(c, 77, kMoeFp8LoopSlackRows);
+  Outputs y(c, nullptr, kMoeFp8LoopSlackRows);
+  MoeGemm gemm(3);
+  const MoeGemmShape shape{3, c.n_total, c.k, 0, 0, 1};
+  const auto* xq = reinterpret_cast<const fp8*>(o.dx.get());
+  const auto* wq = reinterpret_cast<const fp8*>(o.dw.get());
+  DeviceBuffer<float> scales{size_t(moe_fp8_loop_scale_floats(total_rows(c), 3, c.k / kBlock))};
+  gemm.run_fp8(MoeGemmEngine::loop, blas, c.counts.data(), xq, o.dsx.get(), wq, o.dsw.get(), y.ptrs.data(), shape,
+               nullptr, scales.get());
+  PB_CUDA(cudaDeviceSynchronize());
+  Worst worst;
+  check_against_reference(c, o, y, worst);
+  // k = 384: KB 3, whose cuBLASLt weight-scale rows (4) are not the compact ones (3).
+  const MoeGemmShape k384{3, 256, 384, 512, 256, 1};
+  CHECK_THROWS_WITH_AS(gemm.run_fp8(MoeGemmEngine::loop, blas, c.counts.data(), xq, o.dsx.get(), wq, o.dsw.get(),
+                                    y.ptrs.data(), k384, nullptr),
+                       doctest::Contains("k = 384"), pb::Error);
+  CHECK_THROWS_WITH_AS(gemm.run_fp8(MoeGemmEngine::grouped, blas, c.counts.data(), xq, o.dsx.get(), wq, o.dsw.get(),
+                                    y.ptrs.data(), shape, nullptr),
+                       doctest::Contains("grouped engine has no fp8 form"), pb::Error);
 }
 
 #endif  // PB_HAVE_CUTLASS
