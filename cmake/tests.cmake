@@ -392,8 +392,14 @@ add_test(NAME mpi_gpu.verify_smoke_fp8 COMMAND $<TARGET_FILE:prefill-bench> veri
 add_test(NAME mpi_gpu.verify_smoke_cp2_fp8
   COMMAND ${PB_MPIRUN} -np 2 $<TARGET_FILE:prefill-bench> verify ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp2.yaml
           --set serialize_ranks=true --set precision=fp8 --set model.f_rank=128)
-set_tests_properties(mpi_gpu.verify_smoke_fp8 mpi_gpu.verify_smoke_cp2_fp8 PROPERTIES LABELS "gpu;mpi"
-  SKIP_RETURN_CODE 3 TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "verify: passed"
+# The fp8 experts on the loop engine (cuBLASLt per expert, moe_gemm.h), at expert widths whose
+# K blocks it takes (multiples of 512); the tiny preset's 256 and 128 are refused before allocating
+# (mpi_gpu.run_fp8_loop_widths_refused, below).
+add_test(NAME mpi_gpu.verify_smoke_fp8_loop COMMAND $<TARGET_FILE:prefill-bench> verify
+         ${CMAKE_SOURCE_DIR}/scenarios/smoke-fp8.yaml --set moe_gemm=loop --set model.moe_latent=512
+         --set model.expert_inter=512)
+set_tests_properties(mpi_gpu.verify_smoke_fp8 mpi_gpu.verify_smoke_cp2_fp8 mpi_gpu.verify_smoke_fp8_loop PROPERTIES
+  LABELS "gpu;mpi" SKIP_RETURN_CODE 3 TIMEOUT 300 ENVIRONMENT "${PB_MPI_ENV}" PASS_REGULAR_EXPRESSION "verify: passed"
   FAIL_REGULAR_EXPRESSION "FAIL")
 
 # One file with a baseline and other variants: compare prints each one's saving.
@@ -806,6 +812,14 @@ add_test(NAME mpi_gpu.run_does_not_fit_cp2
           ${CMAKE_SOURCE_DIR}/scenarios/smoke-cp2.yaml --set serialize_ranks=true ${PB_HUGE_MODEL}
           -o ${CMAKE_BINARY_DIR}/test-out/no-fit-cp2.h5 --overwrite)
 set_tests_properties(mpi_gpu.run_does_not_fit mpi_gpu.run_does_not_fit_cp2 PROPERTIES LABELS "gpu;mpi" TIMEOUT 300
+  ENVIRONMENT "${PB_MPI_ENV}" SKIP_REGULAR_EXPRESSION "no CUDA device is visible")
+
+# The fp8 loop engine's widths (mpi_gpu.verify_smoke_fp8_loop) are checked before allocating.
+add_test(NAME mpi_gpu.run_fp8_loop_widths_refused
+  COMMAND ${PB_EXPECT} 2 "precision.experts fp8 on moe_gemm loop needs model.moe_latent and model.expert_inter multiples of 512"
+          $<TARGET_FILE:prefill-bench> run ${CMAKE_SOURCE_DIR}/scenarios/smoke-fp8.yaml --set moe_gemm=loop
+          -o ${CMAKE_BINARY_DIR}/test-out/fp8-loop-refused.h5 --overwrite)
+set_tests_properties(mpi_gpu.run_fp8_loop_widths_refused PROPERTIES LABELS "gpu;mpi" TIMEOUT 120
   ENVIRONMENT "${PB_MPI_ENV}" SKIP_REGULAR_EXPRESSION "no CUDA device is visible")
 
 # A write that fails leaves HDF5's file struct behind (test/support/lsan-failed-write.supp says why).
