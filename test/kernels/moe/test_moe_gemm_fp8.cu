@@ -308,6 +308,22 @@ void report(const Worst& w) {
                                << " of " << w.elements << " elements equal bf16_rn(float(ref))");
 }
 
+// Cases both engines take (K block counts in multiples of 4, the loop engine's rule).
+std::vector<Fp8Case> both_engines_cases() {
+  return {
+      // gate|up: two bands of 128, k 512 (KB 4), 1-row experts, empties, ldy padded by 8 columns
+      {{37, 0, 1, 200, 0, 9, 1, 130}, 256, 512, 512, 136, 2},
+      // down: one band of 256, k 1024 (KB 8), a padded ldx, the first expert large
+      {{300, 1, 0, 0, 5, 77, 0, 2}, 256, 1024, 1040, 256, 1},
+      // gate|up with two bands of 256 (two N tiles each), empty first and last, counts 1 .. 3 mod 4
+      {{0, 129, 3, 0, 66, 1, 7, 0}, 512, 512, 512, 256, 2},
+      // the real K block count of K3's k = 3584 (KB 28)
+      {{33, 0, 64}, 256, 3584, 3584, 128, 2},
+      // one row
+      {{1}, 128, 512, 512, 128, 1},
+  };
+}
+
 }  // namespace
 
 TEST_CASE("moe_gemm fp8 cutlass: the host e4m3 decoding agrees with cuda_fp8.h") {
@@ -334,18 +350,10 @@ TEST_CASE("moe_gemm fp8 cutlass: the kernel is built and runs on this device") {
 
 TEST_CASE("moe_gemm fp8 cutlass: skewed experts, gate|up and down, == float64 of the dequantized operands") {
   REQUIRE(cutlass_fp8_grouped_device_ok());
-  const std::vector<Fp8Case> cases = {
-      // gate|up: two bands of 128, k 512, 1-row experts, empties, ldy padded by 8 columns
-      {{37, 0, 1, 200, 0, 9, 1, 130}, 256, 512, 512, 136, 2},
-      // down: one band of 256, k 384 (KB 3), a padded ldx, the first expert large
-      {{300, 1, 0, 0, 5, 77, 0, 2}, 256, 384, 400, 256, 1},
-      // gate|up with two bands of 256 (two N tiles each), empty first and last
-      {{0, 129, 3, 0, 64, 1, 0, 0}, 512, 384, 384, 256, 2},
-      // the real K block count of K3's k = 3584 (KB 28)
-      {{33, 0, 64}, 256, 3584, 3584, 128, 2},
-      // one row, one K block, one N tile
-      {{1}, 128, 128, 128, 128, 1},
-  };
+  std::vector<Fp8Case> cases = both_engines_cases();
+  // K block counts the loop engine refuses: 3, and 1 (one row, one K block, one N tile)
+  cases.push_back({{300, 1, 0, 0, 5, 77, 0, 2}, 256, 384, 400, 256, 1});
+  cases.push_back({{1}, 128, 128, 128, 128, 1});
   uint64_t seed = 4000;
   Worst worst;
   for (const Fp8Case& c : cases) {
@@ -505,18 +513,7 @@ TEST_CASE("moe_scales_by_expert: per-expert MN-major blocks, zero padding rows, 
 TEST_CASE("moe_gemm fp8 loop: skewed experts, gate|up and down, == float64 of the dequantized operands") {
   std::string why;
   REQUIRE_MESSAGE(fp8_block_scaling_supported(&why), why);
-  const std::vector<Fp8Case> cases = {
-      // gate|up: two bands of 128, k 512 (KB 4), 1-row experts, empties, ldy padded by 8 columns
-      {{37, 0, 1, 200, 0, 9, 1, 130}, 256, 512, 512, 136, 2},
-      // down: one band of 256, k 1024 (KB 8), a padded ldx, the first expert large
-      {{300, 1, 0, 0, 5, 77, 0, 2}, 256, 1024, 1040, 256, 1},
-      // gate|up with two bands of 256, empty first and last, counts 1 .. 3 mod 4
-      {{0, 129, 3, 0, 66, 1, 7, 0}, 512, 512, 512, 256, 2},
-      // the real K block count of K3's k = 3584 (KB 28)
-      {{33, 0, 64}, 256, 3584, 3584, 128, 2},
-      // one row
-      {{1}, 128, 512, 512, 128, 1},
-  };
+  const std::vector<Fp8Case> cases = both_engines_cases();
   Blas blas;
   uint64_t seed = 5000;
   Worst worst;
