@@ -349,6 +349,10 @@ std::map<std::string, std::string> apply_sets(YAML::Node& root, const std::vecto
       std::string parent = key.substr(0, dot), child = key.substr(dot + 1);
       PB_CHECK(child.find('.') == std::string::npos,
                "override '" + set + "': keys nest one level at most (model.layers, debug.delay_us)");
+      if (root[parent] && root[parent].IsScalar())
+        throw Error("override '" + set + "': " + parent + " is a single value here (" + root[parent].Scalar() +
+                    "), not a map; override the whole key: " + parent + "=<value> or " + parent + "={" + child +
+                    ": ..., ...}");
       if (!root[parent] || !root[parent].IsMap()) root[parent] = YAML::Node(YAML::NodeType::Map);
       root[parent][child] = value;
     }

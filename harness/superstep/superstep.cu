@@ -191,13 +191,14 @@ std::string precision_device_problem(const Scenario& s) {
         return !x.is_dense_ffn(l);
       })) {
     if (s.moe_gemm == "loop") {
-      if (!fp8_block_scaling_supported(&why))
-        return s.source + ": precision.experts fp8 on moe_gemm loop (cuBLASLt): " + why + "; allowed here: precision.experts bf16";
       const ModelShape& m = s.model;
       if ((m.moe_latent / kFp8Group) % 4 != 0 || (m.expert_inter / kFp8Group) % 4 != 0)
         return s.source + ": precision.experts fp8 on moe_gemm loop needs model.moe_latent and model.expert_inter " +
                "multiples of 512 (cuBLASLt's weight scale rows, moe_gemm.h), got " + std::to_string(m.moe_latent) +
                " and " + std::to_string(m.expert_inter) + "; allowed: moe_gemm cutlass";
+      if (!fp8_block_scaling_supported(&why))
+        return s.source + ": precision.experts fp8 on moe_gemm loop (cuBLASLt): " + why +
+               "; allowed here: precision.experts bf16";
       return "";
     }
     if (moe_gemm_engine_from_name(s.moe_gemm.c_str()) != MoeGemmEngine::cutlass)

@@ -297,6 +297,10 @@ TEST_CASE("bad inputs give errors naming file, line, key and allowed values") {
       {"precision list", g + "precision: [fp8]\n", {"precision", "expected bf16, fp8, fp4, or a map"}},
       {"quant_fuse in bf16", g + "cuts: [quant_fuse]\n", {"cuts", "quant_fuse applies only where a part is fp8 or fp4", "precision: fp8"}},
       {"--cuts quant_fuse in bf16", g, {"--cuts quant_fuse", "applies only where a part is fp8 or fp4"}, ScenarioOverrides{{}, "quant_fuse", {}}},
+      {"a part of a single-value key", g + "precision: fp8\n",
+       {"override 'precision.gemm=bf16'", "precision is a single value here (fp8), not a map",
+        "precision=<value> or precision={gemm: ..., ...}"},
+       ScenarioOverrides{{"precision.gemm=bf16"}, "", {}}},
   };
   for (const auto& c : cases) {
     const std::string what = c.what;

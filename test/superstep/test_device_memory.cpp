@@ -7,11 +7,15 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <map>
 #include <set>
 #include <tuple>
 #include <string>
 
 #include "device_memory.h"
+#include "model.h"
+#include "moe_gemm.h"
 #include "scenario.h"
 #include "superstep.h"
 
@@ -137,4 +141,35 @@ TEST_CASE("buffer labels: <block>.<name>; a weight by its own name and home; eac
     const std::string label = buffer_label(b.block, b.name, b.home);
     CHECK_MESSAGE(labels.insert(label).second, "label twice: " << label);
   }
+}
+
+TEST_CASE("the fp8 experts on the loop engine: its slack rows and scale blocks planned, other runs unchanged") {
+  const auto needs = [](const std::string& engine, const char* precision) {
+    ScenarioOverrides o;
+    o.sets = {"serialize_ranks=true", std::string("precision=") + precision, "moe_gemm=" + engine};
+    const Scenario s = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/cp8-128k.yaml", o);
+    std::map<std::string, int64_t> by_name;
+    for (const BufferNeed& b : Superstep::memory_needs(s, 0, Placement{8, true}).buffers)
+      by_name[buffer_label(b.block, b.name, b.home)] = b.bytes;
+    return by_name;
+  };
+  const auto loop = needs("loop", "fp8"), cutlass = needs("cutlass", "fp8");
+  const ModelShape m = model_preset("k3");
+  const int64_t routed = 16384 * m.top_k, slack = kMoeFp8LoopSlackRows;  // cp8-128k: 16384 tokens a rank
+  const int64_t kb = std::max(m.moe_latent, m.expert_inter) / 128;
+  REQUIRE(loop.count("moe.expert_scale_blocks"));
+  CHECK(loop.at("moe.expert_scale_blocks") == moe_fp8_loop_scale_floats(routed, int(m.experts), kb) * 4);
+  CHECK(cutlass.count("moe.expert_scale_blocks") == 0);
+  CHECK(loop.at("moe.permuted_e4m3") - cutlass.at("moe.permuted_e4m3") == slack * m.moe_latent);
+  CHECK(loop.at("moe.expert_act_e4m3") - cutlass.at("moe.expert_act_e4m3") == slack * m.expert_inter);
+  CHECK(loop.at("moe.expert_down") - cutlass.at("moe.expert_down") == slack * m.moe_latent * 2);
+  CHECK(loop.at("moe.expert_gate") - cutlass.at("moe.expert_gate") == slack * m.expert_inter * 2);
+  CHECK(needs("loop", "bf16") == needs("cutlass", "bf16"));  // bf16 experts: the loop engine takes nothing more
+  // Widths the engine cannot take are refused before anything is allocated (it also needs a device: on
+  // the CPU the width is what it names).
+  ScenarioOverrides o;
+  o.sets = {"moe_gemm=loop", "precision={gemm: bf16, experts: fp8}"};  // on the CPU, fp8 dense GEMMs are refused first
+  const Scenario tiny = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/smoke-fp8.yaml", o);
+  CHECK(precision_device_problem(tiny).find("multiples of 512 (cuBLASLt's weight scale rows, moe_gemm.h), got 256 "
+                                            "and 128; allowed: moe_gemm cutlass") != std::string::npos);
 }
