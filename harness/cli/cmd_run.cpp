@@ -123,7 +123,6 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   gang.barrier();
 
   GangMemory memory = superstep_memory(gang, device, s);
-  record_memory(gang, memory, result);
   if (gang.is_root()) std::printf("memory: %s\n", memory.describe().c_str());
   const Blas blas;
   std::unique_ptr<Fabric> fab;
@@ -132,6 +131,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
                                    s.wait_timeout_or(kRunWaitTimeoutS),
                                    fabric);
   Superstep step(s, me, fab.get(), blas, stream, memory.memory());
+  record_memory(gang, memory, result);  // after the blocks took their buffers: each rank's own bytes
   memory.after_weights_filled(stream);
   for (const auto& [what, engine] : step.engines()) result.text["engine_" + what] = engine;
   const double peak_bytes = peak_device_bytes();

@@ -29,8 +29,9 @@ void record_devices(const Gang& gang, int device, RunResult& result);
 // GPU's ranks' own buffers), memory_ranks_per_gpu, memory_weights_shared and
 // memory_arena_shared (0 / 1), memory_share_granularity_bytes (the shared
 // regions' mapping granularity under vmm, else 0), and text memory_share
-// (share_memory: vmm | ipc), memory_rank_bytes_each ("rank: bytes" per rank)
-// and memory (one line).
+// (share_memory: vmm | ipc), memory_rank_bytes_each ("rank: bytes" per rank:
+// what each rank's blocks took as their own, so call it after the Superstep is
+// built) and memory (one line).
 void record_memory(const Gang& gang, const GangMemory& memory, RunResult& result);
 
 // The raw telemetry of every GPU (the samples of each GPU's first rank) into
