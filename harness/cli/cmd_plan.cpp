@@ -185,6 +185,19 @@ int cmd_plan(const Gang& gang, const ScenarioArgs& args) {
     placement.serialized = s.serialize_ranks;
     const MemoryBudget budget = superstep_memory_budget(s, placement);
     std::printf("%s", budget.table.c_str());
+    const ProcessMemory per_process = process_memory(profile.name);
+    if (per_process.bytes > 0) {
+      const double processes = per_process.bytes * budget.fullest_processes;
+      std::printf("  + %d process(es) x %.2f GB (each one's CUDA context and library workspaces; %s, %s) = %.1f GB\n",
+                  budget.fullest_processes, per_process.bytes / 1e9, profile.name.c_str(),
+                  per_process.source.substr(0, per_process.source.find(':')).c_str(),
+                  (double(budget.fullest.total()) + processes) / 1e9);
+      result.numbers["memory_processes_bytes"] = processes;
+      result.text["memory_processes_source"] = per_process.source;
+    } else {
+      std::printf("  plus each process's CUDA context and library workspaces (%s: %s)\n", profile.name.c_str(),
+                  per_process.source.c_str());
+    }
     result.numbers["memory_ranks_per_gpu"] = placement.ranks_per_gpu;
     result.numbers["memory_weights_bytes"] = double(budget.fullest.weights);
     result.numbers["memory_arena_bytes"] = double(budget.fullest.arena);

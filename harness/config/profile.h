@@ -65,6 +65,15 @@ struct DatasheetPeak {
 };
 // Throws pb::Error for an unknown profile name.
 DatasheetPeak datasheet_peak(const std::string& profile_name);
+// What each process adds on its GPU beyond the buffers the memory budget
+// counts: its CUDA context and the libraries' workspaces (cuBLAS, cuBLASLt,
+// cuDNN). bytes 0: no figure for this profile (source says so).
+struct ProcessMemory {
+  double bytes = 0;
+  std::string source;
+};
+// Throws pb::Error for an unknown profile name.
+ProcessMemory process_memory(const std::string& profile_name);
 // The profile of a device by its name ("NVIDIA H200" -> h200, "NVIDIA H100
 // 80GB HBM3" -> h100, "NVIDIA B300" or "GB300" -> gb300); "" when none fits.
 std::string profile_of_device(const std::string& device_name);

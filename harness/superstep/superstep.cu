@@ -153,7 +153,10 @@ MemoryBudget superstep_memory_budget(const Scenario& s, const Placement& p) {
     const std::vector<MemoryNeeds> gpu(out.ranks.begin() + first,
                                        out.ranks.begin() + std::min(s.cp, first + p.ranks_per_gpu));
     const GpuBudget b = gpu_budget(gpu, p);
-    if (b.total() > out.fullest.total()) out.fullest = b;
+    if (b.total() > out.fullest.total()) {
+      out.fullest = b;
+      out.fullest_processes = int(gpu.size());
+    }
   }
   const auto gb = [](int64_t bytes) { return double(bytes) / 1e9; };
   char line[256];
@@ -173,8 +176,7 @@ MemoryBudget superstep_memory_budget(const Scenario& s, const Placement& p) {
   t += "  (turn-local: every turn-local buffer apart; trunk, mixer, ffn: the shared arena's lanes)\n";
   const GpuBudget& f = out.fullest;
   std::snprintf(line, sizeof line,
-                "  per GPU (the fullest): weights %.1f + turn-local arena %.1f + ranks' own %.1f = %.1f GB,\n"
-                "  plus each process's CUDA context and library workspaces (not counted here)\n",
+                "  per GPU (the fullest): weights %.1f + turn-local arena %.1f + ranks' own %.1f = %.1f GB\n",
                 gb(f.weights), gb(f.arena), gb(f.ranks), gb(f.total()));
   t += line;
   out.table = t;

@@ -131,6 +131,7 @@ std::string precision_device_problem(const Scenario& s);
 struct MemoryBudget {
   std::vector<MemoryNeeds> ranks;  // [cp]
   GpuBudget fullest;               // the GPU that needs the most
+  int fullest_processes = 0;       // its ranks (one process each)
   std::string table;               // printable
 };
 MemoryBudget superstep_memory_budget(const Scenario& s, const Placement& p);

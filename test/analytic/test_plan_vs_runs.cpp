@@ -6,7 +6,9 @@
 // the variant's recorded cuts must name the same families and kernels in the
 // same order (a lane file: the MLA block of its first MLA layer). A change to
 // plan.cpp that the blocks did not make fails here; one to the blocks that
-// plan.cpp did not make fails the GPU suites' launch checks.
+// plan.cpp did not make fails the GPU suites' launch checks. The h200
+// profile's memory a process adds beyond the budget (profile.h) is held to
+// the same files.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "compare_detail.h"
 #include "cuts.h"
 #include "plan.h"
+#include "profile.h"
 #include "results.h"
 #include "scenario.h"
 
@@ -145,4 +148,26 @@ TEST_CASE("plan: a file of launch list version 1 matches that form of its plan o
   CHECK(difference(pointers(fp8), plan_rank(s1, cuts1, 0, 1).launches, 0) == "");
   CHECK(difference(pointers(fp8), plan_rank(s1, cuts1, 0).launches, 0) != "");
   CHECK_THROWS_WITH(plan_rank(s1, cuts1, 0, kLaunchListVersion + 1), doctest::Contains("launch list version"));
+}
+
+TEST_CASE("plan: each process's memory beyond the budget, on the h200 profile, is what the committed runs show") {
+  const ProcessMemory figure = process_memory("h200");
+  REQUIRE(figure.bytes > 0);
+  const std::filesystem::path dir = std::filesystem::path(PB_SOURCE_DIR) / "results" / "h200";
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".h5") continue;
+    const RunResult run = read_results(entry.path().string());
+    if (run.kind != "run" || !run.numbers.count("memory_ranks_per_gpu")) continue;
+    CAPTURE(entry.path().filename().string());
+    const double planned = run.numbers.at("memory_weights_bytes") + run.numbers.at("memory_arena_bytes") +
+                           run.numbers.at("memory_rank_bytes");
+    double in_use = 0;  // rank 0's GPU, every process on it (cmd_run.cpp)
+    for (const VariantResult& v : run.variants)
+      for (const RankRep& r : v.rank_reps) in_use = std::max(in_use, r.peak_mem_bytes);
+    const double per_process = (in_use - planned) / run.numbers.at("memory_ranks_per_gpu");
+    CHECK(per_process == doctest::Approx(figure.bytes).epsilon(0.075));
+    ++files;
+  }
+  CHECK(files >= 9);
 }
