@@ -53,12 +53,17 @@ struct ExpertOffsets {
   int32_t v[kMoeMaxExperts + 1];
 };
 
-int64_t round_up4(int64_t v) { return (v + 3) / 4 * 4; }
+// Where expert e's scale block starts, in floats (moe_gemm.h): kb rounded up
+// to 4 (16-byte starts) times (first_row + 3 e). With first_row = rows and
+// e = experts, the floats of all blocks.
+__host__ __device__ inline int64_t scale_block_start(int64_t kb, int64_t first_row, int64_t e) {
+  return (kb + 3) / 4 * 4 * (first_row + 3 * e);
+}
 
 // One thread per (row, group), rows fastest (the writes of a group are
 // contiguous); the offsets are searched in shared memory. A row that ends its
 // expert also zeroes the expert's padding rows of its group.
-__global__ void scales_by_expert_kernel(const float* __restrict__ sx, int64_t kb, int64_t kbp, int experts,
+__global__ void scales_by_expert_kernel(const float* __restrict__ sx, int64_t kb, int experts,
                                         ExpertOffsets offsets, float* __restrict__ out) {
   __shared__ int32_t off[kMoeMaxExperts + 1];
   for (int i = threadIdx.x; i <= experts; i += blockDim.x) off[i] = offsets.v[i];
@@ -72,8 +77,8 @@ __global__ void scales_by_expert_kernel(const float* __restrict__ sx, int64_t kb
       if (off[mid] <= r) lo = mid;
       else hi = mid - 1;
     }
-    const int64_t first = off[lo], count = off[lo + 1] - first, m4 = (count + 3) / 4 * 4;
-    float* block = out + kbp * (first + 3 * int64_t(lo)) + g * m4;
+    const int64_t first = off[lo], count = off[lo + 1] - first, m4 = act_scale_ld(count);
+    float* block = out + scale_block_start(kb, first, lo) + g * m4;
     block[r - first] = sx[r * kb + g];
     if (r - first == count - 1)
       for (int64_t p = count; p < m4; ++p) block[p] = 0.0f;
@@ -186,7 +191,7 @@ bool grouped_gemm_supported(const Blas& blas) {
 // ---- The fp8 loop engine's scale blocks ----
 
 int64_t moe_fp8_loop_scale_floats(int64_t rows, int experts, int64_t kb) {
-  return round_up4(kb) * (rows + 3 * int64_t(experts));
+  return scale_block_start(kb, rows, experts);
 }
 
 void moe_scales_by_expert(const float* sx, int64_t kb, const int32_t* offsets, int experts, float* out,
@@ -208,7 +213,7 @@ void moe_scales_by_expert(const float* sx, int64_t kb, const int32_t* offsets, i
   PB_CHECK(aligned_to(out, 16), "moe_scales_by_expert: out must be 16-byte aligned (cuBLASLt's scale blocks)");
   constexpr int kThreads = 256;
   const int64_t blocks = std::min<int64_t>((rows * kb + kThreads - 1) / kThreads, 4096);
-  scales_by_expert_kernel<<<int(blocks), kThreads, 0, stream>>>(sx, kb, round_up4(kb), experts, o, out);
+  scales_by_expert_kernel<<<int(blocks), kThreads, 0, stream>>>(sx, kb, experts, o, out);
   PB_CUDA(cudaGetLastError());
 }
 
@@ -396,18 +401,17 @@ void MoeGemm::run_fp8_loop(const Blas& blas, const int32_t* counts, const __nv_f
   }
   moe_scales_by_expert(sx, kb, offsets.data(), s.experts, scales, stream);
   Fp8Gemm& gemm = blas.fp8();
-  const int64_t kbp = round_up4(kb);
   for (int e = 0; e < s.experts; ++e) {
     if (counts[e] == 0) continue;
     const int64_t row = offsets[size_t(e)];
     Fp8GemmDims d;
-    d.m = round_up4(counts[e]);
+    d.m = act_scale_ld(counts[e]);  // cuBLASLt's multiple of 4
     d.n = nb;
     d.k = s.k;
     d.ldx = s.ldx;
     d.ldw = s.k;
     d.ldy = s.ldy;
-    const float* block = scales + kbp * (row + 3 * int64_t(e));
+    const float* block = scales + scale_block_start(kb, row, e);
     for (int j = 0; j < s.bands; ++j) {
       const int64_t w_row = int64_t(e) * s.n + j * nb;  // of the [E * n, k] weight rows
       gemm_fp8_bf16out(gemm, xq + row * s.ldx, block, wq + w_row * s.k, sw + w_row / kFp8Group * kb,
