@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -134,7 +135,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
   record_memory(gang, memory, result);  // after the blocks took their buffers: each rank's own bytes
   memory.after_weights_filled(stream);
   for (const auto& [what, engine] : step.engines()) result.text["engine_" + what] = engine;
-  const double peak_bytes = peak_device_bytes();
+  double peak_bytes = peak_device_bytes();  // and again after every rep: modules load and stacks grow at launch
   Timeline tl(stream, true);
   tl.set_nvtx(s.nvtx);
   const std::unique_ptr<KernelActivity> activity = start_span_timing(s, tl, result);
@@ -218,6 +219,9 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       std::printf("variant %s: TTFT (the projected gang's, link measured) min %.1f / median %.1f / max %.1f ms\n",
                   v.name.c_str(), g.min, g.median, g.max);
     }
+    size_t stack = 0;
+    PB_CUDA(cudaDeviceGetLimit(&stack, cudaLimitStackSize));
+    result.numbers["device_stack_bytes_per_thread"] = double(stack);  // what the launches grew it to (gang_device.h)
     const Efficiency efficiency = efficiency_of(result, v);
     record_efficiency(efficiency, v.name, result);
     std::printf("variant %s: %s\n", v.name.c_str(), describe_efficiency(efficiency).c_str());
@@ -243,6 +247,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
     step.first_token();  // reads the device: the end of TTFT
     const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (fab) fab->settle_transfers();  // sends still in flight, for the NCCL time
+    peak_bytes = std::max(peak_bytes, peak_device_bytes());
     const std::vector<TelemetrySample> clocks = telemetry.between(gpu_t0, telemetry.now_ms());
     const RankPlan& plan = plans[vi];
     if (short_warmup) {

@@ -42,6 +42,11 @@ int select_gang_device(const Gang& gang, const char* command, const std::string&
   }
   const int device = gang.local_rank() % devices;
   PB_CUDA(cudaSetDevice(device));
+  // A context reserves every thread's stack for every thread the GPU can hold
+  // (1 KiB a thread by default, in each process). The driver grows
+  // the limit at a launch that needs more and never shrinks it, so starting
+  // from the least makes the reservation the largest frame launched.
+  PB_CUDA(cudaDeviceSetLimit(cudaLimitStackSize, 0));
   return device;
 }
 
