@@ -168,6 +168,7 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
     const std::vector<std::string> token_parts = gang.gather(std::to_string(step.first_token()));
     const std::vector<std::string> sample_parts = gang.gather(floats_as_bytes(step.hidden_samples(kSampleRows, kSampleCols)));
     const std::vector<std::string> logit_parts = gang.gather(floats_as_bytes(step.last_logits()));
+    record_unplanned_memory(gang, result);  // after the rep: stacks grown, cuDNN plans built
     if (!gang.is_root()) return;
     VariantResult& v = result.variants[vi];
     v.outputs.ranks = cp;
@@ -219,9 +220,6 @@ int cmd_run(const Gang& gang, const ScenarioArgs& args) {
       std::printf("variant %s: TTFT (the projected gang's, link measured) min %.1f / median %.1f / max %.1f ms\n",
                   v.name.c_str(), g.min, g.median, g.max);
     }
-    size_t stack = 0;
-    PB_CUDA(cudaDeviceGetLimit(&stack, cudaLimitStackSize));
-    result.numbers["device_stack_bytes_per_thread"] = double(stack);  // what the launches grew it to (gang_device.h)
     const Efficiency efficiency = efficiency_of(result, v);
     record_efficiency(efficiency, v.name, result);
     std::printf("variant %s: %s\n", v.name.c_str(), describe_efficiency(efficiency).c_str());

@@ -3,8 +3,10 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
+#include <sstream>
 
 #include "check.h"
 #include "fmha.h"
@@ -112,6 +114,29 @@ void record_memory(const Gang& gang, const GangMemory& memory, RunResult& result
   for (size_t r = 0; r < own.size(); ++r) per_rank += (r ? ", " : "") + std::to_string(r) + ": " + own[r];
   result.text["memory_rank_bytes_each"] = per_rank;
   result.text["memory"] = memory.describe();
+}
+
+void record_unplanned_memory(const Gang& gang, RunResult& result) {
+  size_t stack = 0;
+  PB_CUDA(cudaDeviceGetLimit(&stack, cudaLimitStackSize));
+  const FmhaPlanMemory fmha = fmha_cudnn_plan_memory();
+  const std::vector<std::string> parts =
+      gang.gather(std::to_string(stack) + " " + std::to_string(fmha.plans) + " " + std::to_string(fmha.bytes));
+  if (!gang.is_root()) return;
+  double stack_max = 0, fmha_max = 0;
+  std::string each;
+  for (size_t r = 0; r < parts.size(); ++r) {
+    std::istringstream in(parts[r]);
+    double rank_stack = 0, plans = 0, bytes = 0;
+    in >> rank_stack >> plans >> bytes;
+    stack_max = std::max(stack_max, rank_stack);
+    fmha_max = std::max(fmha_max, bytes);
+    each += (r ? ", " : "") + std::to_string(r) + ": " + std::to_string(int64_t(plans)) + " plans " +
+            std::to_string(int64_t(bytes)) + " B";
+  }
+  result.numbers["device_stack_bytes_per_thread"] = stack_max;
+  result.numbers["memory_fmha_plans_bytes"] = fmha_max;
+  result.text["memory_fmha_plans_each"] = each;
 }
 
 void record_telemetry(const Gang& gang, int device, const GpuTelemetry& telemetry, RunResult& result) {

@@ -33,6 +33,11 @@ void record_devices(const Gang& gang, int device, RunResult& result);
 // what each rank's blocks took as their own, so call it after the Superstep is
 // built) and memory (one line).
 void record_memory(const Gang& gang, const GangMemory& memory, RunResult& result);
+// What each rank holds beyond the planned budget, as far as it can tell: the
+// stack limit its launches grew (gang_device.h) as device_stack_bytes_per_thread,
+// and its cuDNN plans (fmha.h) as memory_fmha_plans_bytes (the most of any
+// rank) and memory_fmha_plans_each. Collective; rank 0 records.
+void record_unplanned_memory(const Gang& gang, RunResult& result);
 
 // The raw telemetry of every GPU (the samples of each GPU's first rank) into
 // result.telemetry, or text "telemetry" saying why there is none (collective).

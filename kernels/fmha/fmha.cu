@@ -424,6 +424,8 @@ bool fmha_cudnn_available() { return false; }
 
 std::string fmha_cudnn_version() { return "none: built without cuDNN"; }
 
+FmhaPlanMemory fmha_cudnn_plan_memory() { return {}; }
+
 void fmha_cudnn(const FmhaTensors&, const FmhaShape&, cudaStream_t) {
   PB_CHECK(false, "fmha_cudnn: built without cuDNN (PB_HAVE_CUDNN is not defined)");
 }

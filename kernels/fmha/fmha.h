@@ -88,6 +88,15 @@ void fmha_native(const FmhaTensors& t, const FmhaShape& s, cudaStream_t stream);
 bool fmha_cudnn_available();
 // The cuDNN library loaded at run time ("9.14.0"), or "none: " and why.
 std::string fmha_cudnn_version();
+// What the cuDNN engine's plans hold in device memory, outside any planned
+// budget: one plan per call geometry, each with its workspace and, where
+// cuDNN cannot write the lse in place, its stats scratch. Counted since the
+// process started (plans are kept until it exits); zeros without cuDNN.
+struct FmhaPlanMemory {
+  int64_t plans = 0;
+  int64_t bytes = 0;
+};
+FmhaPlanMemory fmha_cudnn_plan_memory();
 void fmha_cudnn(const FmhaTensors& t, const FmhaShape& s, cudaStream_t stream);
 
 // The one dispatch point.

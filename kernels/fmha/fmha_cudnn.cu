@@ -137,6 +137,7 @@ struct Plan {
   void* workspace = nullptr;
   int64_t workspace_bytes = 0;
   float* stats = nullptr;  // [H, tq] packed, when Geometry::stats_scratch
+  int64_t stats_bytes = 0;
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -252,7 +253,10 @@ std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, const Geometry& g) {
   plan->graph = std::move(graph);
   PB_CUDNN_FE(plan->graph->get_workspace_size(plan->workspace_bytes), what);
   if (plan->workspace_bytes > 0) PB_CUDA(cudaMalloc(&plan->workspace, plan->workspace_bytes));
-  if (g.stats_scratch) PB_CUDA(cudaMalloc(&plan->stats, sizeof(float) * g.heads * g.tq));
+  if (g.stats_scratch) {
+    plan->stats_bytes = int64_t(sizeof(float)) * g.heads * g.tq;
+    PB_CUDA(cudaMalloc(&plan->stats, size_t(plan->stats_bytes)));
+  }
   return plan;
 }
 
@@ -349,6 +353,17 @@ void run_call(Engine& e, const Call& c, const FmhaTensors& t, cudaStream_t strea
 std::string fmha_cudnn_version() {
   const size_t v = cudnnGetVersion();  // cuDNN 9: major * 10000 + minor * 100 + patch
   return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
+FmhaPlanMemory fmha_cudnn_plan_memory() {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  FmhaPlanMemory m;
+  for (const auto& [key, plan] : e.plans) {
+    ++m.plans;
+    m.bytes += plan->workspace_bytes + plan->stats_bytes;
+  }
+  return m;
 }
 
 bool fmha_cudnn_available() {
