@@ -10,6 +10,10 @@
 
 namespace pb {
 
+namespace {
+constexpr size_t kStackBytes = 64;  // per thread: above the largest frame of the project's kernels
+}  // namespace
+
 FabricPlan check_fabric(const Scenario& s, const Gang& gang, const char* command) {
   FabricPlan plan = gang_fabric_plan(gang, s);
   prepare_nccl_environment(plan, gang.rank(), s.serialize_ranks);
@@ -42,11 +46,12 @@ int select_gang_device(const Gang& gang, const char* command, const std::string&
   }
   const int device = gang.local_rank() % devices;
   PB_CUDA(cudaSetDevice(device));
-  // A context reserves every thread's stack for every thread the GPU can hold
-  // (1 KiB a thread by default, in each process). The driver grows
-  // the limit at a launch that needs more and never shrinks it, so starting
-  // from the least makes the reservation the largest frame launched.
-  PB_CUDA(cudaDeviceSetLimit(cudaLimitStackSize, 0));
+  // A context reserves every thread's stack for every thread the GPU can hold,
+  // 1 KiB a thread by default, in each process. The project's kernels need at
+  // most 40 B (docs/design.md §8), so the limit is set to kStackBytes; a
+  // launch that needs more grows it (the driver does, and never shrinks it).
+  // A driver that refuses keeps its default; the run records the limit.
+  if (cudaDeviceSetLimit(cudaLimitStackSize, kStackBytes) != cudaSuccess) (void)cudaGetLastError();
   return device;
 }
 

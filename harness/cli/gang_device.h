@@ -31,8 +31,8 @@ struct GangScenario {
 };
 GangScenario load_gang_scenario(const Gang& gang, const ScenarioArgs& args, const char* command);
 
-// The device selected (cudaSetDevice done, its per-thread stack limit set to
-// the least, for the driver to grow as launches need), or -1 when none is visible: rank 0
+// The device selected (cudaSetDevice done, its per-thread stack limit set
+// just above the project's kernels' largest frame), or -1 when none is visible: rank 0
 // then has printed "prefill-bench <command>: no CUDA device is visible on
 // <host>" followed by `more` (e.g. what to use instead), and the caller returns 3.
 int select_gang_device(const Gang& gang, const char* command, const std::string& more = "");
