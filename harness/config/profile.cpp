@@ -81,9 +81,9 @@ DatasheetPeak datasheet_peak(const std::string& profile_name) {
 
 ProcessMemory process_memory(const std::string& profile_name) {
   static const std::vector<std::pair<std::string, ProcessMemory>> figures = {
-      {"h200", {0.67e9, "measured: device memory in use less the planned budget, 0.63-0.67 GB a process over the "
-                        "committed runs of 1, 4 and 8 processes (results/h200: cp1-16k, cp4-64k, cp8-128k, bf16 and "
-                        "fp8)"}},
+      {"h200", {0.45e9, "measured: device memory in use less the planned budget, 0.450-0.452 GB a process at 1 and "
+                        "8 processes with the 64 B stack limit (results/h200: cp1-16k-fp8-64b-stack, "
+                        "cp8-128k-fp8-all-64b-stack)"}},
       {"h100", {0.0, "not measured"}},
       {"gb300", {0.0, "not measured"}},
   };

@@ -154,7 +154,7 @@ TEST_CASE("plan: each process's memory beyond the budget, on the h200 profile, i
   const ProcessMemory figure = process_memory("h200");
   REQUIRE(figure.bytes > 0);
   const std::filesystem::path dir = std::filesystem::path(PB_SOURCE_DIR) / "results" / "h200";
-  int files = 0;
+  int measured = 0, before = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.path().extension() != ".h5") continue;
     const RunResult run = read_results(entry.path().string());
@@ -166,8 +166,14 @@ TEST_CASE("plan: each process's memory beyond the budget, on the h200 profile, i
     for (const VariantResult& v : run.variants)
       for (const RankRep& r : v.rank_reps) in_use = std::max(in_use, r.peak_mem_bytes);
     const double per_process = (in_use - planned) / run.numbers.at("memory_ranks_per_gpu");
-    CHECK(per_process == doctest::Approx(figure.bytes).epsilon(0.075));
-    ++files;
+    if (run.numbers.count("device_stack_bytes_per_thread")) {  // the stack limit set, the memory read after the reps
+      CHECK(per_process == doctest::Approx(figure.bytes).epsilon(0.075));
+      ++measured;
+    } else {  // runs made at the default 1 KiB stack: its reservation on top
+      CHECK(per_process > figure.bytes * 1.3);
+      ++before;
+    }
   }
-  CHECK(files >= 9);
+  CHECK(measured >= 2);
+  CHECK(before >= 9);
 }
