@@ -47,9 +47,9 @@ int select_gang_device(const Gang& gang, const char* command, const std::string&
   const int device = gang.local_rank() % devices;
   PB_CUDA(cudaSetDevice(device));
   // A context reserves every thread's stack for every thread the GPU can hold,
-  // 1 KiB a thread by default, in each process. The project's kernels need at
-  // most 40 B (docs/design.md §8), so the limit is set to kStackBytes; a
-  // launch that needs more grows it (the driver does, and never shrinks it).
+  // 1 KiB a thread by default, in each process. kStackBytes covers the
+  // largest frame of the project's kernels (ptxas's figures: docs/design.md §8);
+  // a launch that needs more grows it (the driver does, and never shrinks it).
   // A driver that refuses keeps its default; the run records the limit.
   if (cudaDeviceSetLimit(cudaLimitStackSize, kStackBytes) != cudaSuccess) (void)cudaGetLastError();
   return device;
