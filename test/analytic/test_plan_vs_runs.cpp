@@ -167,13 +167,18 @@ TEST_CASE("plan: each process's memory beyond the budget, on the h200 profile, i
       for (const RankRep& r : v.rank_reps) in_use = std::max(in_use, r.peak_mem_bytes);
     const double per_process = (in_use - planned) / run.numbers.at("memory_ranks_per_gpu");
     if (run.numbers.count("device_stack_bytes_per_thread")) {  // the stack limit set, the memory read after the reps
-      CHECK(per_process == doctest::Approx(figure.bytes).epsilon(0.075));
+      if (run.text.at("precision") == "bf16") {  // no fp8 engine loaded: the fp8 runs' figure bounds it
+        CHECK(per_process <= figure.bytes);
+        CHECK(per_process > figure.bytes * 0.85);
+      } else {
+        CHECK(per_process == doctest::Approx(figure.bytes).epsilon(0.075));
+      }
       ++measured;
     } else {  // runs made at the default 1 KiB stack: its reservation on top
       CHECK(per_process > figure.bytes * 1.3);
       ++before;
     }
   }
-  CHECK(measured >= 2);
+  CHECK(measured >= 3);
   CHECK(before >= 9);
 }
