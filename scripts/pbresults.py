@@ -371,15 +371,16 @@ def point_families(g, variant):
 
 @_reads
 def point_ttft(g, variant):
-    """{"ms", "roofline_ms"} of a sweep's point: a run's ttft(); a plan's
-    calibrated superstep (root number calibrated_ms.<variant>) where it was
-    calibrated, else its roofline, the deepest rank's sum (roofline_ms; None
-    for a run)."""
+    """{"ms", "roofline_ms", "calibrated"} of a sweep's point: a run's ttft();
+    a plan's calibrated superstep (root number calibrated_ms.<variant>) where
+    it was calibrated (calibrated True), else its roofline, the deepest rank's
+    sum (roofline_ms; None for a run)."""
     if kind(g) != "plan":
-        return {"ms": ttft(g, variant), "roofline_ms": None}
+        return {"ms": ttft(g, variant), "roofline_ms": None, "calibrated": False}
     roofline = sum(ms for ms, _ in point_families(g, variant).values())
     calibrated = g.attrs.get("calibrated_ms." + variant)
-    return {"ms": float(calibrated) if calibrated is not None else roofline, "roofline_ms": roofline}
+    return {"ms": float(calibrated) if calibrated is not None else roofline, "roofline_ms": roofline,
+            "calibrated": calibrated is not None}
 
 
 @_reads
@@ -420,7 +421,7 @@ def point_efficiency(g, variant):
 def sweep_rows(path, f, variants):
     """One dict per measured or planned point of the sweep file and variant:
     file, id, context, cp, precision, status, variant, ttft_ms, roofline_ms,
-    shares (of the deepest rank), mfu, memory_gb, efficiency (the parallel
+    calibrated (a planned TTFT from the calibrated plan), shares (of the deepest rank), mfu, memory_gb, efficiency (the parallel
     efficiency over cp that `sweep` stored: sweep_efficiency.<variant>, None
     where the point has none); and the failed points as (id, error) pairs,
     apart."""
@@ -436,6 +437,7 @@ def sweep_rows(path, f, variants):
             t = point_ttft(g, v)
             rows.append(dict(file=path, id=p["id"], context=p["context"], cp=p["cp"], precision=p["precision"],
                              status=p["status"], variant=v, ttft_ms=t["ms"], roofline_ms=t["roofline_ms"],
+                             calibrated=t["calibrated"],
                              shares=deep_rank_shares(g, v), mfu=recorded_mfu(g, v), memory_gb=point_memory_gb(g),
                              efficiency=point_efficiency(g, v)))
     return rows, failed

@@ -4,10 +4,13 @@
 
     scripts/plot_sweep.py sweep.h5 [more.h5 ...] [--variants baseline,all] [-o sweep.png]
 
-  TTFT against context (log-log), a line per cp and variant: measured points
-  filled, planned ones hollow (the calibrated plan where the plan was
-  calibrated, its roofline dotted beside it), and the seed's fleet points
-  (GB300, MXFP4 experts, CP8) as stars: another GPU and precision.
+  TTFT against context (log-log), a line per cp, precision, variant and
+  status: measured points filled, planned ones hollow on a thinner line (the
+  calibrated plan where the plan was calibrated, its roofline dotted beside
+  it), so a calibrated plan of the measured points (a second file) draws
+  beside them; the seed's fleet points (GB300, MXFP4 experts, CP8) as stars:
+  another GPU and precision. The other panels read a measured point where a
+  file also plans it.
   The FMHA's share of the deepest rank against context, beside the weight
   GEMMs' (gemm + moe_gemm), with the context where FMHA overtakes them marked.
   MFU against context (model FLOPs / (TTFT x GPUs x the datasheet's dense
@@ -54,12 +57,22 @@ def style(variant):
     return "-" if variant != "baseline" else "--"
 
 
+def measured_first(rows):
+    """The rows less the planned ones of a (cp, precision, variant, context) also measured."""
+    measured = {(r["cp"], r["precision"], r["variant"], r["context"]) for r in rows if r["status"] == "measured"}
+    return [r for r in rows
+            if r["status"] == "measured" or (r["cp"], r["precision"], r["variant"], r["context"]) not in measured]
+
+
 def draw_ttft(ax, rows, colours):
-    for (cp, precision, variant), pts in sorted(series(rows, ("cp", "precision", "variant")).items()):
+    both = len({r["status"] for r in rows}) > 1
+    for (cp, precision, variant, status), pts in sorted(series(rows, ("cp", "precision", "variant", "status")).items()):
         colour = colours[(cp, precision)]
         xs, ys = [r["context"] for r in pts], [r["ttft_ms"] / 1e3 for r in pts]
-        ax.plot(xs, ys, style(variant), color=colour, lw=1.4,
-                label="cp {} {} {}".format(cp, precision, variant))
+        planned_beside = both and status == "planned"
+        ax.plot(xs, ys, style(variant), color=colour, lw=0.8 if planned_beside else 1.4,
+                alpha=0.7 if planned_beside else 1.0,
+                label="cp {} {} {}{}".format(cp, precision, variant, " " + status if both else ""))
         for r in pts:
             ax.plot(r["context"], r["ttft_ms"] / 1e3, "o", ms=5, color=colour,
                     mfc=colour if r["status"] == "measured" else "white")
@@ -201,9 +214,10 @@ def main():
     plt = pbplot.pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(14.0, 10.0), constrained_layout=True)
     draw_ttft(axes[0][0], rows, colours)
-    crossings = draw_shares(axes[0][1], rows, colours)
-    draw_mfu(axes[1][0], rows, colours)
-    efficiency, weak = draw_efficiency(axes[1][1], rows)
+    one_a_point = measured_first(rows)
+    crossings = draw_shares(axes[0][1], one_a_point, colours)
+    draw_mfu(axes[1][0], one_a_point, colours)
+    efficiency, weak = draw_efficiency(axes[1][1], one_a_point)
     for ax in (axes[0][0], axes[0][1], axes[1][0]):
         contexts = sorted({r["context"] for r in rows} | ({t for t, _, _ in SEED_POINTS} if ax is axes[0][0] else set()))
         ax.set_xticks(contexts)
