@@ -229,7 +229,9 @@ def main():
         print("{:<26} {:<9} {:<8} {:>12} ms  MFU {}".format(r["id"], r["variant"], r["status"],
                                                            pbplot.fmt_ms(r["ttft_ms"]),
                                                            "-" if r["mfu"] is None else "{:.1f}%".format(100 * r["mfu"])))
-    pbplot.save(fig, a, {"points": [{k: v for k, v in r.items()} for r in rows], "crossings": crossings,
+    pbplot.save(fig, a, {"points": [{k: v for k, v in r.items()} for r in rows],
+                         "other_panels_points": [(r["id"], r["variant"], r["status"]) for r in one_a_point],
+                         "crossings": crossings,
                          "efficiency": efficiency, "weak_efficiency": weak})
 
 

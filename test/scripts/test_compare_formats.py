@@ -2,7 +2,9 @@
 """`prefill-bench compare --format markdown|csv|json` on the committed results:
 markdown is well-formed tables, CSV parses with one row per variant, rank and
 family, JSON parses; every form carries the headline TTFT that pbresults.ttft
-reads from the same file, and the same savings.
+reads from the same file, and the same savings. `scripts/sweep_table.py` in
+the same formats over the committed cp 8 sweeps and their calibrated plan:
+the plan's miss on each measured point as pbresults reads the two files.
 
     test_compare_formats.py PREFILL_BENCH   (under a python with h5py)
 """
@@ -115,9 +117,58 @@ def main():
     expect(p.returncode == 2 and "xml" in p.stderr, "--format xml: exit {} ({})".format(p.returncode, p.stderr.strip()))
     p = subprocess.run([exe, "compare", each, "--reference", "nope"], capture_output=True, text=True)
     expect(p.returncode == 2 and "'nope'" in p.stderr, "--reference nope: exit {}".format(p.returncode))
+    sweep_table_formats()
     print("compare --format: markdown, csv and json agree with pbresults.ttft on {} and cp1-16k, and the gate's "
-          "verdicts with its text".format(each))
+          "verdicts with its text; sweep_table.py's plan misses with pbresults".format(each))
     return 0
+
+
+def sweep_table(*args, code=0):
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "sweep_table.py"), *args], capture_output=True,
+                       text=True, timeout=120)
+    expect(p.returncode == code, "sweep_table.py {}: exit {}, want {}: {}".format(" ".join(args), p.returncode, code,
+                                                                                p.stderr.strip()))
+    return p.stdout if code == 0 else p.stderr
+
+
+def sweep_table_formats():
+    measured = [os.path.join(RESULTS, "sweep-cp8-context-{}.h5".format(p)) for p in ("fp8", "bf16")]
+    plan = os.path.join(RESULTS, "sweep-cp8-context-plan.h5")
+    variants = ["baseline", "all"]
+    # the misses as pbresults reads the files: (context, precision, variant) -> planned / measured - 1
+    planned = {(r["context"], r["precision"], r["variant"]): r["ttft_ms"]
+               for r in pr.sweep_rows(plan, pr.open_results(plan), variants)[0]}
+    want = {}
+    for path in measured:
+        for r in pr.sweep_rows(path, pr.open_results(path), variants)[0]:
+            expect(r["status"] == "measured", "{} {}: {}".format(path, r["id"], r["status"]))
+            want[(r["context"], r["precision"], r["variant"])] = planned[(r["context"], r["precision"],
+                                                                         r["variant"])] / r["ttft_ms"] - 1
+    expect(len(want) == 16, "{} measured (point, variant) pairs, want 16".format(len(want)))
+
+    tables = markdown_tables(sweep_table(*measured, "--against", plan, "--format", "markdown"))
+    expect(len(tables) == 1 and len(tables[0]) == 2 + 8, "sweep_table markdown: {} tables".format(len(tables)))
+    head = tables[0][0]
+    for row in tables[0][2:]:
+        cells = dict(zip(head, row))
+        tokens = int(cells["context"].rstrip("k")) * 1024
+        for v in variants:
+            got = cells["plan miss " + v]
+            expect(got == "{:+.1f}%".format(100 * want[(tokens, cells["precision"], v)]),
+                   "sweep_table markdown {} {} {}: plan miss {}".format(cells["context"], cells["precision"], v, got))
+
+    doc = json.loads(sweep_table(*measured, "--against", plan, "--format", "json"))
+    expect([f["file"] for f in doc["files"]] == measured and doc["against"] == plan, "sweep_table json: files")
+    expect(len(doc["points"]) == 16, "sweep_table json: {} records".format(len(doc["points"])))
+    for rec in doc["points"]:
+        miss = want[(rec["context"], rec["precision"], rec["variant"])]
+        expect(abs(rec["plan_miss"] - miss) < 1e-12, "sweep_table json {}: miss {}".format(rec["id"], rec["plan_miss"]))
+    rows = list(csv.DictReader(io.StringIO(sweep_table(measured[0], "--format", "csv"))))
+    expect(len(rows) == 8 and all(r["plan_miss"] == "" for r in rows), "sweep_table csv without --against: {}".format(
+        rows))
+    # --against takes a calibrated plan, not a measured sweep
+    said = sweep_table(measured[0], "--against", measured[1], code=2)
+    expect("not a calibrated plan" in said, "sweep_table --against a measured sweep: " + said)
 
 
 if __name__ == "__main__":

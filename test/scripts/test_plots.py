@@ -489,6 +489,29 @@ def sweep_panels(out):
         expect(all(abs(a - b) < 1e-12 for a, b in zip(w["efficiency"], want)), "{} != {}".format(w, want))
 
 
+@book.case
+def sweep_measured_beside_plan(out):
+    """plot_sweep.py on the measured cp 8 sweeps and their calibrated plan
+    (docs/sweep.md): the TTFT panel draws each measured series and its planned
+    one apart (their own legend entries), and the other panels read only the
+    measured point where the plan has the same one."""
+    files = [committed("sweep-cp8-context-{}.h5".format(p)) for p in ("fp8", "bf16", "plan")]
+    d = plot(out, "plot_sweep.py", files, [], "sweep-beside")
+    statuses = {}
+    for p in d["points"]:
+        statuses.setdefault((p["context"], p["precision"], p["variant"]), set()).add(p["status"])
+    expect(len(statuses) == 16 and all(s == {"measured", "planned"} for s in statuses.values()),
+           "every point measured and planned: {}".format(statuses))
+    for precision in ("fp8", "bf16"):
+        for variant in ("baseline", "all"):
+            for status in ("measured", "planned"):
+                label = "cp 8 {} {} {}".format(precision, variant, status)
+                expect(label in d["legend"], "no legend entry '{}' in {}".format(label, d["legend"]))
+    other = d["other_panels_points"]
+    expect(len(other) == 16 and {s for _, _, s in other} == {"measured"},
+           "the other panels drew {}".format(other))
+
+
 def candidates_with_modules():
     return [p for p in pbplot.default_candidates() if pbplot._has_plotting_modules(p)]
 
