@@ -421,10 +421,10 @@ def point_efficiency(g, variant):
 def sweep_rows(path, f, variants):
     """One dict per measured or planned point of the sweep file and variant:
     file, id, context, cp, precision, status, variant, ttft_ms, roofline_ms,
-    calibrated (a planned TTFT from the calibrated plan), shares (of the deepest rank), mfu, memory_gb, efficiency (the parallel
-    efficiency over cp that `sweep` stored: sweep_efficiency.<variant>, None
-    where the point has none); and the failed points as (id, error) pairs,
-    apart."""
+    calibrated (a planned TTFT from the calibrated plan), shares (of the
+    deepest rank), mfu, memory_gb, efficiency (the parallel efficiency over cp
+    that `sweep` stored: sweep_efficiency.<variant>, None where the point has
+    none); and the failed points as (id, error) pairs, apart."""
     rows, failed = [], []
     for p in sweep_points(f):
         if p["status"] == "failed":

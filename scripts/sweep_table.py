@@ -61,7 +61,9 @@ def points_of(rows, variants):
 
 
 def plan_misses(rows, plan_path, variants):
-    """{(context, cp, precision, variant): calibrated plan ms} from a planned sweep file."""
+    """Sets each row's plan_ms and plan_miss (planned / measured - 1; None but
+    on a measured point the plan file has, matched by context, cp, precision
+    and variant); exits when a point of the plan file is not calibrated."""
     f = pr.open_results(plan_path)
     planned, _ = pr.sweep_rows(plan_path, f, variants)
     out = {}
