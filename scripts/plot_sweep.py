@@ -59,9 +59,11 @@ def style(variant):
 
 def measured_first(rows):
     """The rows less the planned ones of a (cp, precision, variant, context) also measured."""
-    measured = {(r["cp"], r["precision"], r["variant"], r["context"]) for r in rows if r["status"] == "measured"}
-    return [r for r in rows
-            if r["status"] == "measured" or (r["cp"], r["precision"], r["variant"], r["context"]) not in measured]
+    def key(r):
+        return r["cp"], r["precision"], r["variant"], r["context"]
+
+    measured = {key(r) for r in rows if r["status"] == "measured"}
+    return [r for r in rows if r["status"] == "measured" or key(r) not in measured]
 
 
 def draw_ttft(ax, rows, colours):

@@ -64,16 +64,18 @@ def plan_misses(rows, plan_path, variants):
     """Sets each row's plan_ms and plan_miss (planned / measured - 1; None but
     on a measured point the plan file has, matched by context, cp, precision
     and variant); exits when a point of the plan file is not calibrated."""
-    f = pr.open_results(plan_path)
-    planned, _ = pr.sweep_rows(plan_path, f, variants)
+    def key(r):
+        return r["context"], r["cp"], r["precision"], r["variant"]
+
+    planned, _ = pr.sweep_rows(plan_path, pr.open_results(plan_path), variants)
     out = {}
     for r in planned:
         if r["status"] != "planned" or not r["calibrated"]:
             sys.exit("{}: point {} is not a calibrated plan: --against takes the file of "
                      "`prefill-bench sweep --plan --calibrate`".format(plan_path, r["id"]))
-        out[(r["context"], r["cp"], r["precision"], r["variant"])] = r["ttft_ms"]
+        out[key(r)] = r["ttft_ms"]
     for r in rows:
-        plan_ms = out.get((r["context"], r["cp"], r["precision"], r["variant"])) if r["status"] == "measured" else None
+        plan_ms = out.get(key(r)) if r["status"] == "measured" else None
         r["plan_ms"] = plan_ms
         r["plan_miss"] = None if plan_ms is None else plan_ms / r["ttft_ms"] - 1
 
